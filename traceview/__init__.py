@@ -1,0 +1,2 @@
+"""traceview: performance-trace analysis for Mixture-of-Experts training on GPUs."""
+__version__ = "0.1.0"

@@ -1,0 +1,120 @@
+"""Load one job from paths: files of any supported format, or directories of them (ranks of one job)."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from .errors import TraceError
+from .profile import Profile, merge
+
+KINETO_SUFFIXES = (".json", ".json.gz")
+NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
+_RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
+
+
+def _is_trace_file(p: Path) -> bool:
+    n = p.name.lower()
+    if n.endswith(".meta.json"):
+        return False
+    return n.endswith(KINETO_SUFFIXES) or n.endswith(NSYS_SUFFIXES)
+
+
+def expand(paths: list[str | Path]) -> list[Path]:
+    """Files to read, in a stable order. A directory means every trace file in it."""
+    files: list[Path] = []
+    for raw in paths:
+        p = Path(raw)
+        if not p.exists():
+            raise TraceError(p, "no such file or directory")
+        if p.is_dir():
+            found = sorted(f for f in p.iterdir() if f.is_file() and _is_trace_file(f))
+            # prefer the SQLite export over a report when both exist for the same capture
+            stems = {f.name[: -len(".sqlite")] for f in found if f.name.endswith(".sqlite")}
+            found = [f for f in found if not (f.suffix in (".nsys-rep", ".qdrep") and f.stem in stems)]
+            if not found:
+                raise TraceError(p, "directory holds no trace files (.json, .json.gz, .sqlite, .nsys-rep)")
+            files.extend(found)
+        else:
+            files.append(p)
+    return files
+
+
+def read_one(path: Path, nsys_bin: str | None = None) -> Profile:
+    from .parsers import kineto, nsys  # local: keeps CLI start-up light
+
+    name = path.name.lower()
+    if name.endswith(KINETO_SUFFIXES):
+        return kineto.read(path)
+    if name.endswith(NSYS_SUFFIXES):
+        return nsys.read(path, nsys_bin=nsys_bin) if name.endswith((".nsys-rep", ".qdrep")) else nsys.read(path)
+    if path.stat().st_size == 0:
+        raise TraceError(path, "file is empty")
+    if kineto.sniff(path):
+        return kineto.read(path)
+    if nsys.sniff(path):
+        return nsys.read(path)
+    raise TraceError(path, "unknown trace format (expected Kineto .json/.json.gz or Nsight Systems .sqlite/.nsys-rep)")
+
+
+def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
+    """Read every file and merge them into one job, assigning ranks where files do not record them."""
+    files = expand(paths)
+    profiles = [read_one(f, nsys_bin=nsys_bin) for f in files]
+    if len(profiles) > 1 or any(-1 in p.ranks for p in profiles):
+        profiles = _assign_ranks(files, profiles)
+    prof = merge(profiles)
+    ranks = prof.ranks
+    if len(set(ranks)) != len(ranks):
+        raise TraceError(files[0].parent, f"several traces claim the same rank ({sorted(ranks)}); pass the files of one job")
+    _fill_world_size(prof)
+    return prof
+
+
+def _assign_ranks(files: list[Path], profiles: list[Profile]) -> list[Profile]:
+    out = []
+    used: set[int] = set()
+    for p in profiles:
+        used.update(r for r in p.ranks if r >= 0)
+    by_name: dict[int, int] = {}
+    for i, (f, p) in enumerate(zip(files, profiles)):
+        if -1 in p.ranks:
+            m = _RANK_IN_NAME.search(f.name)
+            if m and len(p.ranks) == 1:
+                by_name[i] = int(m.group(1))
+    name_ranks = list(by_name.values())
+    names_ok = len(set(name_ranks)) == len(name_ranks) and not (set(name_ranks) & used)
+    nxt = 0
+    for i, (f, p) in enumerate(zip(files, profiles)):
+        for r in p.ranks:
+            if r != -1:
+                continue
+            if names_ok and i in by_name:
+                new, how = by_name[i], "file name"
+            else:
+                while nxt in used:
+                    nxt += 1
+                new, how = nxt, "order"
+                p.warnings.append(f"{f}: no rank recorded; assigned rank {new} by file order")
+            used.add(new)
+            p = p.with_rank(-1, new)
+            p.meta = _set_meta(p.meta, new, how)
+            break
+        out.append(p)
+    return out
+
+
+def _set_meta(meta: pa.Table, rank: int, how: str) -> pa.Table:
+    mask = pc.equal(meta.column("rank"), rank)
+    i = meta.schema.get_field_index("rank_source")
+    col = pc.if_else(mask, pa.scalar(how), meta.column("rank_source"))
+    return meta.set_column(i, meta.schema.field("rank_source"), col)
+
+
+def _fill_world_size(prof: Profile) -> None:
+    ws = prof.world_size
+    i = prof.meta.schema.get_field_index("world_size")
+    col = pc.fill_null(prof.meta.column("world_size"), pa.scalar(ws, pa.int32()))
+    prof.meta = prof.meta.set_column(i, prof.meta.schema.field("world_size"), col)

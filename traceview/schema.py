@@ -141,7 +141,11 @@ def from_pydict(name: str, data: dict) -> pa.Table:
     arrays = []
     for field in schema:
         if field.name in data:
-            arrays.append(pa.array(data[field.name], type=field.type))
+            v = data[field.name]
+            if isinstance(v, (pa.Array, pa.ChunkedArray)):
+                arrays.append(v.cast(field.type))
+            else:
+                arrays.append(pa.array(v, type=field.type))
         else:
             arrays.append(pa.nulls(n, field.type))
     return pa.Table.from_arrays(arrays, schema=schema)

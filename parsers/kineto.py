@@ -1,0 +1,385 @@
+"""PyTorch profiler (Kineto) Chrome-trace JSON (`.json`, `.json.gz`) -> canonical tables.
+
+Decoding uses msgspec with typed structs that keep only the fields traceview needs
+(`bench/bench_ingest.py` compares it with orjson: ~4x faster, ~half the memory).
+"""
+from __future__ import annotations
+
+import gzip
+import zlib
+from collections import Counter
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import msgspec
+
+from traceview import schema
+from traceview.errors import TraceError
+from traceview.profile import Profile
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ._nesting import innermost_container, nest
+
+Num = Union[int, float, None]
+Ident = Union[int, str, None]
+_RawOpt = msgspec.Raw
+_EMPTY = msgspec.Raw(b"")
+
+
+def _f(name: str, default=None):
+    return msgspec.field(default=default, name=name)
+
+
+class Args(msgspec.Struct):
+    correlation: Any = None
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+    seq: Any = _f("Sequence number")
+    device: Any = None
+    stream: Any = None
+    bytes: Any = None
+    grid: _RawOpt = _EMPTY
+    block: _RawOpt = _EMPTY
+    input_dims: _RawOpt = _f("Input Dims", _EMPTY)
+    input_types: _RawOpt = _f("Input type", _EMPTY)
+    concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
+    coll_name: Any = _f("Collective name")
+    in_nelems: Any = _f("In msg nelems")
+    out_nelems: Any = _f("Out msg nelems")
+    group_size: Any = _f("Group size")
+    dtype: Any = None
+    in_split: _RawOpt = _f("In split size", _EMPTY)
+    out_split: _RawOpt = _f("Out split size", _EMPTY)
+    pg_name: Any = _f("Process Group Name")
+    sync_kind: Any = _f("cuda_sync_kind")
+    wait_on_stream: Any = None
+    wait_event: Any = _f("wait_on_cuda_event_id")
+    wait_event_corr: Any = _f("wait_on_cuda_event_record_corr_id")
+
+
+class Event(msgspec.Struct):
+    ph: Any = None
+    cat: Any = None
+    name: Any = None
+    pid: Any = None
+    tid: Any = None
+    ts: Any = None
+    dur: Any = None
+    id: Any = None
+    args: Optional[Args] = None
+
+
+class DeviceProps(msgspec.Struct):
+    id: Any = None
+    name: Any = None
+    numSms: Any = None
+
+
+class Trace(msgspec.Struct):
+    traceEvents: Optional[list[Event]] = None
+    schemaVersion: Any = None
+    deviceProperties: Optional[list[DeviceProps]] = None
+    distributedInfo: Optional[dict[str, Any]] = None
+    baseTimeNanoseconds: Any = None
+
+
+_CPU_KIND = {"cpu_op": "op", "operator": "op", "user_annotation": "annotation", "python_function": "python"}
+_LAUNCH = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
+_GPU = {"kernel": "kernel", "gpu_memcpy": "memcpy", "memcpy": "memcpy", "gpu_memset": "memset", "memset": "memset"}
+_SYNC = {"Stream Wait Event": "stream_wait_event", "Event Sync": "event_sync",
+         "Stream Sync": "stream_sync", "Context Sync": "context_sync"}
+
+
+def sniff(path: Path) -> bool:
+    try:
+        head = _open_bytes(path, limit=4096).lstrip()
+    except TraceError:
+        return False
+    return head[:1] == b"{" and b"traceEvents" in head or head[:1] == b"{"
+
+
+def _open_bytes(path: Path, limit: int | None = None) -> bytes:
+    try:
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+            fh.seek(0)
+            if magic == b"\x1f\x8b":
+                with gzip.GzipFile(fileobj=fh) as gz:
+                    return gz.read(limit) if limit else gz.read()
+            return fh.read(limit) if limit else fh.read()
+    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
+        raise TraceError(path, f"truncated or corrupt gzip ({e})") from e
+    except OSError as e:
+        raise TraceError(path, f"cannot read file ({e.strerror or e})") from e
+
+
+def _decode(path: Path, raw: bytes) -> Trace:
+    if not raw.strip():
+        raise TraceError(path, "file is empty")
+    try:
+        return msgspec.json.decode(raw, type=Trace)
+    except msgspec.ValidationError as e:
+        if raw.lstrip()[:1] == b"[":
+            raise TraceError(path, "legacy autograd-profiler export (a bare JSON list of events): "
+                                   "re-record with torch.profiler and export_chrome_trace") from e
+        raise TraceError(path, f"not a Kineto trace ({e})") from e
+    except msgspec.DecodeError as e:
+        raise TraceError(path, f"not valid JSON, truncated or corrupt ({e})") from e
+
+
+def _ns(v) -> int:
+    if type(v) is int:
+        return v * 1000
+    return int(round(float(v) * 1000.0))
+
+
+def _int(v):
+    if type(v) is int:
+        return v
+    if v is None or isinstance(v, bool):
+        return None
+    if isinstance(v, int):
+        return v
+    try:
+        return int(v)
+    except (TypeError, ValueError):
+        return None
+
+
+def _raw(r) -> str | None:
+    if r is None or not len(r):
+        return None
+    s = bytes(r).decode("utf-8", "replace")
+    return s
+
+
+def _dims(r) -> str | None:
+    if r is None or not len(r):
+        return None
+    b = bytes(r)
+    if b[:1] != b"[":
+        return None
+    return b[1:-1].replace(b" ", b"").decode("ascii", "replace")
+
+
+def _ns_array(vals: list) -> pa.Array:
+    """µs timestamps (int or float) -> int64 ns, exact for ints, nearest ns for floats."""
+    arr = pa.array(vals)
+    if pa.types.is_integer(arr.type):
+        return pc.multiply(arr.cast(pa.int64()), 1000)
+    if pa.types.is_null(arr.type):
+        return pa.nulls(len(arr), pa.int64())
+    arr = arr.cast(pa.float64())
+    whole = pc.floor(arr)
+    frac_ns = pc.round(pc.multiply(pc.subtract(arr, whole), 1000.0))
+    return pc.add(pc.multiply(whole.cast(pa.int64()), 1000), frac_ns.cast(pa.int64()))
+
+
+def _col(events: list, attr: str) -> list:
+    return [getattr(e.args, attr) if e.args is not None else None for e in events]
+
+
+def read(path: Path) -> Profile:
+    path = Path(path)
+    trace = _decode(path, _open_bytes(path))
+    events = trace.traceEvents
+    if events is None:
+        raise TraceError(path, "not a Kineto trace: no 'traceEvents' list")
+    groups: dict[str, list] = {"gpu": [], "cpu": [], "launch": [], "sync": []}
+    flows_s, flows_f = [], []
+    route = {**{c: "gpu" for c in _GPU}, **{c: "cpu" for c in _CPU_KIND},
+             **{c: "launch" for c in _LAUNCH}, "cuda_sync": "sync"}
+    lower: dict = {}
+    for ev in events:
+        ph = ev.ph
+        if ph == "X":
+            cat = ev.cat
+            g = lower.get(cat)
+            if g is None:
+                g = lower[cat] = route.get(cat.lower() if isinstance(cat, str) else "", "")
+            if g and ev.ts is not None and ev.name is not None:
+                groups[g].append(ev)
+        elif ev.cat == "fwdbwd" and ev.ts is not None:
+            if ph == "s":
+                flows_s.append(ev)
+            elif ph == "f":
+                flows_f.append(ev)
+    del events
+    trace.traceEvents = None
+    if not groups["gpu"]:
+        if groups["cpu"]:
+            raise TraceError(path, "no GPU activity (kernels, memcpy, memset): a CPU-only trace; "
+                                   "record with ProfilerActivity.CUDA to analyze GPU time")
+        raise TraceError(path, "no GPU activity and no CPU events: nothing to analyze")
+
+    next_id = [0]
+
+    def ids(n: int) -> list:
+        first = next_id[0]
+        next_id[0] += n
+        return list(range(first, first + n))
+
+    def times(evs):
+        start = _ns_array([e.ts for e in evs])
+        dur = _ns_array([e.dur if e.dur is not None else 0 for e in evs])
+        return start, pc.add(start, pc.max_element_wise(dur, 0))
+
+    cpu_ev, lau_ev, gpu_ev, syn_ev = groups["cpu"], groups["launch"], groups["gpu"], groups["sync"]
+    cpu = {"id": ids(len(cpu_ev)), "pid": [_int(e.pid) for e in cpu_ev], "tid": [_tid(e.tid) for e in cpu_ev],
+           "kind": [_CPU_KIND[e.cat.lower()] for e in cpu_ev], "name": [str(e.name) for e in cpu_ev],
+           "seq": [_int(x) for x in _col(cpu_ev, "seq")],
+           "input_dims": [_raw(x) for x in _col(cpu_ev, "input_dims")],
+           "input_types": [_raw(x) for x in _col(cpu_ev, "input_types")],
+           "concrete_inputs": [_raw(x) for x in _col(cpu_ev, "concrete")]}
+    cpu["start_ns"], cpu["end_ns"] = times(cpu_ev)
+    _colls(cpu, cpu_ev)
+    lau = {"id": ids(len(lau_ev)), "pid": [_int(e.pid) for e in lau_ev], "tid": [_tid(e.tid) for e in lau_ev],
+           "name": [str(e.name) for e in lau_ev], "api": [_LAUNCH[e.cat.lower()] for e in lau_ev],
+           "correlation": [_int(x) for x in _col(lau_ev, "correlation")]}
+    lau["start_ns"], lau["end_ns"] = times(lau_ev)
+    gpu = {"id": ids(len(gpu_ev)), "kind": [_GPU[e.cat.lower()] for e in gpu_ev], "name": [str(e.name) for e in gpu_ev],
+           "correlation": [_int(x) for x in _col(gpu_ev, "correlation")],
+           "bytes": [_int(x) for x in _col(gpu_ev, "bytes")],
+           "grid": [_dims(x) for x in _col(gpu_ev, "grid")], "block": [_dims(x) for x in _col(gpu_ev, "block")]}
+    dev = _col(gpu_ev, "device")
+    gpu["device"] = [_int(d) if d is not None else _int(e.pid) for d, e in zip(dev, gpu_ev)]
+    st = _col(gpu_ev, "stream")
+    gpu["stream"] = [_int(x) if x is not None else _int(e.tid) for x, e in zip(st, gpu_ev)]
+    gpu["start_ns"], gpu["end_ns"] = times(gpu_ev)
+    _colls(gpu, gpu_ev)
+    syn = {"id": ids(len(syn_ev)),
+           "kind": [_SYNC.get(x, "other") for x in _col(syn_ev, "sync_kind")],
+           "device": [_int(x) for x in _col(syn_ev, "device")], "stream": [_int(x) for x in _col(syn_ev, "stream")],
+           "event_id": [_int(x) for x in _col(syn_ev, "wait_event")],
+           "event_stream": [w if w is not None and w >= 0 else None for w in (_int(x) for x in _col(syn_ev, "wait_on_stream"))],
+           "correlation": [_int(x) for x in _col(syn_ev, "correlation")]}
+    syn["start_ns"], syn["end_ns"] = times(syn_ev)
+
+    # --- links -------------------------------------------------------------------------
+    c_start, c_end = cpu["start_ns"].to_pylist(), cpu["end_ns"].to_pylist()
+    depth, parent = nest(cpu["tid"], c_start, c_end, cpu["id"])
+    by_ext: dict = {}
+    for cid, x in zip(cpu["id"], (_ext(e.args) for e in cpu_ev)):
+        if x is not None and x not in by_ext:
+            by_ext[x] = cid
+    op_of_launch = [by_ext.get(x) if x else None for x in (_ext(e.args) for e in lau_ev)]
+    missing = [i for i, op in enumerate(op_of_launch) if op is None]
+    if missing:
+        l_start, l_end = lau["start_ns"].to_pylist(), lau["end_ns"].to_pylist()
+        found = innermost_container(cpu["tid"], c_start, c_end, cpu["id"], [lau["tid"][i] for i in missing],
+                                    [l_start[i] for i in missing], [l_end[i] for i in missing])
+        for i, op in zip(missing, found):
+            op_of_launch[i] = op
+    launch_of_corr: dict = {}
+    for i, c in enumerate(lau["correlation"]):
+        if c is not None and c not in launch_of_corr:
+            launch_of_corr[c] = i
+    g_launch, g_op = [], []
+    for c, e in zip(gpu["correlation"], gpu_ev):
+        li = launch_of_corr.get(c) if c is not None else None
+        if li is not None:
+            g_launch.append(lau["id"][li])
+            g_op.append(op_of_launch[li])
+        else:
+            g_launch.append(None)
+            x = _ext(e.args)
+            g_op.append(by_ext.get(x) if x else None)
+    fwd = _fwd_links(cpu, c_start, c_end, flows_s, flows_f)
+
+    meta_info = _meta(path, trace, gpu)
+    rank = meta_info["rank"]
+    cpu.update(rank=[rank] * len(cpu["id"]), depth=depth, parent_id=parent, fwd_id=fwd)
+    lau.update(rank=[rank] * len(lau["id"]), op_id=op_of_launch)
+    gpu.update(rank=[rank] * len(gpu["id"]), launch_id=g_launch, op_id=g_op)
+    syn.update(rank=[rank] * len(syn["id"]))
+    return Profile(
+        gpu_activities=schema.from_pydict("gpu_activities", gpu),
+        cpu_ranges=schema.from_pydict("cpu_ranges", cpu),
+        launches=schema.from_pydict("launches", lau),
+        syncs=schema.from_pydict("syncs", syn),
+        meta=schema.from_pydict("meta", {k: [v] for k, v in meta_info.items()}),
+    )
+
+
+def _colls(d: dict, evs: list) -> None:
+    names = _col(evs, "coll_name")
+    has = [i for i, x in enumerate(names) if x is not None]
+    keys = ("coll_name", "coll_in_nelems", "coll_out_nelems", "coll_dtype", "coll_group_size",
+            "coll_pg", "coll_in_split", "coll_out_split")
+    for k in keys:
+        d[k] = [None] * len(evs)
+    for i in has:
+        a = evs[i].args
+        d["coll_name"][i] = str(a.coll_name)
+        d["coll_in_nelems"][i] = _int(a.in_nelems)
+        d["coll_out_nelems"][i] = _int(a.out_nelems)
+        d["coll_dtype"][i] = None if a.dtype is None else str(a.dtype)
+        d["coll_group_size"][i] = _int(a.group_size)
+        d["coll_pg"][i] = None if a.pg_name is None else str(a.pg_name)
+        d["coll_in_split"][i] = _raw(a.in_split)
+        d["coll_out_split"][i] = _raw(a.out_split)
+
+
+def _tid(t):
+    v = _int(t)
+    if v is None and t is not None:
+        return abs(hash(str(t))) % (1 << 31)
+    return v if v is not None else 0
+
+
+def _ext(a):
+    if a is None:
+        return None
+    x = _int(a.external_id)
+    return x if x is not None else _int(a.external_id_old)
+
+
+def _fwd_links(cpu: dict, c_start: list, c_end: list, flows_s: list, flows_f: list) -> list:
+    """fwd_id for backward ops from `fwdbwd` flows: the flow starts at the forward op and
+    ends inside the backward op (binding point 'e': the enclosing slice)."""
+    fwd = [None] * len(cpu["id"])
+    s_by_id = {e.id: e for e in flows_s}
+    pairs = [(s_by_id[e.id], e) for e in flows_f if e.id in s_by_id]
+    if not pairs:
+        return fwd
+    pts = [p[0] for p in pairs] + [p[1] for p in pairs]
+    tids = [_tid(e.tid) for e in pts]
+    ts = _ns_array([e.ts for e in pts]).to_pylist()
+    ops = [i for i, k in enumerate(cpu["kind"]) if k == "op"]
+    found = innermost_container([cpu["tid"][i] for i in ops], [c_start[i] for i in ops], [c_end[i] for i in ops],
+                                [cpu["id"][i] for i in ops], tids, ts, ts)
+    first = cpu["id"][0] if cpu["id"] else 0
+    n = len(pairs)
+    for j in range(n):
+        f_op, b_op = found[j], found[n + j]
+        if f_op is not None and b_op is not None and f_op != b_op:
+            fwd[b_op - first] = f_op
+    return fwd
+
+
+def _meta(path: Path, trace: Trace, gpu: dict) -> dict:
+    di = trace.distributedInfo or {}
+    rank = _int(di.get("rank"))
+    ws = _int(di.get("world_size"))
+    dev = Counter(d for d in gpu["device"] if d is not None).most_common(1)
+    device = dev[0][0] if dev else None
+    gpu_name = sm = None
+    for p in trace.deviceProperties or []:
+        if _int(p.id) == device or gpu_name is None:
+            gpu_name, sm = (str(p.name) if p.name is not None else None), _int(p.numSms)
+    base = _int(trace.baseTimeNanoseconds)
+    version = f"schemaVersion {trace.schemaVersion}" if trace.schemaVersion is not None else "unversioned"
+    return {
+        "rank": rank if rank is not None else -1,
+        "world_size": ws,
+        "source_format": "kineto",
+        "source_version": version,
+        "source_file": str(path),
+        "device": device,
+        "gpu_name": gpu_name,
+        "sm_count": sm,
+        "clock_offset_ns": base if base is not None else None,
+        "rank_source": "distributedInfo" if rank is not None else None,
+    }

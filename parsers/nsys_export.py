@@ -1,0 +1,182 @@
+"""Nsight Systems reports (.nsys-rep, .qdrep) -> SQLite exports, by running `nsys export`.
+
+The export is cached and reused while the report is unchanged (same size and mtime):
+- beside the report, in `<report folder>/.traceview-cache/` (a subfolder, so that loading the
+  folder does not pick the export up as a second trace), when that folder is writable;
+- else in `$XDG_CACHE_HOME/traceview/nsys/` (default `~/.cache/traceview/nsys/`).
+`nsys` writes to a temporary file that is renamed into place only after a successful export,
+so an interrupted or failed export never leaves a half-written cache file.
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+from pathlib import Path
+
+from traceview.errors import TraceError
+
+SQLITE_MAGIC = b"SQLite format 3\x00"
+EXPORT_TIMEOUT_S = 6 * 3600
+_CACHE_SUBDIR = ".traceview-cache"
+# Places Nsight Systems installs itself when it is not on PATH.
+_NSYS_GLOBS = (
+    "/opt/nvidia/nsight-systems*/*/bin/nsys",
+    "/opt/nvidia/nsight-systems*/bin/nsys",
+    "/usr/local/cuda*/bin/nsys",
+    "/usr/lib/nsight-systems/bin/nsys",
+)
+_HOW = ("install Nsight Systems (Debian: apt-get install nsight-systems from non-free, or NVIDIA's "
+        "installer) or pass --nsys PATH, or run `nsys export --type sqlite {name}` on the machine "
+        "that has it and pass the .sqlite file")
+
+
+def find_nsys(report: Path, nsys_bin: str | os.PathLike | None = None) -> str:
+    """Path of the nsys executable to use: `nsys_bin` if given, else PATH, else the usual places."""
+    if nsys_bin:
+        p = Path(nsys_bin)
+        if p.is_dir():
+            p = p / "nsys"
+        if p.is_file() and os.access(p, os.X_OK):
+            return str(p)
+        found = shutil.which(str(nsys_bin))
+        if found:
+            return found
+        raise TraceError(report, f"--nsys {nsys_bin}: no such executable; " + _HOW.format(name=report.name))
+    found = shutil.which("nsys")
+    if found:
+        return found
+    for pattern in _NSYS_GLOBS:
+        for cand in sorted(glob.glob(pattern), reverse=True):
+            if os.access(cand, os.X_OK):
+                return cand
+    raise TraceError(report, "reading an Nsight Systems report needs the `nsys` command, which is not "
+                             "installed (not on PATH): " + _HOW.format(name=report.name))
+
+
+def nsys_version(nsys: str) -> str | None:
+    """The installed nsys version, e.g. '2022.4.2.1', or None if it cannot be told."""
+    try:
+        out = subprocess.run([nsys, "--version"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    m = re.search(r"(\d{4}\.\d+(?:\.\d+)*)", out.stdout + out.stderr)
+    return m.group(1) if m else None
+
+
+def cache_path(report: Path) -> Path:
+    """Where the export of `report` is (or will be) cached. The name encodes size and mtime."""
+    st = report.stat()
+    key = hashlib.sha1(f"{report.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+    name = f"{report.name}.{key}.sqlite"
+    beside = report.resolve().parent / _CACHE_SUBDIR
+    if _writable_dir(beside):
+        return beside / name
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "traceview" / "nsys"
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        pass
+    if not _writable_dir(base):
+        raise TraceError(report, f"no writable cache folder for the SQLite export (tried {beside} and {base})")
+    return base / name
+
+
+def _writable_dir(d: Path) -> bool:
+    """True if `d` is (or can be made as) a folder we may write in. Honours the permission bits
+    even for root, so a read-only corpus folder stays untouched."""
+    try:
+        if not d.is_dir():
+            if not _may_write(d.parent):
+                return False
+            d.mkdir(exist_ok=True)
+        return _may_write(d)
+    except OSError:
+        return False
+
+
+def _may_write(d: Path) -> bool:
+    if not os.access(d, os.W_OK | os.X_OK):
+        return False
+    # root passes os.access everywhere: also require some write permission bit on the folder
+    return os.geteuid() != 0 or bool(d.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
+
+
+def is_sqlite(path: Path) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
+    except OSError:
+        return False
+
+
+def to_sqlite(report: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
+    """The SQLite export of an Nsight Systems report: from the cache, or made now with `nsys export`."""
+    report = Path(report)
+    if not report.is_file():
+        raise TraceError(report, "no such file")
+    out = cache_path(report)
+    if out.is_file() and is_sqlite(out):
+        return out
+    nsys = find_nsys(report, nsys_bin)
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.sqlite")
+    cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--quiet", "true",
+           "--output", str(tmp), str(report)]
+    try:
+        try:
+            res = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
+                                 timeout=EXPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired:
+            raise TraceError(report, f"`nsys export` did not finish within {EXPORT_TIMEOUT_S} s") from None
+        except OSError as e:
+            raise TraceError(report, f"cannot run {nsys}: {e.strerror or e}") from None
+        made = tmp if tmp.is_file() else tmp.with_name(tmp.name + ".sqlite")
+        if res.returncode != 0 or not made.is_file() or not is_sqlite(made):
+            raise TraceError(report, _failure(report, nsys, res))
+        os.replace(made, out)
+    finally:
+        for leftover in (tmp, tmp.with_name(tmp.name + ".sqlite")):
+            try:
+                leftover.unlink()
+            except FileNotFoundError:
+                pass
+    _drop_stale(out, report)
+    return out
+
+
+def _drop_stale(out: Path, report: Path) -> None:
+    """Remove exports of earlier versions of the same report (same name, other size/mtime key)."""
+    pat = re.compile(re.escape(report.name) + r"\.[0-9a-f]{16}\.sqlite")
+    for f in out.parent.iterdir():
+        if f != out and pat.fullmatch(f.name):
+            try:
+                f.unlink()
+            except OSError:
+                pass
+
+
+_PROGRESS = re.compile(r"^(Exporting|Processing|Generating|\s*\[|\s*$)")
+
+
+def _failure(report: Path, nsys: str, res: subprocess.CompletedProcess) -> str:
+    """One line saying why `nsys export` failed, naming both versions when nsys is too old."""
+    text = (res.stderr or "") + "\n" + (res.stdout or "")
+    lines = [ln.strip() for ln in re.split(r"[\r\n]+", text) if not _PROGRESS.match(ln)]
+    detail = next((ln for ln in lines if re.search(r"error|invalid|fail|cannot|unable|not supported", ln, re.I)),
+                  lines[-1] if lines else f"exit status {res.returncode}, no message")
+    detail = detail[:300]
+    m = re.search(r"(\d{4})@(\d+)@(\d+)@(\d+)", text)
+    newer = m or re.search(r"newer|version number is invalid|unsupported (report )?version|incompatible", text, re.I)
+    if newer:
+        written = ".".join(m.groups()) if m else None
+        have = nsys_version(nsys) or "unknown version"
+        by = f"by Nsight Systems {written}, " if written else ""
+        need = f"Nsight Systems {written} or newer" if written else "a newer Nsight Systems"
+        return (f"this report was written {by}newer than the installed nsys {have} ({nsys}), which cannot "
+                f"export it: install {need} (or pass --nsys PATH), or run `nsys export --type sqlite "
+                f"{report.name}` where it was recorded and pass the .sqlite [nsys: {detail}]")
+    return f"`nsys export` failed (exit status {res.returncode}): {detail}"

@@ -43,17 +43,19 @@ def expand(paths: list[str | Path]) -> list[Path]:
 
 
 def read_one(path: Path, nsys_bin: str | None = None) -> Profile:
-    from .parsers import kineto, nsys  # local: keeps CLI start-up light
+    from .parsers import kineto  # local: keeps CLI start-up light
 
     name = path.name.lower()
     if name.endswith(KINETO_SUFFIXES):
         return kineto.read(path)
     if name.endswith(NSYS_SUFFIXES):
+        from .parsers import nsys
         return nsys.read(path, nsys_bin=nsys_bin) if name.endswith((".nsys-rep", ".qdrep")) else nsys.read(path)
     if path.stat().st_size == 0:
         raise TraceError(path, "file is empty")
     if kineto.sniff(path):
         return kineto.read(path)
+    from .parsers import nsys
     if nsys.sniff(path):
         return nsys.read(path)
     raise TraceError(path, "unknown trace format (expected Kineto .json/.json.gz or Nsight Systems .sqlite/.nsys-rep)")

@@ -1,0 +1,33 @@
+"""The `analyze` pipeline: load -> SQL breakdown -> optional sections -> one report document."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..db import Session
+from ..load import load
+from . import breakdown
+from .analyze import analyze
+
+
+@dataclass
+class AnalyzeOptions:
+    step_regex: str | None = None
+    comm_regex: list[str] = field(default_factory=list)
+    config: Path | None = None
+    top: int = 10
+    model: str | None = None
+    model_config: Path | None = None
+    tokens_per_step: int | None = None
+    peak_tflops: float | None = None
+    dtype: str | None = None
+    budget: Path | None = None
+    nsys: str | None = None
+
+
+def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
+    profile = load(paths, nsys_bin=opts.nsys)
+    session = Session(profile)
+    bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=opts.comm_regex, top=opts.top)
+    doc = analyze(profile, bopts, session)
+    return doc

@@ -1,0 +1,140 @@
+"""Command line: `traceview analyze`, `traceview diff`, `traceview mfu`."""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+import traceback
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .errors import TraceError, UsageError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="Performance-trace analysis for MoE training (Kineto JSON, Nsight Systems).")
+
+EXIT_INPUT = 2
+
+
+@app.callback()
+def _root() -> None:
+    """traceview: where the GPU time of MoE training went, from a trace."""
+
+
+def fail(message: str, code: int = EXIT_INPUT) -> None:
+    sys.stderr.write(f"traceview: {message}\n")
+    raise typer.Exit(code)
+
+
+def write_output(text: str, out: Optional[Path]) -> None:
+    """Print, or write atomically to `out` (nothing is left behind on failure)."""
+    if out is None:
+        sys.stdout.write(text)
+        return
+    out = Path(out)
+    directory = out.parent if str(out.parent) else Path(".")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=directory)
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            fh.write(text)
+        os.replace(tmp, out)
+    except OSError as e:
+        raise UsageError(out, f"cannot write output ({e.strerror or e})") from e
+
+
+def guarded(debug: bool, fn, *args, **kwargs):
+    """Run fn; input problems become one line on stderr and exit 2 (traceback only with --debug)."""
+    try:
+        return fn(*args, **kwargs)
+    except typer.Exit:
+        raise
+    except TraceError as e:
+        if debug:
+            traceback.print_exc()
+        fail(str(e))
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except Exception as e:  # an internal error: say so, short, unless --debug
+        if debug:
+            traceback.print_exc()
+        fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)", 3)
+
+
+FORMATS = ("text", "json", "markdown", "html")
+
+
+def render(doc: dict, fmt: str) -> str:
+    from .reports import render as render_any
+    return render_any(doc, fmt)
+
+
+@app.command()
+def analyze(
+    paths: List[Path] = typer.Argument(..., help="Trace files (Kineto .json/.json.gz, nsys .sqlite/.nsys-rep) "
+                                                 "or a directory: all are ranks of one job."),
+    fmt: str = typer.Option("text", "--format", "-f", help="text, json, markdown or html"),
+    out: Optional[Path] = typer.Option(None, "-o", "--output", help="write the report to FILE"),
+    out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="write report.json/.md/.html and charts here"),
+    step_regex: Optional[str] = typer.Option(None, "--step-regex", help="regex naming step ranges "
+                                             "(first group = step number); default ProfilerStep#N, step_N, iteration N"),
+    comm_regex: List[str] = typer.Option([], "--comm-regex", help="extra regex for communication kernels/ops"),
+    config: Optional[Path] = typer.Option(None, "--config", help="traceview.toml with attribution patterns"),
+    top: int = typer.Option(10, "--top", help="rows in top-N lists"),
+    model: Optional[str] = typer.Option(None, "--model", help="model preset for model-based FLOPs"),
+    model_config: Optional[Path] = typer.Option(None, "--model-config", help="model config file (TOML/JSON)"),
+    tokens_per_step: Optional[int] = typer.Option(None, "--tokens-per-step", help="tokens per step per GPU"),
+    peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", help="peak TFLOP/s per GPU (override)"),
+    dtype: Optional[str] = typer.Option(None, "--dtype", help="data type for the peak (bf16, fp8, ...)"),
+    budget: Optional[Path] = typer.Option(None, "--budget", help="budget TOML: exit 1 when violated"),
+    nsys: Optional[str] = typer.Option(None, "--nsys", help="path of the nsys binary for .nsys-rep"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+):
+    """Where each step's GPU time went, per rank (and layer, stage, stall, FLOPs)."""
+    if fmt not in FORMATS:
+        fail(f"unknown --format {fmt!r} (choose from {', '.join(FORMATS)})")
+
+    def run():
+        from .analysis.pipeline import AnalyzeOptions, run_analyze
+        opts = AnalyzeOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
+                              model=model, model_config=model_config, tokens_per_step=tokens_per_step,
+                              peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys)
+        doc = run_analyze([str(p) for p in paths], opts)
+        if out_dir is not None:
+            from .reports import write_bundle
+            write_bundle(doc, out_dir)
+        text = render(doc, fmt)
+        if out_dir is None or out is not None or fmt == "text":
+            write_output(text, out)
+        return doc
+
+    doc = guarded(debug, run)
+    if doc.get("budget", {}).get("violations"):
+        raise typer.Exit(1)
+
+
+def _register_optional() -> None:
+    """Commands that live in their own modules."""
+    try:
+        from .flops.cli import mfu_command
+        app.command("mfu")(mfu_command)
+    except ImportError:
+        pass
+    try:
+        from .diff_cli import diff_command
+        app.command("diff")(diff_command)
+    except ImportError:
+        pass
+
+
+_register_optional()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,58 @@
+"""The DuckDB session over a loaded profile's canonical tables, and the named SQL queries.
+
+Each `traceview/sql/<name>.sql` file holds one named query (or view definition). Queries take
+parameters as DuckDB named parameters (`$name`), never by string formatting of trace text.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+
+from .profile import Profile
+from . import schema
+
+
+@lru_cache(maxsize=None)
+def sql_text(name: str) -> str:
+    return resources.files("traceview.sql").joinpath(f"{name}.sql").read_text()
+
+
+class Session:
+    """One DuckDB connection with the profile's tables registered under their canonical names."""
+
+    def __init__(self, profile: Profile, threads: int | None = None):
+        self.profile = profile
+        self.con = duckdb.connect(":memory:")
+        if threads:
+            self.con.execute(f"SET threads = {int(threads)}")
+        for name in schema.TABLES:
+            self.con.register(name, getattr(profile, name))
+        self._views: set[str] = set()
+
+    def register(self, name: str, table: pa.Table) -> None:
+        self.con.register(name, table)
+
+    def params_sql(self, sql: str, params: dict | None) -> tuple[str, dict]:
+        params = {k: v for k, v in (params or {}).items() if f"${k}" in sql}
+        return sql, params
+
+    def query(self, name: str, **params) -> pa.Table:
+        """Run the named query file and return an Arrow table."""
+        return self.sql(sql_text(name), **params)
+
+    def sql(self, sql: str, **params) -> pa.Table:
+        sql, params = self.params_sql(sql, params)
+        return self.con.sql(sql, params=params or None).to_arrow_table()
+
+    def materialize(self, name: str, **params) -> pa.Table:
+        """Run the named query and keep its result as a table of the same name for later queries."""
+        table = self.query(name, **params)
+        self.con.register(name, table)
+        self._views.add(name)
+        return table
+
+    def rows(self, sql: str, **params) -> list[dict]:
+        return self.sql(sql, **params).to_pylist()

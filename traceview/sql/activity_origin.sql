@@ -1,0 +1,15 @@
+-- activity_origin: where each GPU activity came from on the CPU.
+-- One row per GPU activity: the launching thread and the CPU interval of the launch call
+-- (or, where no launch call is linked, of the launching op).
+-- Input: gpu_activities, launches, cpu_ranges.
+SELECT
+    a.id,
+    a.rank,
+    coalesce(l.tid, o.tid)              AS tid,
+    coalesce(l.start_ns, o.start_ns)    AS origin_start_ns,
+    coalesce(l.end_ns, o.end_ns)        AS origin_end_ns,
+    coalesce(l.op_id, a.op_id)          AS op_id,
+    l.name                              AS launch_name
+FROM gpu_activities a
+LEFT JOIN launches l ON l.id = a.launch_id
+LEFT JOIN cpu_ranges o ON o.id = a.op_id

@@ -1,0 +1,7 @@
+-- whole_windows: one window per rank covering all its GPU activity (used when no step ranges exist).
+-- Input: gpu_activities.
+SELECT rank, 0::BIGINT AS step, 'whole trace' AS name,
+       min(start_ns) AS start_ns, max(end_ns) AS end_ns, count(*) AS activities
+FROM gpu_activities
+GROUP BY rank
+ORDER BY rank

@@ -80,6 +80,7 @@ def analyze(
     out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="write report.json/.md/.html and charts here"),
     step_regex: Optional[str] = typer.Option(None, "--step-regex", help="regex naming step ranges "
                                              "(first group = step number); default ProfilerStep#N, step_N, iteration N"),
+    whole_trace: bool = typer.Option(False, "--whole-trace", help="one window per rank over all GPU activity"),
     comm_regex: List[str] = typer.Option([], "--comm-regex", help="extra regex for communication kernels/ops"),
     config: Optional[Path] = typer.Option(None, "--config", help="traceview.toml with attribution patterns"),
     top: int = typer.Option(10, "--top", help="rows in top-N lists"),
@@ -100,7 +101,8 @@ def analyze(
         from .analysis.pipeline import AnalyzeOptions, run_analyze
         opts = AnalyzeOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
                               model=model, model_config=model_config, tokens_per_step=tokens_per_step,
-                              peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys)
+                              peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys,
+                              whole_trace=whole_trace)
         doc = run_analyze([str(p) for p in paths], opts)
         if out_dir is not None:
             from .reports import write_bundle

@@ -36,7 +36,8 @@ def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Se
         "tool": {"name": "traceview", "version": __version__},
         "inputs": inputs_section(profile),
         "world_size": profile.world_size,
-        "steps_source": ("whole trace (no step ranges found)" if info["whole_trace"]
+        "steps_source": (("whole trace (--whole-trace)" if opts.whole_trace else "whole trace (no step ranges found)")
+                         if info["whole_trace"]
                          else f"CPU ranges matching {info['step_regex']}"),
         "summary": breakdown.summarize(rows),
         "per_rank": breakdown.per_rank(rows),

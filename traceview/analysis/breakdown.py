@@ -23,6 +23,7 @@ class Options:
     step_regex: str | None = None
     comm_regex: list[str] = field(default_factory=list)
     top: int = 10
+    whole_trace: bool = False
 
 
 def _alt(base: str, extra: list[str]) -> str:
@@ -35,8 +36,9 @@ def prepare(session: Session, opts: Options) -> dict:
     session.materialize("activity_class",
                         comm_op_regex=_alt(DEFAULT_COMM_OP_REGEX, opts.comm_regex),
                         comm_kernel_regex=_alt(DEFAULT_COMM_KERNEL_REGEX, opts.comm_regex))
-    regexes = [opts.step_regex] if opts.step_regex else list(DEFAULT_STEP_REGEXES)
+    regexes = [] if opts.whole_trace else [opts.step_regex] if opts.step_regex else list(DEFAULT_STEP_REGEXES)
     source = None
+    session.materialize("step_ranges", step_regex=r"^\b$")  # empty unless a regex matches below
     for rx in regexes:
         session.materialize("step_ranges", step_regex=rx)
         windows = session.query("step_windows")

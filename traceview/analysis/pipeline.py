@@ -23,11 +23,13 @@ class AnalyzeOptions:
     dtype: str | None = None
     budget: Path | None = None
     nsys: str | None = None
+    whole_trace: bool = False
 
 
 def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
     profile = load(paths, nsys_bin=opts.nsys)
     session = Session(profile)
-    bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=opts.comm_regex, top=opts.top)
+    bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=opts.comm_regex, top=opts.top,
+                              whole_trace=opts.whole_trace)
     doc = analyze(profile, bopts, session)
     return doc

@@ -115,7 +115,7 @@ def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
             counted = o.filter(pl.col("counted"))
             unknown = o.filter(pl.col("flops").is_null()).height
             if unknown:
-                notes.append(f"{unknown} matrix/attention ops had shapes the formulas do not cover (not counted)")
+                notes.append(f"{unknown} matrix/attention ops without usable shapes (not counted)")
             if counted.height == 0:
                 notes.append("no matrix or attention ops with recorded shapes: trace-based FLOPs unavailable")
             else:

@@ -1,0 +1,34 @@
+"""Build small canonical profiles by hand for golden tests of the SQL queries."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from traceview import schema
+from traceview.profile import Profile
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared"
+TRACES = SHARED / "traces"
+
+
+def make_profile(cpu=(), launches=(), gpu=(), syncs=(), ranks=(0,), gpu_name="NVIDIA H100 80GB HBM3") -> Profile:
+    """cpu: dicts with id, tid, start_ns, end_ns, kind, name (+ optional fields);
+    launches: dicts with id, tid, start_ns, end_ns, name, correlation (+op_id);
+    gpu: dicts with id, start_ns, end_ns, kind, name, stream, correlation, launch_id (+ optional)."""
+    def table(name, rows, defaults):
+        cols = {f.name: [] for f in schema.TABLES[name]}
+        for r in rows:
+            full = {**defaults, **r}
+            for k in cols:
+                cols[k].append(full.get(k))
+        return schema.from_pydict(name, cols)
+
+    return Profile(
+        cpu_ranges=table("cpu_ranges", cpu, {"rank": 0, "pid": 1, "kind": "annotation", "depth": 0}),
+        launches=table("launches", launches, {"rank": 0, "pid": 1, "api": "runtime", "name": "cudaLaunchKernel"}),
+        gpu_activities=table("gpu_activities", gpu, {"rank": 0, "device": 0, "kind": "kernel"}),
+        syncs=table("syncs", syncs, {"rank": 0}),
+        meta=table("meta", [{"rank": r} for r in ranks],
+                   {"world_size": len(ranks), "source_format": "test", "source_file": "hand-made",
+                    "gpu_name": gpu_name, "device": 0, "rank_source": "test"}),
+    )

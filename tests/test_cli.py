@@ -1,0 +1,104 @@
+"""The command line: outputs, and bad input -> one line naming the file, exit 2, no traceback."""
+import gzip
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import TRACES
+
+H200 = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
+SMALL = TRACES / "kineto" / "hta_trace_compare_base" / "base.json.gz"
+
+
+def tv(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+def bad_inputs(tmp_path):
+    good = SMALL.read_bytes()
+    cases = {}
+    cases["missing"] = (tmp_path / "nope.json", "no such file")
+    d = tmp_path / "emptydir"
+    d.mkdir()
+    (d / "notes.txt").write_text("hello")
+    cases["empty dir"] = (d, "no trace files")
+    f = tmp_path / "trace.bin"
+    f.write_bytes(b"\x00\x01garbage")
+    cases["unknown format"] = (f, "unknown trace format")
+    f = tmp_path / "cut.json.gz"
+    f.write_bytes(good[: len(good) // 2])
+    cases["truncated gz"] = (f, "truncated or corrupt gzip")
+    f = tmp_path / "cut.json"
+    f.write_bytes(gzip.decompress(good)[:5000])
+    cases["truncated json"] = (f, "not valid JSON")
+    f = tmp_path / "empty.json"
+    f.write_bytes(b"")
+    cases["empty file"] = (f, "empty")
+    f = tmp_path / "legacy.json"
+    f.write_text(json.dumps([{"name": "aten::mm", "ph": "X", "ts": 1, "dur": 2}]))
+    cases["legacy list"] = (f, "legacy")
+    cases["cpu only"] = (TRACES / "kineto" / "hta_cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
+                         "no GPU activity")
+    return cases
+
+
+def test_bad_inputs_give_one_line_and_exit_2(tmp_path):
+    for name, (path, words) in bad_inputs(tmp_path).items():
+        out = tmp_path / f"out-{name.replace(' ', '_')}.json"
+        r = tv("analyze", path, "-f", "json", "-o", out)
+        assert r.returncode == 2, (name, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, (name, r.stderr)
+        assert words.lower() in lines[0].lower() and str(path) in lines[0], (name, lines[0])
+        assert "Traceback" not in r.stderr
+        assert not out.exists(), name
+        assert not list(tmp_path.glob(f".out-{name.replace(' ', '_')}*")), name
+
+
+def test_debug_shows_traceback(tmp_path):
+    r = tv("analyze", tmp_path / "nope.json", "--debug")
+    assert r.returncode == 2 and "Traceback" in r.stderr
+
+
+def test_json_output_file(tmp_path):
+    out = tmp_path / "r.json"
+    r = tv("analyze", H200, "-f", "json", "-o", out)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(out.read_text())
+    assert doc["schema"] == "traceview.report/1"
+    s = doc["summary"]
+    for k in ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memory_ns",
+              "idle_ns", "comm_ns"):
+        assert isinstance(s[k], int)
+    assert isinstance(s["overlap_ratio"], float)
+    assert [(x["rank"], x["step"]) for x in doc["steps"]] == [(0, 1), (0, 2), (0, 3)]
+    for x in doc["steps"]:
+        assert {"rank", "step", "start_ns", "step_time_ns", "compute_ns"} <= set(x)
+    # medians over steps: the middle value of each field
+    for k in ("step_time_ns", "compute_ns", "idle_ns"):
+        assert s[k] == sorted(x[k] for x in doc["steps"])[1]
+
+
+def test_json_is_deterministic(tmp_path):
+    a, b = tv("analyze", SMALL, "-f", "json"), tv("analyze", SMALL, "-f", "json")
+    assert a.returncode == 0 and a.stdout == b.stdout
+
+
+def test_text_summary(tmp_path):
+    r = tv("analyze", H200)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "median step" in out and "overlap ratio" in out and "Top kernels" in out
+    assert all(len(line) <= 100 for line in out.splitlines())
+
+
+def test_unknown_format_option():
+    r = tv("analyze", SMALL, "-f", "yaml")
+    assert r.returncode == 2 and "unknown --format" in r.stderr
+
+
+@pytest.mark.parametrize("argv", [["--help"], ["analyze", "--help"]])
+def test_help(argv):
+    assert tv(*argv).returncode == 0

@@ -1,0 +1,384 @@
+"""Nsight Systems parser: corpus files, counts against independent sqlite3 queries, the NVTX
+projection on a hand-built export, and `.nsys-rep` conversion through the real `nsys`."""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pytest
+
+from traceview.errors import TraceError
+from traceview.load import load
+from traceview.parsers import nsys, nsys_export
+
+CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "nsys"
+A2A = CORPUS / "h100_2gpu_train_a2a_2026.2.sqlite"
+NVTX_ONLY_REP = CORPUS / "h200_moe_nvtx_only_2022.4.nsys-rep"
+NVFUSER_REP = CORPUS / "h200_nvfuser_2024.6.nsys-rep"
+# files that must be refused, and a fragment of the one-line reason
+REFUSED = {
+    "h200_moe_nvtx_only_2022.4.sqlite": "no CUDA kernel records",
+    "h200_moe_nvtx_only_2023.4.sqlite": "no CUDA kernel records",
+    "h200_moe_nvtx_only_2022.4.nsys-rep": "no CUDA kernel records",
+}
+PID = "((({}) >> 24) & 16777215)"
+
+
+def _nsys_or_fail():
+    """The installed nsys; CI must have it (.ci/install-nsys.sh), elsewhere the test is skipped."""
+    exe = shutil.which("nsys")
+    if exe is None:
+        if os.environ.get("CI"):
+            pytest.fail("nsys is not installed but CI is set: run .ci/install-nsys.sh")
+        pytest.skip("nsys (Nsight Systems CLI) not installed; run .ci/install-nsys.sh")
+    return exe
+
+
+def _nsys_version(exe) -> tuple[int, ...]:
+    out = subprocess.run([exe, "--version"], capture_output=True, text=True).stdout
+    return tuple(int(x) for x in re.search(r"(\d{4})\.(\d+)", out).groups())
+
+
+def _corpus_files():
+    if not CORPUS.is_dir():
+        if os.environ.get("CI"):
+            pytest.fail(f"trace corpus missing: {CORPUS}")
+        return []
+    return sorted(p for p in CORPUS.iterdir() if p.is_file())
+
+
+@pytest.fixture(autouse=True)
+def _private_cache(tmp_path, monkeypatch):
+    # exports of read-only corpus reports go to $XDG_CACHE_HOME/traceview: keep them per test
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
+
+
+def _one_line(e: TraceError):
+    msg = str(e)
+    assert "\n" not in msg and "Traceback" not in msg
+    return msg
+
+
+# ------------------------------------------------------------------------------------ corpus
+@pytest.mark.parametrize("path", _corpus_files(), ids=lambda p: p.name)
+def test_corpus_file_loads_or_is_refused_in_one_line(path):
+    if path.name.endswith(".nsys-rep"):
+        exe = _nsys_or_fail()
+    try:
+        prof = load([path])
+    except TraceError as e:
+        msg = _one_line(e)
+        if path.name in REFUSED:
+            assert REFUSED[path.name] in msg
+        elif path == NVFUSER_REP and _nsys_version(exe) < (2024, 6):
+            assert "newer than the installed nsys" in msg and "2024.6.2.25" in msg
+        else:
+            raise
+        return
+    assert path.name not in REFUSED
+    assert prof.gpu_activities.num_rows > 0
+    db = path if path.suffix == ".sqlite" else CORPUS / path.name.replace(".nsys-rep", ".sqlite")
+    _check_counts(prof, db)
+
+
+def _sq(db: Path, sql: str, *params):
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    try:
+        return con.execute(sql, params).fetchall()
+    finally:
+        con.close()
+
+
+def _tables(db):
+    return {r[0] for r in _sq(db, "SELECT name FROM sqlite_master WHERE type = 'table'")}
+
+
+def _per_pid(db, table, col, where="1"):
+    if table not in _tables(db):
+        return {}
+    return dict(_sq(db, f"SELECT {PID.format(col)} AS p, count(*) FROM {table} WHERE {where} GROUP BY p"))
+
+
+def _check_counts(prof, db):
+    """Rows per rank in each canonical table == rows per process counted by sqlite3 directly."""
+    gpu_pids = sorted(set(_per_pid(db, "CUPTI_ACTIVITY_KIND_KERNEL", "globalPid")))
+    rank_of = {p: i for i, p in enumerate(gpu_pids)}
+    if len(gpu_pids) == 1:  # one process: the rank is the recorded or loader-assigned one
+        rank_of = {gpu_pids[0]: prof.ranks[0]}
+    assert sorted(rank_of.values()) == prof.ranks
+    g = prof.gpu_activities.to_pydict()
+    for kind, table in (("kernel", "CUPTI_ACTIVITY_KIND_KERNEL"), ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
+                        ("memset", "CUPTI_ACTIVITY_KIND_MEMSET")):
+        want = {rank_of[p]: n for p, n in _per_pid(db, table, "globalPid").items()}
+        got = Counter(r for r, k in zip(g["rank"], g["kind"]) if k == kind)
+        assert dict(got) == want, kind
+    want = {rank_of[p]: n for p, n in _per_pid(db, "CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid").items() if p in rank_of}
+    assert dict(Counter(prof.launches.column("rank").to_pylist())) == want
+    want = {rank_of[p]: n for p, n in _per_pid(db, "NVTX_EVENTS", "globalTid", "eventType IN (59, 60)").items()
+            if p in rank_of}
+    assert dict(Counter(prof.cpu_ranges.column("rank").to_pylist())) == want
+    want = {rank_of[p]: n for p, n in _per_pid(db, "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "globalPid").items()}
+    assert dict(Counter(prof.syncs.column("rank").to_pylist())) == want
+
+
+def test_a2a_two_ranks_with_sendrecv_kernels():
+    prof = load([A2A])
+    assert prof.ranks == [0, 1]
+    meta = prof.meta.to_pylist()
+    assert [m["rank_source"] for m in meta] == ["pid order", "pid order"]
+    assert [m["device"] for m in meta] == [0, 1]
+    assert all(m["source_version"] == "2026.2.1.210 (schema 3.25.0)" for m in meta)
+    assert all(m["clock_offset_ns"] == 1779782330176752435 for m in meta)
+    assert any("pid order" in w for w in prof.warnings)
+    # SendRecv kernels per rank, counted by sqlite3 from the string table
+    want = dict(_sq(A2A, f"""SELECT {PID.format('k.globalPid')} p, count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL k
+                             JOIN StringIds s ON s.id = k.demangledName
+                             WHERE s.value LIKE 'ncclDevKernel_SendRecv%' GROUP BY p ORDER BY p"""))
+    assert list(want) == [144, 145] and all(n > 0 for n in want.values())
+    g = prof.gpu_activities.to_pydict()
+    got = Counter(r for r, n in zip(g["rank"], g["name"]) if n.startswith("ncclDevKernel_SendRecv"))
+    assert got == {0: want[144], 1: want[145]}
+    # the memcpy names, as Kineto writes them
+    names = Counter(n for n, k in zip(g["name"], g["kind"]) if k != "kernel")
+    assert names["Memcpy DtoD (Device -> Device)"] == _sq(A2A, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY "
+                                                              "WHERE copyKind = 8")[0][0]
+    assert names["Memset (Device)"] == _sq(A2A, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET")[0][0]
+    runtime = set(prof.launches.column("name").to_pylist())
+    assert "cudaLaunchKernel" in runtime and not any(re.search(r"_v\d{4,}$", n) for n in runtime)
+    _check_counts(prof, A2A)
+
+
+def _stack_nesting(db):
+    """Second method: per-thread stack sweep in plain Python over sqlite3 rows. Returns
+    {(pid, tid, start, end): (depth, parent_key)} for push/pop ranges and
+    {(pid, correlation): innermost range key} for runtime calls."""
+    ranges = _sq(db, f"SELECT globalTid, start, \"end\" FROM NVTX_EVENTS WHERE eventType = 59 ORDER BY rowid")
+    calls = _sq(db, "SELECT globalTid, start, correlationId FROM CUPTI_ACTIVITY_KIND_RUNTIME")
+    by_thread = defaultdict(list)
+    for i, (gt, s, e) in enumerate(ranges):
+        by_thread[gt].append((s, 0, -e, i, e))
+    for gt, s, corr in calls:
+        by_thread[gt].append((s, 1, 0, corr, None))
+    nest, owner = {}, {}
+    for gt, items in by_thread.items():
+        pid, tid = (gt >> 24) & 0xFFFFFF, gt & 0xFFFFFF
+        stack = []
+        for s, typ, _, ident, e in sorted(items):
+            while stack and stack[-1][1] <= s and not (typ == 0 and stack[-1][0] == stack[-1][1] == s and False):
+                stack.pop()
+            top = (pid, tid, *stack[-1]) if stack else None
+            if typ == 0:
+                nest[(pid, tid, s, e)] = (len(stack), top)
+                stack.append((s, e))
+            else:
+                owner[(pid, ident)] = top
+    return nest, owner
+
+
+def test_a2a_nesting_and_op_projection_match_a_stack_sweep():
+    prof = load([A2A])
+    nest, owner = _stack_nesting(A2A)
+    r = prof.cpu_ranges.to_pydict()
+    key = {i: (p, t, s, e) for i, p, t, s, e in zip(r["id"], r["pid"], r["tid"], r["start_ns"], r["end_ns"])}
+    got = {key[i]: (d, key.get(par)) for i, d, par in zip(r["id"], r["depth"], r["parent_id"])}
+    assert len(got) == len(nest) == 19118
+    assert got == nest
+    l = prof.launches.to_pydict()
+    got_owner = {(p, c): key.get(o) for p, c, o in zip(l["pid"], l["correlation"], l["op_id"])}
+    assert got_owner == owner
+    assert sum(v is not None for v in owner.values()) > 7000
+    # kernels inherit launch and op from the call with their correlation id in their process
+    lid = dict(zip(zip(l["pid"], l["correlation"]), l["id"]))
+    g = prof.gpu_activities.to_pydict()
+    pid_of_rank = {m["rank"]: p for m, p in zip(prof.meta.to_pylist(), (144, 145))}
+    linked = 0
+    for rank, corr, launch, op in zip(g["rank"], g["correlation"], g["launch_id"], g["op_id"]):
+        k = (pid_of_rank[rank], corr)
+        assert launch == lid.get(k)
+        assert key.get(op) == owner.get(k)
+        linked += launch is not None
+    assert linked == g["rank"].__len__() - 31  # 31 kernels launched before the trimmed window
+
+
+# ------------------------------------------------------------------- hand-built tiny export
+def _tiny(path: Path, *, kernels=True, env_rank=True):
+    """A minimal export, old-style (EXPORT_META_DATA, no ENUM_* tables, no TARGET_INFO_GPU).
+    Thread T1 of process 77: NVTX A [100, 1000) contains B [200, 500). Calls: L1 at 150 on T1
+    (inside A only), L2 at 300 on T1 (inside B), L3 at 300 on thread T2 (no range).
+    Kernels K1..K3 have the calls' correlation ids 11, 12, 13."""
+    gpid = 77 << 24
+    t1, t2 = gpid | 77, gpid | 78
+    con = sqlite3.connect(path)
+    con.executescript("""
+        CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE EXPORT_META_DATA (name TEXT, value TEXT);
+        CREATE TABLE META_DATA_CAPTURE (name TEXT, value TEXT);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_KERNEL (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,
+            correlationId INTEGER, globalPid INTEGER, demangledName INTEGER, shortName INTEGER,
+            gridX INTEGER, gridY INTEGER, gridZ INTEGER, blockX INTEGER, blockY INTEGER, blockZ INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER,
+            globalTid INTEGER, correlationId INTEGER, nameId INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,
+            correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER, end INTEGER, deviceId INTEGER,
+            streamId INTEGER, correlationId INTEGER, globalPid INTEGER, syncType INTEGER, eventId INTEGER);
+        CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER,
+            textId INTEGER, domainId INTEGER);
+    """)
+    con.executemany("INSERT INTO StringIds VALUES (?, ?)", [
+        (1, "cudaLaunchKernel_v7000"), (2, "void gemm<float>(float*)"), (3, "gemm"), (4, "nccl:all_to_all"),
+        (5, "cudaMemcpyAsync_v3020"), (7, "relu")])  # 6 (K3's demangled name) trimmed away
+    con.executemany("INSERT INTO EXPORT_META_DATA VALUES (?, ?)",
+                    [("EXPORT_PRODUCT_VERSION", "2022.2.1.31"), ("EXPORT_SCHEMA_VERSION", "2.9.1")])
+    if env_rank:
+        con.executemany("INSERT INTO META_DATA_CAPTURE VALUES (?, ?)", [
+            ("PROCESS_0:ENVIRONMENT_VARIABLE", 'RANK="3"'), ("PROCESS_0:ENVIRONMENT_VARIABLE", 'WORLD_SIZE="8"')])
+    con.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, ?, ?)", [
+        (0, None, 75, "NCCL", t1, None, 1),                                              # domain create
+        (100, 1000, 59, "aten::mm, seq = 12, op_id = 5, sizes = [[2, 3], [3, 4]]", t1, None, 0),  # A
+        (200, 500, 59, None, t1, 4, 1),                                                  # B, via StringIds
+        (250, None, 34, "a mark", t1, None, 0),                                          # mark: not a range
+        (2000, None, 59, "never popped", t2, None, 0),                                   # unclosed
+    ])
+    con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?)", [
+        (150, 160, 0, t1, 11, 1), (300, 310, 0, t1, 12, 1), (300, 320, 0, t2, 13, 1), (600, 700, 0, t1, 14, 5)])
+    if kernels:
+        con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
+            (400, 900, 0, 7, 11, gpid, 2, 3, 4, 1, 1, 128, 1, 1),
+            (950, 1100, 0, 7, 12, gpid, 2, 3, 8, 2, 1, 256, 1, 1),
+            (1200, 1300, 0, 9, 13, gpid, 6, 7, 1, 1, 1, 32, 1, 1)])
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (800, 2500, 0, 9, 14, ?, 4096, 1, 0, 2)", (gpid,))
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES (330, 340, 0, 9, 13, ?, 2, 5)", (gpid,))
+    con.commit()
+    con.close()
+    return path
+
+
+def test_tiny_export_projection_names_and_rank(tmp_path):
+    prof = load([_tiny(tmp_path / "tiny.sqlite")])
+    r = {row["name"]: row for row in prof.cpu_ranges.to_pylist()}
+    assert set(r) == {"aten::mm", "nccl:all_to_all", "never popped"}
+    a, b = r["aten::mm"], r["nccl:all_to_all"]
+    assert (a["kind"], a["seq"], a["input_dims"], a["depth"], a["parent_id"], a["domain"]) == \
+        ("op", 12, "[[2, 3], [3, 4]]", 0, None, None)
+    assert (b["kind"], b["depth"], b["parent_id"], b["domain"]) == ("annotation", 1, a["id"], "NCCL")
+    # the unclosed range is clipped to the last timestamp in the file (the memcpy's end), with a warning
+    assert r["never popped"]["end_ns"] == 2500
+    assert any("never closed" in w for w in prof.warnings)
+    launches = {row["correlation"]: row for row in prof.launches.to_pylist()}
+    assert launches[11]["name"] == "cudaLaunchKernel" and launches[14]["name"] == "cudaMemcpyAsync"
+    assert [launches[c]["op_id"] for c in (11, 12, 13, 14)] == [a["id"], b["id"], None, a["id"]]
+    g = {row["correlation"]: row for row in prof.gpu_activities.to_pylist()}
+    assert [g[c]["op_id"] for c in (11, 12, 13)] == [a["id"], b["id"], None]  # K1 in A, K2 in B, K3 none
+    assert [g[c]["launch_id"] for c in (11, 12, 13, 14)] == [launches[c]["id"] for c in (11, 12, 13, 14)]
+    assert g[11]["name"] == "void gemm<float>(float*)" and g[11]["grid"] == "4,1,1" and g[12]["block"] == "256,1,1"
+    assert g[13]["name"] == "relu"  # demangled name trimmed from StringIds: short name
+    assert (g[14]["kind"], g[14]["name"], g[14]["bytes"]) == ("memcpy", "Memcpy HtoD (Pageable -> Device)", 4096)
+    (sync,) = prof.syncs.to_pylist()
+    assert (sync["kind"], sync["stream"], sync["event_id"], sync["correlation"]) == ("stream_wait_event", 9, 5, 13)
+    (meta,) = prof.meta.to_pylist()
+    assert (meta["rank"], meta["rank_source"], meta["world_size"]) == (3, "env RANK", 8)
+    assert meta["source_version"] == "2022.2.1.31 (schema 2.9.1)" and meta["gpu_name"] is None
+    assert set(prof.gpu_activities.column("rank").to_pylist()) == {3}
+
+
+def test_tiny_export_unknown_strings_and_loader_rank(tmp_path):
+    db = _tiny(tmp_path / "rank5.sqlite", env_rank=False)
+    con = sqlite3.connect(db)
+    con.execute("DELETE FROM StringIds WHERE id IN (4, 7)")  # B's text and K3's short name trimmed too
+    con.commit()
+    con.close()
+    prof = load([db])
+    assert prof.ranks == [5] and prof.meta.column("rank_source").to_pylist() == ["file name"]
+    names = set(prof.cpu_ranges.column("name").to_pylist()) | set(prof.gpu_activities.column("name").to_pylist())
+    assert {"<unknown string 4>", "<unknown string 6>"} <= names
+
+
+def test_no_kernel_table_message(tmp_path):
+    for db in (CORPUS / "h200_moe_nvtx_only_2023.4.sqlite", _tiny(tmp_path / "nokern.sqlite", kernels=False)):
+        with pytest.raises(TraceError) as e:
+            nsys.read(db)
+        assert e.value.problem == nsys.NO_KERNELS
+        assert "nsys profile -t cuda" in _one_line(e.value)
+
+
+def test_not_sqlite_and_truncated_files_are_one_line_errors(tmp_path):
+    bad = tmp_path / "bad.sqlite"
+    bad.write_text("not a database")
+    trunc = tmp_path / "trunc.sqlite"
+    trunc.write_bytes(A2A.read_bytes()[:8192])
+    for f in (bad, trunc):
+        with pytest.raises(TraceError) as e:
+            load([f])
+        _one_line(e.value)
+    assert nsys.sniff(A2A) and not nsys.sniff(bad) and not nsys.sniff(NVTX_ONLY_REP)
+
+
+# --------------------------------------------------------------------- .nsys-rep via real nsys
+def test_report_conversion_by_real_nsys_and_cache_reuse(tmp_path):
+    _nsys_or_fail()
+    rep = tmp_path / NVTX_ONLY_REP.name
+    shutil.copyfile(NVTX_ONLY_REP, rep)  # a writable folder: the cache goes beside the report
+    with pytest.raises(TraceError) as e:
+        load([rep])
+    assert e.value.problem == nsys.NO_KERNELS  # converted for real, then refused for its content
+    cached = list((tmp_path / ".traceview-cache").iterdir())
+    assert len(cached) == 1 and cached[0].name.endswith(".sqlite") and nsys_export.is_sqlite(cached[0])
+    # the export holds what the corpus's own export of that report holds
+    assert _sq(cached[0], "SELECT count(*) FROM NVTX_EVENTS") == _sq(CORPUS / "h200_moe_nvtx_only_2022.4.sqlite",
+                                                                     "SELECT count(*) FROM NVTX_EVENTS")
+    mtime = cached[0].stat().st_mtime_ns
+    # second load: the cached export is reused (nsys is not even looked for: a bogus --nsys is fine)
+    with pytest.raises(TraceError) as e:
+        load([rep], nsys_bin=str(tmp_path / "no-such-nsys"))
+    assert e.value.problem == nsys.NO_KERNELS
+    assert cached[0].stat().st_mtime_ns == mtime and list((tmp_path / ".traceview-cache").iterdir()) == cached
+    # a changed report is exported again and the stale export removed
+    os.utime(rep, ns=(mtime, mtime - 10**9))
+    with pytest.raises(TraceError):
+        load([rep])
+    again = list((tmp_path / ".traceview-cache").iterdir())
+    assert len(again) == 1 and again[0] != cached[0]
+
+
+def test_report_from_read_only_folder_is_cached_in_the_user_cache(tmp_path):
+    _nsys_or_fail()
+    with pytest.raises(TraceError) as e:
+        load([NVTX_ONLY_REP])
+    assert e.value.problem == nsys.NO_KERNELS
+    assert not (CORPUS / ".traceview-cache").exists()
+    assert len(list((tmp_path / "xdg-cache" / "traceview" / "nsys").glob("*.sqlite"))) == 1
+
+
+def test_report_newer_than_nsys_says_so_and_leaves_no_file(tmp_path):
+    exe = _nsys_or_fail()
+    if _nsys_version(exe) >= (2024, 6):
+        pytest.skip("installed nsys is new enough to export this report")
+    rep = tmp_path / NVFUSER_REP.name
+    shutil.copyfile(NVFUSER_REP, rep)
+    with pytest.raises(TraceError) as e:
+        load([rep])
+    msg = _one_line(e.value)
+    have = ".".join(map(str, _nsys_version(exe)))
+    assert "written by Nsight Systems 2024.6.2.25, newer than the installed nsys " + have in msg
+    assert list((tmp_path / ".traceview-cache").iterdir()) == []  # no half-written export
+
+
+def test_missing_nsys_explains_how_to_proceed(tmp_path, monkeypatch):
+    rep = tmp_path / NVTX_ONLY_REP.name
+    shutil.copyfile(NVTX_ONLY_REP, rep)
+    with pytest.raises(TraceError) as e:
+        load([rep], nsys_bin=str(tmp_path / "bin" / "nsys"))
+    assert "--nsys" in _one_line(e.value) and "nsys export --type sqlite" in str(e.value)
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setattr(nsys_export, "_NSYS_GLOBS", ())
+    with pytest.raises(TraceError) as e:
+        load([rep])
+    msg = _one_line(e.value)
+    assert "not installed" in msg and "install Nsight Systems" in msg and ".sqlite" in msg
+    assert list((tmp_path / ".traceview-cache").iterdir()) == []

@@ -1,0 +1,451 @@
+"""Nsight Systems SQLite exports (schema 2.9 .. 3.25) -> the canonical tables.
+
+`.nsys-rep`/`.qdrep` reports are first exported with the `nsys` CLI (`nsys_export`).
+Rows move from SQLite to Arrow through ADBC (no Python row loops); names, enums, ranks,
+NVTX nesting and the projection of NVTX ranges onto launches and kernels are DuckDB SQL
+over those Arrow tables.
+
+Mapping (see traceview/schema.py for the columns):
+- gpu_activities: CUPTI kernels (demangled name, else short name), memcpys and memsets (named
+  like Kineto: `Memcpy HtoD (Pageable -> Device)`, `Memset (Device)`).
+- launches: CUPTI_ACTIVITY_KIND_RUNTIME (runtime and driver calls; `_v7000`-style suffixes cut).
+- cpu_ranges: NVTX push/pop and start/end ranges. `torch.autograd.profiler.emit_nvtx` names
+  (`aten::mm, seq = 3, op_id = 7[, sizes = [[..]]]`) become kind 'op'; others 'annotation'.
+- A launch's op_id is the innermost NVTX push/pop range open on its thread at the call; a GPU
+  activity inherits launch_id and op_id from the call with its correlation id in its process.
+- Ranks: every process with GPU activity is one rank. One such process: its rank comes from the
+  captured environment (RANK, OMPI_COMM_WORLD_RANK, SLURM_PROCID, PMI_RANK), else -1 (the
+  loader assigns). Several: ranks in pid order (the export records no rank per process).
+"""
+from __future__ import annotations
+
+import re
+import urllib.parse
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+from adbc_driver_sqlite import dbapi
+
+from traceview import schema
+from traceview.errors import TraceError
+from traceview.profile import Profile
+
+from . import nsys_export
+
+REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
+NO_KERNELS = ("no CUDA kernel records (capture with `nsys profile -t cuda`; note that an Nsight Systems "
+              "older than the program's CUDA records none)")
+_RANK_ENV = (("RANK", "WORLD_SIZE"), ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"),
+             ("SLURM_PROCID", "SLURM_NTASKS"), ("PMI_RANK", "PMI_SIZE"))
+# Built-in enum values, used where an export lacks its ENUM_* tables (nsys numbering, not CUPTI's).
+_COPY_KIND = {0: "Unknown", 1: "HtoD", 2: "DtoH", 3: "HtoA", 4: "AtoH", 5: "AtoA", 6: "AtoD",
+              7: "DtoA", 8: "DtoD", 9: "HtoH", 10: "PtoP", 11: "UVM HtoD", 12: "UVM DtoH", 13: "UVM DtoD"}
+_MEM_KIND = {0: "Pageable", 1: "Pinned", 2: "Device", 3: "Array", 4: "Managed", 5: "Device Static",
+             6: "Managed Static", 7: "Unknown"}
+_SYNC_KIND = {0: "other", 1: "event_sync", 2: "stream_wait_event", 3: "stream_sync", 4: "context_sync"}
+_SYNC_NAMES = (("STREAM_WAIT_EVENT", "stream_wait_event"), ("EVENT_SYNCHRONIZE", "event_sync"),
+               ("STREAM_SYNCHRONIZE", "stream_sync"), ("CONTEXT_SYNCHRONIZE", "context_sync"))
+_EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
+_PID = "((({c}) >> 24) & 16777215)"
+_EMIT_NVTX = r"^(.*?)(?:, seq = (-?\d+))?(?:, op_id = (\d+))?(?:, sizes = (\[.*?\]))?(?:, input_op_ids = .*)?$"
+
+
+def sniff(path) -> bool:
+    return nsys_export.is_sqlite(Path(path))
+
+
+def read(path, nsys_bin=None) -> Profile:
+    """Parse one Nsight Systems SQLite export or report (all processes with GPU activity)."""
+    path = Path(path)
+    db = nsys_export.to_sqlite(path, nsys_bin) if path.name.lower().endswith(REPORT_SUFFIXES) else path
+    if not db.is_file():
+        raise TraceError(path, "no such file")
+    if not nsys_export.is_sqlite(db):
+        raise TraceError(path, "not an SQLite file (expected an Nsight Systems SQLite export or .nsys-rep report)")
+    try:
+        src = _Sqlite(db)
+    except (dbapi.Error, OSError) as e:
+        raise TraceError(path, f"cannot open the SQLite file: {_line(e)}") from None
+    try:
+        return _Reader(src, path).run()
+    except TraceError:
+        raise
+    except (dbapi.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
+        raise TraceError(path, f"cannot read this Nsight Systems export: {_line(e)}") from None
+    finally:
+        src.close()
+
+
+def _line(e: Exception) -> str:
+    return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
+
+
+class _Sqlite:
+    """Read-only SQLite file; queries come back as Arrow tables."""
+
+    def __init__(self, path: Path):
+        self.con = dbapi.connect("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1")
+        self._cols: dict[str, set[str]] = {}
+        names = self.fetch("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+        self.tables = set(names.column(0).to_pylist())
+
+    def close(self):
+        self.con.close()
+
+    def fetch(self, sql: str, params: tuple = ()) -> pa.Table:
+        cur = self.con.cursor()
+        try:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
+            cur.execute(sql, parameters=params or None)
+            return _valid_utf8(cur.fetch_arrow_table())
+        finally:
+            cur.close()
+
+    def cols(self, table: str) -> set[str]:
+        if table not in self._cols:
+            t = self.fetch("SELECT name FROM pragma_table_info(?)", (table,)) if table in self.tables else None
+            self._cols[table] = set(t.column(0).to_pylist()) if t is not None else set()
+        return self._cols[table]
+
+    def rows(self, table: str) -> bool:
+        return table in self.tables and self.fetch(f'SELECT 1 FROM "{table}" LIMIT 1').num_rows > 0
+
+    def select(self, table: str, spec: dict[str, str], where: str = "", params: tuple = ()) -> pa.Table:
+        """SELECT each wanted column CAST to its type, or a typed NULL where the export lacks it.
+        spec: output name -> 'column TYPE' (column names are ours, never from the trace)."""
+        return self.fetch(_select_sql(self, table, spec) + " " + where, params)
+
+    def enum(self, table: str) -> list[tuple[int, str, str]]:
+        if not self.rows(table) or not {"id", "name"} <= self.cols(table):
+            return []
+        lab = "label" if "label" in self.cols(table) else "name"
+        t = self.fetch(f'SELECT CAST(id AS INTEGER), IFNULL(name, \'\'), IFNULL({lab}, \'\') FROM "{table}"')
+        return list(zip(*(c.to_pylist() for c in t.columns)))
+
+    def kv(self, table: str, name: str | None = None) -> list[tuple[str, str]]:
+        """(name, value) rows of a metadata table (only those called `name` if given)."""
+        if not {"name", "value"} <= self.cols(table):
+            return []
+        t = self.fetch(f'SELECT IFNULL(CAST(name AS TEXT), \'\'), IFNULL(CAST(value AS TEXT), \'\') FROM "{table}"'
+                       + (" WHERE name = ?" if name else ""), (name,) if name else ())
+        return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist()))
+
+
+_I, _T = "INTEGER", "TEXT"
+_GPU_COMMON = {"start_ns": "start INTEGER", "end_ns": "end INTEGER", "device": "deviceId INTEGER",
+               "stream": "streamId INTEGER", "correlation": "correlationId INTEGER", "gpid": "globalPid INTEGER"}
+
+
+class _Reader:
+    def __init__(self, src: _Sqlite, path: Path):
+        self.src, self.path = src, path
+        self.warnings: list[str] = []
+        self.db = duckdb.connect()
+
+    def warn(self, msg: str) -> None:
+        self.warnings.append(f"{self.path}: {msg}")
+
+    def reg(self, name: str, table: pa.Table) -> None:
+        self.db.register(name, table)
+
+    def q(self, sql: str) -> pa.Table:
+        return self.db.sql(sql).to_arrow_table()
+
+    def one(self, sql: str):
+        return self.db.execute(sql).fetchone()
+
+    # ---------------------------------------------------------------- raw rows from SQLite
+    def load_raw(self) -> None:
+        s = self.src
+        if not s.rows("CUPTI_ACTIVITY_KIND_KERNEL"):
+            raise TraceError(self.path, NO_KERNELS)
+        self.reg("k", s.select("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU_COMMON, "name_id": "demangledName INTEGER",
+                 "short_id": "shortName INTEGER", "gx": "gridX INTEGER", "gy": "gridY INTEGER", "gz": "gridZ INTEGER",
+                 "bx": "blockX INTEGER", "by": "blockY INTEGER", "bz": "blockZ INTEGER"}))
+        self.reg("mc", s.select("CUPTI_ACTIVITY_KIND_MEMCPY", {**_GPU_COMMON, "bytes": "bytes INTEGER",
+                 "copy_kind": "copyKind INTEGER", "src_kind": "srcKind INTEGER", "dst_kind": "dstKind INTEGER"})
+                 if s.rows("CUPTI_ACTIVITY_KIND_MEMCPY") else _empty(_GPU_COMMON, bytes=_I, copy_kind=_I, src_kind=_I, dst_kind=_I))
+        self.reg("ms", s.select("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU_COMMON, "bytes": "bytes INTEGER",
+                 "mem_kind": "memKind INTEGER"})
+                 if s.rows("CUPTI_ACTIVITY_KIND_MEMSET") else _empty(_GPU_COMMON, bytes=_I, mem_kind=_I))
+        api = {"start_ns": "start INTEGER", "end_ns": "end INTEGER", "gtid": "globalTid INTEGER",
+               "correlation": "correlationId INTEGER", "name_id": "nameId INTEGER", "event_class": "eventClass INTEGER"}
+        parts = []
+        for table, table_api in (("CUPTI_ACTIVITY_KIND_RUNTIME", None), ("CUPTI_ACTIVITY_KIND_DRIVER", "driver")):
+            if s.rows(table):
+                t = s.select(table, api)
+                parts.append(t.append_column("table_api", pa.array([table_api] * t.num_rows, pa.string())))
+        self.reg("rt", pa.concat_tables(parts) if parts else _empty(api, table_api=_T))
+        nv = {"start_ns": "start INTEGER", "end_ns": "end INTEGER", "event_type": "eventType INTEGER",
+              "gtid": "globalTid INTEGER", "text_id": "textId INTEGER", "domain_id": "domainId INTEGER"}
+        types = self.event_types()
+        if s.rows("NVTX_EVENTS") and {"start", "eventType"} <= s.cols("NVTX_EVENTS"):
+            has_text = "text" in s.cols("NVTX_EVENTS")
+            extra = (", IFNULL(CAST(text AS TEXT), '') AS text, text IS NOT NULL AS has_text" if has_text else
+                     ", '' AS text, 0 AS has_text") + ", rowid AS rn"
+            t = s.fetch(_select_sql(s, "NVTX_EVENTS", nv, extra) + " WHERE eventType IN (?, ?, ?)",
+                        (types["NvtxPushPopRange"], types["NvtxStartEndRange"], types["NvtxDomainCreate"]))
+        else:
+            t = _empty(nv, text=_T, has_text=_I, rn=_I)
+        self.reg("nv", t)
+        self.reg("sy", s.select("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {**_GPU_COMMON, "sync_type": "syncType INTEGER",
+                 "event_id": "eventId INTEGER", "event_sync_id": "eventSyncId INTEGER"})
+                 if s.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+                 else _empty(_GPU_COMMON, sync_type=_I, event_id=_I, event_sync_id=_I))
+        ev = {"correlation": "correlationId INTEGER", "gpid": "globalPid INTEGER", "event_id": "eventId INTEGER",
+              "stream": "streamId INTEGER", "event_sync_id": "eventSyncId INTEGER"}
+        self.reg("ce", s.select("CUPTI_ACTIVITY_KIND_CUDA_EVENT", ev) if s.rows("CUPTI_ACTIVITY_KIND_CUDA_EVENT")
+                 else _empty(ev))
+        self.reg("strs", s.fetch("SELECT CAST(id AS INTEGER) AS id, IFNULL(CAST(value AS TEXT), '') AS value "
+                                 "FROM StringIds") if s.rows("StringIds") else _empty({}, id=_I, value=_T))
+        self.event_types_used = types
+
+    def event_types(self) -> dict[str, int]:
+        found = {name: i for i, name, _ in self.src.enum("ENUM_NSYS_EVENT_TYPE") if name in _EVENT_TYPES}
+        return {**_EVENT_TYPES, **found}
+
+    def load_enums(self) -> None:
+        copy = dict(_COPY_KIND)
+        for i, name, _ in self.src.enum("ENUM_CUDA_MEMCPY_OPER"):
+            m = re.search(r"(UVM_)?([A-Z])TO([A-Z])$", name)
+            copy[i] = (("UVM " if m.group(1) else "") + f"{m.group(2)}to{m.group(3)}") if m else "Unknown"
+        mem = dict(_MEM_KIND)
+        mem.update({i: label for i, _, label in self.src.enum("ENUM_CUDA_MEM_KIND") if label})
+        sync = dict(_SYNC_KIND)
+        for i, name, _ in self.src.enum("ENUM_CUPTI_SYNC_TYPE"):
+            sync[i] = next((kind for key, kind in _SYNC_NAMES if key in name), "other")
+        api = {}
+        for i, name, _ in self.src.enum("ENUM_NSYS_EVENT_CLASS"):
+            api[i] = "runtime" if name.endswith("CUDA_RUNTIME") else "driver" if name.endswith("CUDA_DRIVER") else None
+        for tname, d in (("e_copy", copy), ("e_mem", mem), ("e_sync", sync), ("e_api", api)):
+            self.reg(tname, pa.table({"id": pa.array(list(d), pa.int64()), "v": pa.array(list(d.values()), pa.string())}))
+
+    # ---------------------------------------------------------------- ranks and meta
+    def env(self) -> dict[str, str]:
+        """Captured environment: the launched process's (META_DATA_CAPTURE), then nsys's own."""
+        out: dict[str, str] = {}
+        for name, value in self.src.kv("META_DATA_CAPTURE"):
+            if name.endswith(":ENVIRONMENT_VARIABLE") and "=" in value:
+                k, v = value.split("=", 1)
+                out.setdefault(k.strip(), v.strip().strip('"'))
+        for _, value in self.src.kv("TARGET_INFO_SYSTEM_ENV", "DeviceEnvironment"):
+            for item in value.split(";"):
+                k, _, v = item.partition("=")
+                out.setdefault(k.strip(), v.strip().strip('"'))
+        return out
+
+    def assign_ranks(self) -> list[tuple[int, int, str | None, int | None]]:
+        """(pid, rank, rank_source, world_size) for each process with GPU activity."""
+        pids = [r[0] for r in self.db.execute(
+            "SELECT DISTINCT pid FROM gpu0 ORDER BY pid").fetchall()]
+        env = self.env()
+        if len(pids) == 1:
+            for rk, ws in _RANK_ENV:
+                if env.get(rk, "").isdigit():
+                    size = env.get(ws, "")
+                    return [(pids[0], int(env[rk]), f"env {rk}", int(size) if size.isdigit() else None)]
+            return [(pids[0], -1, None, int(env["WORLD_SIZE"]) if env.get("WORLD_SIZE", "").isdigit() else None)]
+        self.warn(f"{len(pids)} processes with GPU activity in one file and no rank recorded per process: "
+                  "ranks assigned in pid order (" + ", ".join(f"pid {p} -> rank {i}" for i, p in enumerate(pids)) + ")")
+        return [(p, i, "pid order", None) for i, p in enumerate(pids)]
+
+    def meta(self, ranks) -> pa.Table:
+        s = self.src
+        exp = dict(s.kv("META_DATA_EXPORT") or s.kv("EXPORT_META_DATA"))
+        ver = exp.get("EXPORT_PRODUCT_VERSION") or "unknown version"
+        sv = exp.get("EXPORT_SCHEMA_VERSION")
+        version = f"{ver} (schema {sv})" if sv else ver
+        gpus: dict = {}
+        if s.rows("TARGET_INFO_GPU"):
+            g = s.select("TARGET_INFO_GPU", {"id": "id INTEGER", "name": "name TEXT", "sm": "smCount INTEGER"})
+            rows = list(zip(*(c.to_pylist() for c in g.columns)))
+            gpus = {r[0]: r for r in rows}
+            if len(rows) == 1:
+                gpus[None] = rows[0]
+        offset = None
+        if s.rows("TARGET_INFO_SESSION_START_TIME") and "utcEpochNs" in s.cols("TARGET_INFO_SESSION_START_TIME"):
+            offset = s.fetch("SELECT CAST(utcEpochNs AS INTEGER) FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")[0][0].as_py()
+        dev = dict(self.db.execute("SELECT pid, mode(device) FROM gpu0 GROUP BY pid").fetchall())
+        cols: dict[str, list] = {k: [] for k in ("rank", "world_size", "source_format", "source_version", "source_file",
+                                                 "device", "gpu_name", "sm_count", "clock_offset_ns", "rank_source")}
+        for pid, rank, how, ws in ranks:
+            d = dev.get(pid)
+            g = gpus.get(d) or gpus.get(None) or (None, None, None)
+            for k, v in (("rank", rank), ("world_size", ws), ("source_format", "nsys"), ("source_version", version),
+                         ("source_file", str(self.path)), ("device", d), ("gpu_name", g[1]), ("sm_count", g[2]),
+                         ("clock_offset_ns", offset), ("rank_source", how)):
+                cols[k].append(v)
+        return schema.from_pydict("meta", cols)
+
+    # ---------------------------------------------------------------- the tables
+    def run(self) -> Profile:
+        self.load_raw()
+        self.load_enums()
+        x = self.db.execute
+        pid = _PID.format(c="gpid")
+        x(f"""CREATE TEMP TABLE gpu0 AS
+            SELECT 'kernel' AS kind, start_ns, end_ns, device, stream, correlation, {pid} AS pid,
+                   COALESCE(d.value, s.value, '<unknown string ' || COALESCE(k.name_id, k.short_id) || '>') AS name,
+                   NULL::BIGINT AS bytes, gx || ',' || gy || ',' || gz AS grid, bx || ',' || "by" || ',' || bz AS block
+            FROM k LEFT JOIN strs d ON d.id = k.name_id LEFT JOIN strs s ON s.id = k.short_id
+            UNION ALL
+            SELECT 'memcpy', start_ns, end_ns, device, stream, correlation, {pid},
+                   'Memcpy ' || COALESCE(c.v, 'Unknown') || ' (' || COALESCE(a.v, 'Unknown') || ' -> '
+                   || COALESCE(b.v, 'Unknown') || ')', bytes, NULL, NULL
+            FROM mc LEFT JOIN e_copy c ON c.id = mc.copy_kind LEFT JOIN e_mem a ON a.id = mc.src_kind
+                    LEFT JOIN e_mem b ON b.id = mc.dst_kind
+            UNION ALL
+            SELECT 'memset', start_ns, end_ns, device, stream, correlation, {pid},
+                   'Memset (' || COALESCE(m.v, 'Unknown') || ')', bytes, NULL, NULL
+            FROM ms LEFT JOIN e_mem m ON m.id = ms.mem_kind""")
+        ranks = self.assign_ranks()
+        self.reg("ranks", pa.table({"pid": pa.array([r[0] for r in ranks], pa.int64()),
+                                    "rank": pa.array([r[1] for r in ranks], pa.int32())}))
+        last = self.one("SELECT max(end_ns) FROM gpu0")[0]
+        self.ranges(last)
+        self.launches()
+        gpu = self.q("""
+            WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
+                       FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation)
+            SELECT (row_number() OVER (ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind, g.name) - 1)::BIGINT AS id,
+                   r.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, g.name, g.correlation,
+                   l.id AS launch_id, l.op_id, g.bytes, g.grid, g.block
+            FROM gpu0 g JOIN ranks r USING (pid) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
+            ORDER BY id""")
+        launches = self.q("SELECT * EXCLUDE (gtid) FROM launches ORDER BY id")
+        return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
+                       cpu_ranges=schema.conform("cpu_ranges", self.q("SELECT * FROM rng ORDER BY id")),
+                       launches=schema.conform("launches", launches),
+                       syncs=schema.conform("syncs", self.syncs()),
+                       meta=self.meta(ranks), warnings=self.warnings)
+
+    def ranges(self, last_gpu) -> None:
+        """cpu_ranges (table rng) and the push/pop nesting sweep (tables pp, lvl)."""
+        x, t = self.db.execute, self.event_types_used
+        pp, se, dc = t["NvtxPushPopRange"], t["NvtxStartEndRange"], t["NvtxDomainCreate"]
+        pid = _PID.format(c="gtid")
+        x(f"""CREATE TEMP TABLE nv1 AS
+            SELECT n.*, {pid} AS pid, gtid & 16777215 AS tid,
+                   CASE WHEN n.has_text::BOOLEAN THEN n.text WHEN n.text_id IS NULL THEN ''
+                        ELSE COALESCE(s.value, '<unknown string ' || n.text_id || '>') END AS raw_name
+            FROM nv n LEFT JOIN strs s ON s.id = n.text_id""")
+        x(f"""CREATE TEMP TABLE dom AS SELECT domain_id, any_value(raw_name) AS name FROM nv1
+              WHERE event_type = {dc} AND domain_id IS NOT NULL GROUP BY domain_id""")
+        n_open, n_other = self.one(f"""SELECT count(*) FILTER (end_ns IS NULL), count(*) FILTER (pid NOT IN (SELECT pid FROM ranks))
+                                       FROM nv1 WHERE event_type IN ({pp}, {se}) AND start_ns IS NOT NULL""")
+        end = self.one(f"""SELECT greatest(max(end_ns), max(start_ns), {int(last_gpu or 0)},
+                           (SELECT max(end_ns) FROM rt)) FROM nv1 WHERE event_type IN ({pp}, {se})""")[0]
+        if n_open:
+            self.warn(f"{n_open} NVTX ranges were never closed; clipped to the end of the capture ({end} ns)")
+        if n_other:
+            self.warn(f"{n_other} NVTX ranges of processes without GPU activity dropped")
+        x(f"""CREATE TEMP TABLE r0 AS
+            SELECT n.rn, r.rank, n.pid, n.tid, n.gtid, n.start_ns, COALESCE(n.end_ns, {int(end or 0)}) AS end_ns,
+                   n.event_type = {pp} AS pushpop,
+                   CASE WHEN n.domain_id IS NULL OR n.domain_id = 0 THEN NULL
+                        ELSE COALESCE(d.name, '<unknown domain ' || n.domain_id || '>') END AS domain,
+                   regexp_extract(n.raw_name, $re, ['name', 'seq', 'op', 'sizes']) AS p, n.raw_name
+            FROM nv1 n JOIN ranks r USING (pid) LEFT JOIN dom d ON d.domain_id = n.domain_id
+            WHERE n.event_type IN ({pp}, {se}) AND n.start_ns IS NOT NULL""", {"re": _EMIT_NVTX})
+        x("""CREATE TEMP TABLE r1 AS
+            SELECT (row_number() OVER (ORDER BY rank, start_ns, end_ns DESC, tid, rn) - 1)::BIGINT AS id, *,
+                   p.seq <> '' OR p.op <> '' AS is_op FROM r0""")
+        # nesting sweep over push/pop ranges, per thread: +1 at a start, -1 at an end; ends at t come
+        # before starts at t (end exclusive) except the end of a zero-length range, after its start.
+        x("""CREATE TEMP TABLE ev AS
+            SELECT gtid, start_ns AS t, 1 AS k, id, 1 AS delta FROM r1 WHERE pushpop
+            UNION ALL SELECT gtid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 2 END, id, -1 FROM r1 WHERE pushpop""")
+        x("""CREATE TEMP TABLE pp AS
+            SELECT r1.id, r1.gtid, r1.start_ns, r1.end_ns, e.depth FROM r1 JOIN (
+                SELECT id, k, (sum(delta) OVER (PARTITION BY gtid ORDER BY t, k, id ROWS UNBOUNDED PRECEDING) - 1)::INTEGER AS depth
+                FROM ev) e ON e.id = r1.id AND e.k = 1""")
+        x("""CREATE TEMP TABLE lvl AS
+            SELECT gtid, t, sum(sum(delta)) OVER (PARTITION BY gtid ORDER BY t)::INTEGER AS level FROM ev GROUP BY gtid, t""")
+        x("""CREATE TEMP TABLE par AS
+            SELECT c.id, p.id AS parent_id, p.end_ns < c.end_ns AS crosses
+            FROM pp c ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.depth - 1 AND p.id < c.id""")
+        crossing = self.one("SELECT count(*) FROM par WHERE crosses")[0]
+        if crossing:
+            self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
+        x("""CREATE TEMP TABLE rng AS
+            SELECT r1.id, r1.rank, r1.pid, r1.tid, r1.start_ns, r1.end_ns,
+                   CASE WHEN is_op THEN 'op' ELSE 'annotation' END AS kind,
+                   CASE WHEN is_op THEN p.name ELSE raw_name END AS name, r1.domain, pp.depth, par.parent_id,
+                   CASE WHEN p.seq <> '' THEN p.seq::BIGINT END AS seq,
+                   CASE WHEN is_op AND p.sizes <> '' THEN p.sizes END AS input_dims
+            FROM r1 LEFT JOIN pp USING (id) LEFT JOIN par USING (id)""")
+
+    def launches(self) -> None:
+        x = self.db.execute
+        n_other = self.one(f"SELECT count(*) FROM rt WHERE {_PID.format(c='gtid')} NOT IN (SELECT pid FROM ranks)")[0]
+        if n_other:
+            self.warn(f"{n_other} CUDA API calls of processes without GPU activity dropped")
+        x(f"""CREATE TEMP TABLE l0 AS
+            SELECT rt.*, r.rank, {_PID.format(c='rt.gtid')} AS pid, rt.gtid & 16777215 AS tid,
+                   regexp_replace(COALESCE(s.value, '<unknown string ' || rt.name_id || '>'), '_v[0-9]{{4,}}$', '') AS name,
+                   COALESCE(rt.table_api, a.v) AS api0
+            FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}
+                    LEFT JOIN strs s ON s.id = rt.name_id LEFT JOIN e_api a ON a.id = rt.event_class""")
+        # innermost open push/pop range at the call: the open-range count at its start gives the depth,
+        # the latest range at that depth that started before the call is the one.
+        x("""CREATE TEMP TABLE launches AS
+            SELECT (row_number() OVER (ORDER BY l.rank, l.start_ns, l.end_ns, l.tid, l.correlation) - 1)::BIGINT AS id,
+                   l.rank, l.pid, l.tid, l.gtid, l.start_ns, l.end_ns, l.name,
+                   COALESCE(l.api0, CASE WHEN l.name LIKE 'cuda%' THEN 'runtime' WHEN l.name LIKE 'cu%' THEN 'driver'
+                                         ELSE 'runtime' END) AS api,
+                   l.correlation, CASE WHEN p.end_ns > l.start_ns THEN p.id END AS op_id
+            FROM (SELECT l0.*, v.level FROM l0 ASOF LEFT JOIN lvl v ON v.gtid = l0.gtid AND v.t <= l0.start_ns) l
+            ASOF LEFT JOIN pp p ON p.gtid = l.gtid AND p.depth = l.level - 1 AND p.start_ns <= l.start_ns""")
+
+    def syncs(self) -> pa.Table:
+        pid = _PID.format(c="sy.gpid")
+        # the stream an awaited event was recorded on: the CUDA event record with the same sync id
+        # (newer exports), else the latest record of the same event id before the wait
+        by_sync = "event_sync_id" in self.src.cols("CUPTI_ACTIVITY_KIND_CUDA_EVENT") and \
+            "eventSyncId" in self.src.cols("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
+        self.db.execute(f"""CREATE TEMP TABLE rec AS
+            SELECT {_PID.format(c='ce.gpid')} AS pid, ce.event_id, ce.event_sync_id, ce.stream, l.start_ns AS t
+            FROM ce LEFT JOIN launches l ON l.pid = {_PID.format(c='ce.gpid')} AND l.correlation = ce.correlation""")
+        join = ("LEFT JOIN (SELECT pid, event_sync_id, any_value(stream) AS stream FROM rec GROUP BY ALL) e "
+                "ON e.pid = s.pid AND e.event_sync_id = s.event_sync_id") if by_sync else \
+               ("ASOF LEFT JOIN (SELECT * FROM rec WHERE t IS NOT NULL) e "
+                "ON e.pid = s.pid AND e.event_id = s.event_id AND e.t <= s.start_ns")
+        return self.q(f"""
+            SELECT (row_number() OVER (ORDER BY s.rank, s.start_ns, s.end_ns, s.stream, s.correlation) - 1)::BIGINT AS id,
+                   s.rank, s.start_ns, s.end_ns, COALESCE(k.v, 'other') AS kind, s.device,
+                   CASE WHEN s.stream = 4294967295 THEN NULL ELSE s.stream END AS stream,
+                   s.event_id, e.stream AS event_stream, s.correlation
+            FROM (SELECT sy.*, r.rank, {pid} AS pid FROM sy JOIN ranks r ON r.pid = {pid}) s
+            LEFT JOIN e_sync k ON k.id = s.sync_type {join}
+            ORDER BY id""")
+
+
+def _select_sql(src: _Sqlite, table: str, spec: dict[str, str], extra: str = "") -> str:
+    have = src.cols(table)
+    parts = []
+    for out, colspec in spec.items():
+        col, typ = colspec.split()
+        parts.append(f'CAST("{col}" AS {typ}) AS "{out}"' if col in have else f'CAST(NULL AS {typ}) AS "{out}"')
+    return f'SELECT {", ".join(parts)}{extra} FROM "{table}"'
+
+
+def _valid_utf8(t: pa.Table) -> pa.Table:
+    """SQLite does not enforce UTF-8 and ADBC passes bytes through: repair invalid text
+    (replacement characters), so names from a damaged export cannot break later steps."""
+    for i, f in enumerate(t.schema):
+        if pa.types.is_string(f.type):
+            try:
+                t.column(i).validate(full=True)
+            except pa.ArrowInvalid:
+                raw = t.column(i).cast(pa.binary()).to_pylist()  # rare: only for damaged text
+                fixed = pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], pa.string())
+                t = t.set_column(i, f, fixed)
+    return t
+
+
+def _empty(spec: dict[str, str], **extra: str) -> pa.Table:
+    """An empty table with the columns a select of `spec` (+ extra name=TYPE) would give."""
+    typ = {"INTEGER": pa.int64(), "TEXT": pa.string()}
+    fields = [(out, typ[c.split()[1]]) for out, c in spec.items()] + [(k, typ[v]) for k, v in extra.items()]
+    return pa.table({k: pa.array([], t) for k, t in fields})

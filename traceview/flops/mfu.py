@@ -44,7 +44,10 @@ def roundtrip_str(value: Fraction, back, target: Fraction) -> str:
     back in and reproduces `target` exactly, and printing that reverse result by the same rule gives
     `target`'s shortest form: TFLOP/s -> tokens/s -> TFLOP/s round-trips to the same text."""
     fv, ft = float(value), float(target)
-    for digits in range(1, 80):
+    shortest = format(Decimal(repr(fv)).normalize(), "f")   # the float's canonical (repr) digits
+    if float(back(Fraction(shortest))) == ft:
+        return shortest
+    for digits in range(len(Decimal(repr(fv)).normalize().as_tuple().digits), 80):
         s = decimal_str(value, digits)
         d = Fraction(s)
         if float(d) == fv and float(back(d)) == ft:
@@ -219,7 +222,7 @@ def group_tflops(kernel_flops: pa.Table, groups: pa.Table, compute_time: pa.Tabl
         time_sql = "SELECT layer, phase, stage, time_ns FROM ct"
     out = tf._arrow(con, f"""
         WITH f AS (SELECT layer, phase, stage, sum(kf.flops) AS flops FROM grp JOIN kf USING (id) GROUP BY ALL),
-             t AS ({time_sql})
+             t AS ({time_sql}),
              k AS (SELECT layer, phase, stage FROM f UNION SELECT layer, phase, stage FROM t)
         SELECT k.layer, k.phase, k.stage, coalesce(f.flops, 0.0) AS flops, t.time_ns,
                CASE WHEN t.time_ns > 0 THEN coalesce(f.flops, 0.0) / (t.time_ns * 1e-9) / 1e12 END AS tflops

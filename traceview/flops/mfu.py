@@ -76,12 +76,12 @@ def trace_flops(source) -> tuple[pa.Table, pa.Table]:
     return ops, tf.kernel_flops(ops, t["cpu_ranges"], t["gpu_activities"])
 
 
-def _per_step(ops: pa.Table, windows: pa.Table) -> pl.DataFrame:
-    """FLOPs of counted ops per (rank, step), by op start time within the step window."""
-    o = pl.from_arrow(ops).filter(pl.col("counted"))
-    w = pl.from_arrow(windows).rename({"start_ns": "w_start", "end_ns": "w_end"})
-    j = o.join(w, on="rank").filter((pl.col("start_ns") >= pl.col("w_start")) & (pl.col("start_ns") < pl.col("w_end")))
-    return j.group_by("rank", "step").agg(pl.col("flops").sum())
+def _in_steps(counted: pl.DataFrame, windows: pa.Table) -> pl.DataFrame:
+    """Counted ops with the step whose window (same rank) holds their start."""
+    w = pl.from_arrow(windows.select(["rank", "step", "start_ns", "end_ns"])).rename(
+        {"start_ns": "w_start", "end_ns": "w_end"}).with_columns(pl.col("rank").cast(pl.Int32))
+    j = counted.join(w, on="rank")
+    return j.filter((pl.col("start_ns") >= pl.col("w_start")) & (pl.col("start_ns") < pl.col("w_end")))
 
 
 def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
@@ -124,18 +124,21 @@ def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
             else:
                 windows = steps if steps is not None else tf.step_windows(cr)
                 if windows.num_rows == 0:
-                    notes.append("no ProfilerStep#N ranges: the whole trace counted as one step")
-                    per_rank = counted.group_by("rank").agg(pl.col("flops").sum())
+                    notes.append("no step ranges (ProfilerStep#N): the whole trace counted as one step")
+                    inwin = counted.with_columns(step=pl.lit(0, pl.Int64))
                 else:
-                    per_rank = _per_step(ops, windows).group_by("rank").agg(pl.col("flops").median())
+                    inwin = _in_steps(counted, windows)
                     out["trace_steps"] = int(pl.from_arrow(windows)["step"].n_unique())
-                trace_fps = float(per_rank["flops"].mean())
-                by_dt = counted.group_by("dtype").agg(pl.col("flops").sum()).drop_nulls("dtype").sort("flops")
-                trace_dtype = by_dt["dtype"][-1] if by_dt.height else None
-                n = max(out.get("trace_steps", 1), 1) * per_rank.height
-                out["trace_flops_by_op"] = {r["name"]: r["flops"] / n for r in
-                                            counted.group_by("name").agg(pl.col("flops").sum()).sort("name").to_dicts()}
-                out["trace_ops_counted"] = counted.height
+                if inwin.height == 0:
+                    notes.append("no matrix or attention ops inside the step windows: trace-based FLOPs unavailable")
+                else:
+                    per_step = inwin.group_by("rank", "step").agg(pl.col("flops").sum())
+                    trace_fps = float(per_step.group_by("rank").agg(pl.col("flops").median())["flops"].mean())
+                    by_dt = inwin.group_by("dtype").agg(pl.col("flops").sum()).drop_nulls("dtype").sort("flops")
+                    trace_dtype = by_dt["dtype"][-1] if by_dt.height else None
+                    by_op = inwin.group_by("name").agg(pl.col("flops").sum()).sort("name")
+                    out["trace_flops_by_op"] = {r["name"]: r["flops"] / per_step.height for r in by_op.to_dicts()}
+                    out["trace_ops_counted"] = inwin.height
         if tokens_per_step is None:
             tok = tf.tokens_per_step(cr, steps if steps is not None else tf.step_windows(cr))
             if tok:

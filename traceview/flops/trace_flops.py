@@ -218,11 +218,14 @@ def op_flops(cpu_ranges: pa.Table) -> pa.Table:
                                           "input_dims", "concrete_inputs", "input_types"]))
     ops = cr.filter(pl.col("name").is_in(list(FORMULAS)))
     sig = ops.select("name", "input_dims", "concrete_inputs", "input_types").unique()
+    # (computed on the unique shape signatures: a few hundred, even for big traces)
     sig = sig.with_columns(
         pl.Series("flops", [shape_flops(n, d, c) for n, d, c in
                             zip(sig["name"], sig["input_dims"], sig["concrete_inputs"])], dtype=pl.Float64),
         pl.Series("dtype", [_dtype(t) for t in sig["input_types"]], dtype=pl.Utf8))
-    ops = ops.join(sig, on=["name", "input_dims", "concrete_inputs", "input_types"], how="left", nulls_equal=True)
+    keys = ["name", "input_dims", "concrete_inputs", "input_types"]
+    fill = [pl.col(k).fill_null("") for k in keys[1:]]
+    ops = ops.with_columns(fill).join(sig.with_columns(fill), on=keys, how="left")
     has = ops.filter(pl.col("flops").is_not_null()).select("id", "parent_id")
     con = duckdb.connect()
     con.register("cr", cr.select("id", "parent_id").to_arrow())
@@ -288,7 +291,7 @@ def tokens_per_step(cpu_ranges: pa.Table, windows: pa.Table | None = None) -> di
     if windows is None or windows.num_rows == 0:
         per = emb.group_by("rank").agg(pl.col("tok").max().alias("t"))   # one call = one step's batch
         return {int(r): int(t) for r, t in zip(per["rank"], per["t"])}
-    w = pl.from_arrow(windows)
-    j = emb.join(w, on="rank").filter((pl.col("start_ns") >= pl.col("start_ns_right")) & (pl.col("start_ns") < pl.col("end_ns")))
+    w = pl.from_arrow(windows.select(["rank", "step", "start_ns", "end_ns"])).with_columns(pl.col("rank").cast(pl.Int32))
+    j = emb.with_columns(pl.col("rank").cast(pl.Int32)).join(w, on="rank").filter((pl.col("start_ns") >= pl.col("start_ns_right")) & (pl.col("start_ns") < pl.col("end_ns")))
     per = j.group_by("rank", "step").agg(pl.col("tok").sum()).group_by("rank").agg(pl.col("tok").median())
     return {int(r): int(t) for r, t in zip(per["rank"], per["tok"])}

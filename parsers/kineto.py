@@ -5,7 +5,6 @@ Decoding uses msgspec with typed structs that keep only the fields traceview nee
 """
 from __future__ import annotations
 
-import gzip
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -32,16 +31,26 @@ def _f(name: str, default=None):
     return msgspec.field(default=default, name=name)
 
 
-class Args(msgspec.Struct):
-    correlation: Any = None
+class _Ext(msgspec.Struct, gc=False):
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+
+
+class _Coll(msgspec.Struct, gc=False):
+    coll_name: Any = _f("Collective name")
+    in_nelems: Any = _f("In msg nelems")
+    out_nelems: Any = _f("Out msg nelems")
+    group_size: Any = _f("Group size")
+    dtype: Any = None
+    in_split: _RawOpt = _f("In split size", _EMPTY)
+    out_split: _RawOpt = _f("Out split size", _EMPTY)
+    pg_name: Any = _f("Process Group Name")
+
+
+class CpuArgs(msgspec.Struct, gc=False):
     external_id: Any = _f("External id")
     external_id_old: Any = _f("external id")
     seq: Any = _f("Sequence number")
-    device: Any = None
-    stream: Any = None
-    bytes: Any = None
-    grid: _RawOpt = _EMPTY
-    block: _RawOpt = _EMPTY
     input_dims: _RawOpt = _f("Input Dims", _EMPTY)
     input_types: _RawOpt = _f("Input type", _EMPTY)
     concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
@@ -53,13 +62,43 @@ class Args(msgspec.Struct):
     in_split: _RawOpt = _f("In split size", _EMPTY)
     out_split: _RawOpt = _f("Out split size", _EMPTY)
     pg_name: Any = _f("Process Group Name")
+
+
+class LaunchArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+
+
+class GpuArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+    device: Any = None
+    stream: Any = None
+    bytes: Any = None
+    grid: _RawOpt = _EMPTY
+    block: _RawOpt = _EMPTY
+    coll_name: Any = _f("Collective name")
+    in_nelems: Any = _f("In msg nelems")
+    out_nelems: Any = _f("Out msg nelems")
+    group_size: Any = _f("Group size")
+    dtype: Any = None
+    in_split: _RawOpt = _f("In split size", _EMPTY)
+    out_split: _RawOpt = _f("Out split size", _EMPTY)
+    pg_name: Any = _f("Process Group Name")
+
+
+class SyncArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+    device: Any = None
+    stream: Any = None
     sync_kind: Any = _f("cuda_sync_kind")
     wait_on_stream: Any = None
     wait_event: Any = _f("wait_on_cuda_event_id")
-    wait_event_corr: Any = _f("wait_on_cuda_event_record_corr_id")
 
 
-class Event(msgspec.Struct):
+class Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
     name: Any = None
@@ -68,7 +107,7 @@ class Event(msgspec.Struct):
     ts: Any = None
     dur: Any = None
     id: Any = None
-    args: Optional[Args] = None
+    args: _RawOpt = _EMPTY
 
 
 class DeviceProps(msgspec.Struct):
@@ -100,28 +139,50 @@ def sniff(path: Path) -> bool:
     return head[:1] == b"{" and b"traceEvents" in head or head[:1] == b"{"
 
 
-def _open_bytes(path: Path, limit: int | None = None) -> bytes:
+def _open_bytes(path: Path, limit: int | None = None):
+    """The file's bytes; gzip is inflated in chunks into one buffer of the size the gzip
+    trailer records, so peak memory is the JSON's size, not twice it."""
     try:
         with open(path, "rb") as fh:
-            magic = fh.read(2)
-            fh.seek(0)
-            if magic == b"\x1f\x8b":
-                with gzip.GzipFile(fileobj=fh) as gz:
-                    return gz.read(limit) if limit else gz.read()
-            return fh.read(limit) if limit else fh.read()
-    except (EOFError, gzip.BadGzipFile, zlib.error) as e:
-        raise TraceError(path, f"truncated or corrupt gzip ({e})") from e
+            data = fh.read()
     except OSError as e:
         raise TraceError(path, f"cannot read file ({e.strerror or e})") from e
+    if data[:2] != b"\x1f\x8b":
+        return data[:limit] if limit else data
+    try:
+        d = zlib.decompressobj(31)
+        if limit:
+            return d.decompress(data, limit)
+        size = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
+        out = bytearray(size)
+        pos = 0
+        chunk = 1 << 22
+        buf = data
+        while not d.eof:
+            piece = d.decompress(buf, chunk)
+            buf = d.unconsumed_tail
+            if not piece and not buf:
+                break
+            end = pos + len(piece)
+            if end > len(out):  # the trailer's size is mod 2**32
+                out.extend(b"\0" * (end - len(out)))
+            out[pos:end] = piece
+            pos = end
+        if not d.eof:
+            raise EOFError("compressed stream ends early")
+        del out[pos:]
+        return out
+    except (EOFError, zlib.error) as e:
+        raise TraceError(path, f"truncated or corrupt gzip ({e})") from e
 
 
-def _decode(path: Path, raw: bytes) -> Trace:
-    if not raw.strip():
+def _decode(path: Path, raw) -> Trace:
+    if not bytes(raw[:4096]).strip():
         raise TraceError(path, "file is empty")
     try:
         return msgspec.json.decode(raw, type=Trace)
     except msgspec.ValidationError as e:
-        if raw.lstrip()[:1] == b"[":
+        if bytes(raw[:4096]).lstrip()[:1] == b"[":
             raise TraceError(path, "legacy autograd-profiler export (a bare JSON list of events): "
                                    "re-record with torch.profiler and export_chrome_trace") from e
         raise TraceError(path, f"not a Kineto trace ({e})") from e
@@ -177,8 +238,28 @@ def _ns_array(vals: list) -> pa.Array:
     return pc.add(pc.multiply(whole.cast(pa.int64()), 1000), frac_ns.cast(pa.int64()))
 
 
-def _col(events: list, attr: str) -> list:
-    return [getattr(e.args, attr) if e.args is not None else None for e in events]
+_NULL = b"null"
+
+
+def _args(events: list, typ) -> list:
+    """Decode the raw `args` of many events in one call (args were kept raw while decoding)."""
+    if not events:
+        return []
+    buf = b"[" + b",".join([e.args if len(e.args) else _NULL for e in events]) + b"]"
+    try:
+        return msgspec.json.decode(buf, type=list[Optional[typ]])
+    except msgspec.ValidationError:  # a field of an unexpected shape: decode one by one, leniently
+        out = []
+        for e in events:
+            try:
+                out.append(msgspec.json.decode(e.args, type=typ) if len(e.args) else None)
+            except msgspec.ValidationError:
+                out.append(None)
+        return out
+
+
+def _col(args: list, attr: str) -> list:
+    return [getattr(a, attr) if a is not None else None for a in args]
 
 
 def read(path: Path) -> Profile:
@@ -226,45 +307,62 @@ def read(path: Path) -> Profile:
         dur = _ns_array([e.dur if e.dur is not None else 0 for e in evs])
         return start, pc.add(start, pc.max_element_wise(dur, 0))
 
-    cpu_ev, lau_ev, gpu_ev, syn_ev = groups["cpu"], groups["launch"], groups["gpu"], groups["sync"]
-    cpu = {"id": ids(len(cpu_ev)), "pid": [_int(e.pid) for e in cpu_ev], "tid": [_tid(e.tid) for e in cpu_ev],
-           "kind": [_CPU_KIND[e.cat.lower()] for e in cpu_ev], "name": [str(e.name) for e in cpu_ev],
-           "seq": [_int(x) for x in _col(cpu_ev, "seq")],
-           "input_dims": [_raw(x) for x in _col(cpu_ev, "input_dims")],
-           "input_types": [_raw(x) for x in _col(cpu_ev, "input_types")],
-           "concrete_inputs": [_raw(x) for x in _col(cpu_ev, "concrete")]}
-    cpu["start_ns"], cpu["end_ns"] = times(cpu_ev)
-    _colls(cpu, cpu_ev)
+    # Each group is turned into columns and then released, so that the decoded events,
+    # the file's bytes they point into, and the new columns are not all alive at once.
+    gpu_ev = groups.pop("gpu")
+    ga = _args(gpu_ev, GpuArgs)
+    gpu = {"id": ids(len(gpu_ev)), "kind": [_GPU[e.cat.lower()] for e in gpu_ev], "name": [str(e.name) for e in gpu_ev],
+           "correlation": [_int(x) for x in _col(ga, "correlation")], "bytes": [_int(x) for x in _col(ga, "bytes")],
+           "grid": [_dims(x) for x in _col(ga, "grid")], "block": [_dims(x) for x in _col(ga, "block")],
+           "device": [_int(d) if d is not None else _int(e.pid) for d, e in zip(_col(ga, "device"), gpu_ev)],
+           "stream": [_int(x) if x is not None else _int(e.tid) for x, e in zip(_col(ga, "stream"), gpu_ev)]}
+    gpu["start_ns"], gpu["end_ns"] = times(gpu_ev)
+    _colls(gpu, ga)
+    gpu_ext = [_ext(x) for x in ga]
+    del gpu_ev, ga
+
+    lau_ev = groups.pop("launch")
+    la = _args(lau_ev, LaunchArgs)
     lau = {"id": ids(len(lau_ev)), "pid": [_int(e.pid) for e in lau_ev], "tid": [_tid(e.tid) for e in lau_ev],
            "name": [str(e.name) for e in lau_ev], "api": [_LAUNCH[e.cat.lower()] for e in lau_ev],
-           "correlation": [_int(x) for x in _col(lau_ev, "correlation")]}
+           "correlation": [_int(x) for x in _col(la, "correlation")]}
     lau["start_ns"], lau["end_ns"] = times(lau_ev)
-    gpu = {"id": ids(len(gpu_ev)), "kind": [_GPU[e.cat.lower()] for e in gpu_ev], "name": [str(e.name) for e in gpu_ev],
-           "correlation": [_int(x) for x in _col(gpu_ev, "correlation")],
-           "bytes": [_int(x) for x in _col(gpu_ev, "bytes")],
-           "grid": [_dims(x) for x in _col(gpu_ev, "grid")], "block": [_dims(x) for x in _col(gpu_ev, "block")]}
-    dev = _col(gpu_ev, "device")
-    gpu["device"] = [_int(d) if d is not None else _int(e.pid) for d, e in zip(dev, gpu_ev)]
-    st = _col(gpu_ev, "stream")
-    gpu["stream"] = [_int(x) if x is not None else _int(e.tid) for x, e in zip(st, gpu_ev)]
-    gpu["start_ns"], gpu["end_ns"] = times(gpu_ev)
-    _colls(gpu, gpu_ev)
+    lau_ext = [_ext(x) for x in la]
+    del lau_ev, la
+
+    syn_ev = groups.pop("sync")
+    sa = _args(syn_ev, SyncArgs)
     syn = {"id": ids(len(syn_ev)),
-           "kind": [_SYNC.get(x, "other") for x in _col(syn_ev, "sync_kind")],
-           "device": [_int(x) for x in _col(syn_ev, "device")], "stream": [_int(x) for x in _col(syn_ev, "stream")],
-           "event_id": [_int(x) for x in _col(syn_ev, "wait_event")],
-           "event_stream": [w if w is not None and w >= 0 else None for w in (_int(x) for x in _col(syn_ev, "wait_on_stream"))],
-           "correlation": [_int(x) for x in _col(syn_ev, "correlation")]}
+           "kind": [_SYNC.get(x, "other") for x in _col(sa, "sync_kind")],
+           "device": [_int(x) for x in _col(sa, "device")], "stream": [_int(x) for x in _col(sa, "stream")],
+           "event_id": [_int(x) for x in _col(sa, "wait_event")],
+           "event_stream": [w if w is not None and w >= 0 else None
+                            for w in (_int(x) for x in _col(sa, "wait_on_stream"))],
+           "correlation": [_int(x) for x in _col(sa, "correlation")]}
     syn["start_ns"], syn["end_ns"] = times(syn_ev)
+    del syn_ev, sa
+
+    cpu_ev = groups.pop("cpu")
+    ca = _args(cpu_ev, CpuArgs)
+    cpu = {"id": ids(len(cpu_ev)), "pid": [_int(e.pid) for e in cpu_ev], "tid": [_tid(e.tid) for e in cpu_ev],
+           "kind": [_CPU_KIND[e.cat.lower()] for e in cpu_ev], "name": [str(e.name) for e in cpu_ev],
+           "seq": [_int(x) for x in _col(ca, "seq")],
+           "input_dims": [_raw(x) for x in _col(ca, "input_dims")],
+           "input_types": [_raw(x) for x in _col(ca, "input_types")],
+           "concrete_inputs": [_raw(x) for x in _col(ca, "concrete")]}
+    cpu["start_ns"], cpu["end_ns"] = times(cpu_ev)
+    _colls(cpu, ca)
+    cpu_ext = [_ext(x) for x in ca]
+    del cpu_ev, ca
 
     # --- links -------------------------------------------------------------------------
     c_start, c_end = cpu["start_ns"].to_pylist(), cpu["end_ns"].to_pylist()
     depth, parent = nest(cpu["tid"], c_start, c_end, cpu["id"])
     by_ext: dict = {}
-    for cid, x in zip(cpu["id"], (_ext(e.args) for e in cpu_ev)):
+    for cid, x in zip(cpu["id"], cpu_ext):
         if x is not None and x not in by_ext:
             by_ext[x] = cid
-    op_of_launch = [by_ext.get(x) if x else None for x in (_ext(e.args) for e in lau_ev)]
+    op_of_launch = [by_ext.get(x) if x else None for x in lau_ext]
     missing = [i for i, op in enumerate(op_of_launch) if op is None]
     if missing:
         l_start, l_end = lau["start_ns"].to_pylist(), lau["end_ns"].to_pylist()
@@ -277,14 +375,13 @@ def read(path: Path) -> Profile:
         if c is not None and c not in launch_of_corr:
             launch_of_corr[c] = i
     g_launch, g_op = [], []
-    for c, e in zip(gpu["correlation"], gpu_ev):
+    for c, x in zip(gpu["correlation"], gpu_ext):
         li = launch_of_corr.get(c) if c is not None else None
         if li is not None:
             g_launch.append(lau["id"][li])
             g_op.append(op_of_launch[li])
         else:
             g_launch.append(None)
-            x = _ext(e.args)
             g_op.append(by_ext.get(x) if x else None)
     fwd = _fwd_links(cpu, c_start, c_end, flows_s, flows_f)
 
@@ -303,15 +400,15 @@ def read(path: Path) -> Profile:
     )
 
 
-def _colls(d: dict, evs: list) -> None:
-    names = _col(evs, "coll_name")
+def _colls(d: dict, args: list) -> None:
+    names = _col(args, "coll_name")
     has = [i for i, x in enumerate(names) if x is not None]
     keys = ("coll_name", "coll_in_nelems", "coll_out_nelems", "coll_dtype", "coll_group_size",
             "coll_pg", "coll_in_split", "coll_out_split")
     for k in keys:
-        d[k] = [None] * len(evs)
+        d[k] = [None] * len(args)
     for i in has:
-        a = evs[i].args
+        a = args[i]
         d["coll_name"][i] = str(a.coll_name)
         d["coll_in_nelems"][i] = _int(a.in_nelems)
         d["coll_out_nelems"][i] = _int(a.out_nelems)

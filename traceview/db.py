@@ -31,9 +31,15 @@ class Session:
         for name in schema.TABLES:
             self.con.register(name, getattr(profile, name))
         self._views: set[str] = set()
+        self._registered: set[str] = set()
 
     def register(self, name: str, table: pa.Table) -> None:
+        """Make an Arrow table queryable under `name` (replacing a table of that name)."""
+        if name in self._views:
+            self.con.execute(f"DROP TABLE IF EXISTS {name}")
+            self._views.discard(name)
         self.con.register(name, table)
+        self._registered.add(name)
 
     def params_sql(self, sql: str, params: dict | None) -> tuple[str, dict]:
         params = {k: v for k, v in (params or {}).items() if f"${k}" in sql}
@@ -47,12 +53,17 @@ class Session:
         sql, params = self.params_sql(sql, params)
         return self.con.sql(sql, params=params or None).to_arrow_table()
 
-    def materialize(self, name: str, **params) -> pa.Table:
-        """Run the named query and keep its result as a table of the same name for later queries."""
-        table = self.query(name, **params)
-        self.con.register(name, table)
+    def materialize(self, name: str, **params) -> None:
+        """Run the named query and keep its result inside DuckDB as a table of the same name."""
+        sql, params = self.params_sql(sql_text(name), params)
+        if name in self._registered:
+            self.con.unregister(name)
+            self._registered.discard(name)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
         self._views.add(name)
-        return table
+
+    def table(self, name: str) -> pa.Table:
+        return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
 
     def rows(self, sql: str, **params) -> list[dict]:
         return self.sql(sql, **params).to_pylist()

@@ -13,13 +13,27 @@ WITH coll_ranges AS (
        OR upper(coalesce(domain, '')) = 'NCCL'
        OR coll_name IS NOT NULL
 ),
+-- nested/overlapping collective ranges merged into disjoint islands per thread, so that one
+-- ASOF join (latest island starting at or before the launch) finds the only candidate
+ordered AS (
+    SELECT *, max(end_ns) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC
+                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
+    FROM coll_ranges
+),
+numbered AS (
+    SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
+                  OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC ROWS UNBOUNDED PRECEDING) AS island
+    FROM ordered
+),
+islands AS (
+    SELECT rank, tid, island, min(start_ns) AS s, max(end_ns) AS e, arg_min(name, start_ns) AS name
+    FROM numbered GROUP BY rank, tid, island
+),
 under_coll AS (
-    SELECT o.id, min(c.name) AS coll_range
+    SELECT o.id, i.name AS coll_range
     FROM activity_origin o
-    JOIN coll_ranges c
-      ON c.rank = o.rank AND c.tid = o.tid
-     AND c.start_ns <= o.origin_start_ns AND o.origin_end_ns <= c.end_ns
-    GROUP BY o.id
+    ASOF JOIN islands i ON o.rank = i.rank AND o.tid = i.tid AND o.origin_start_ns >= i.s
+    WHERE o.origin_end_ns <= i.e
 )
 SELECT
     a.id, a.rank, a.device, a.stream, a.start_ns, a.end_ns, a.kind, a.name,

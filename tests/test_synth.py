@@ -521,3 +521,39 @@ def test_clock_skew_keeps_epoch(tmp_path):
     assert k["gpu"] == n["gpu"]
     write_nsys_per_rank(b.ranks, tmp_path / "per")
     assert len(list((tmp_path / "per").glob("*.sqlite"))) == 2
+
+
+def test_all_sync_kinds_and_scenario_write(tmp_path):
+    rt = RankTrace(RankMeta(rank=0, world_size=1, pid=777))
+    rt.range("ProfilerStep#1", 1_000, 90_000)
+    rt.op("aten::mm", 2_000, 9_000, seq=1)
+    rt.launch("k", 3_000, 5_000, 6_000, 30_000, 7)
+    rec = rt.event_record(10_000, 11_000, 7)
+    rt.stream_wait_event(12_000, 13_000, 21, rec)
+    rt.launch("ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>)", 14_000, 16_000, 30_000, 40_000, 21)
+    rt.event_sync(17_000, 30_500, rec)
+    rt.stream_sync(31_000, 40_500, 21)
+    rt.device_sync(41_000, 42_000)
+    paths = scenarios.Scenario("syncs", [rt], {"note": "hand-made"}).write(tmp_path)
+    k = read_kineto([paths["kineto"]])
+    n = read_nsys(paths["nsys"], {777: 0})
+    assert {s[1] for s in k["syncs"]} == {"Stream Wait Event", "Event Sync", "Stream Sync", "Context Sync"}
+    assert k["syncs"] == n["syncs"] and k["gpu"] == n["gpu"] and k["cpu"] == n["cpu"]
+    ev = k["docs"][0]["traceEvents"]
+    es = next(e for e in ev if e.get("name") == "Event Sync")
+    assert es["args"]["wait_on_stream"] == 7 and es["args"]["wait_on_cuda_event_record_corr_id"] == rec[0].correlation
+    con = sqlite3.connect(paths["nsys"])
+    # the awaited event's record is in CUDA_EVENT, linked by eventSyncId
+    assert con.execute("select count(*) from CUPTI_ACTIVITY_KIND_SYNCHRONIZATION s join CUPTI_ACTIVITY_KIND_CUDA_EVENT e "
+                       "on e.eventSyncId = s.eventSyncId and e.streamId = 7").fetchone()[0] == 2
+    assert json.loads(paths["expected"].read_text()) == {"note": "hand-made"}
+
+
+def test_moe_experts_leave_gpu_gaps():
+    s = scenarios.moe_step(layers=2, steps=1, experts=4)
+    fwd_exp = [x for x in s.expected["stages"] if x["stage"] == "experts" and x["phase"] == "fwd"]
+    assert len(fwd_exp) == 2
+    for x in fwd_exp:
+        # each expert GEMM (4 us) waits for >= EXPERT_HOST_NS of host time after the previous launch
+        assert x["gap_ns"] >= 4 * (scenarios.EXPERT_HOST_NS - 4_000)
+        assert x["busy_ns"] + x["gap_ns"] == x["last_end_ns"] - x["first_start_ns"]

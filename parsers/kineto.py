@@ -209,6 +209,14 @@ def _int(v):
         return None
 
 
+def _ints(vals: list):
+    """A column of optional ints (C-speed when they already are ints; slow path for strings)."""
+    try:
+        return pa.array(vals, type=pa.int64())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
+        return pa.array([_int(v) for v in vals], type=pa.int64())
+
+
 def _raw(r) -> str | None:
     if r is None or not len(r):
         return None
@@ -312,7 +320,7 @@ def read(path: Path) -> Profile:
     gpu_ev = groups.pop("gpu")
     ga = _args(gpu_ev, GpuArgs)
     gpu = {"id": ids(len(gpu_ev)), "kind": [_GPU[e.cat.lower()] for e in gpu_ev], "name": [str(e.name) for e in gpu_ev],
-           "correlation": [_int(x) for x in _col(ga, "correlation")], "bytes": [_int(x) for x in _col(ga, "bytes")],
+           "correlation": _ints(_col(ga, "correlation")), "bytes": _ints(_col(ga, "bytes")),
            "grid": [_dims(x) for x in _col(ga, "grid")], "block": [_dims(x) for x in _col(ga, "block")],
            "device": [_int(d) if d is not None else _int(e.pid) for d, e in zip(_col(ga, "device"), gpu_ev)],
            "stream": [_int(x) if x is not None else _int(e.tid) for x, e in zip(_col(ga, "stream"), gpu_ev)]}
@@ -323,7 +331,7 @@ def read(path: Path) -> Profile:
 
     lau_ev = groups.pop("launch")
     la = _args(lau_ev, LaunchArgs)
-    lau = {"id": ids(len(lau_ev)), "pid": [_int(e.pid) for e in lau_ev], "tid": [_tid(e.tid) for e in lau_ev],
+    lau = {"id": ids(len(lau_ev)), "pid": _ints([e.pid for e in lau_ev]), "tid": [_tid(e.tid) for e in lau_ev],
            "name": [str(e.name) for e in lau_ev], "api": [_LAUNCH[e.cat.lower()] for e in lau_ev],
            "correlation": [_int(x) for x in _col(la, "correlation")]}
     lau["start_ns"], lau["end_ns"] = times(lau_ev)
@@ -344,9 +352,9 @@ def read(path: Path) -> Profile:
 
     cpu_ev = groups.pop("cpu")
     ca = _args(cpu_ev, CpuArgs)
-    cpu = {"id": ids(len(cpu_ev)), "pid": [_int(e.pid) for e in cpu_ev], "tid": [_tid(e.tid) for e in cpu_ev],
+    cpu = {"id": ids(len(cpu_ev)), "pid": _ints([e.pid for e in cpu_ev]), "tid": [_tid(e.tid) for e in cpu_ev],
            "kind": [_CPU_KIND[e.cat.lower()] for e in cpu_ev], "name": [str(e.name) for e in cpu_ev],
-           "seq": [_int(x) for x in _col(ca, "seq")],
+           "seq": _ints(_col(ca, "seq")),
            "input_dims": [_raw(x) for x in _col(ca, "input_dims")],
            "input_types": [_raw(x) for x in _col(ca, "input_types")],
            "concrete_inputs": [_raw(x) for x in _col(ca, "concrete")]}
@@ -375,7 +383,7 @@ def read(path: Path) -> Profile:
         if c is not None and c not in launch_of_corr:
             launch_of_corr[c] = i
     g_launch, g_op = [], []
-    for c, x in zip(gpu["correlation"], gpu_ext):
+    for c, x in zip(gpu["correlation"].to_pylist(), gpu_ext):
         li = launch_of_corr.get(c) if c is not None else None
         if li is not None:
             g_launch.append(lau["id"][li])

@@ -48,7 +48,6 @@ _SYNC_NAMES = (("STREAM_WAIT_EVENT", "stream_wait_event"), ("EVENT_SYNCHRONIZE",
                ("STREAM_SYNCHRONIZE", "stream_sync"), ("CONTEXT_SYNCHRONIZE", "context_sync"))
 _EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
 _PID = "((({c}) >> 24) & 16777215)"
-_EMIT_NVTX = r"^(.*?)(?:, seq = (-?\d+))?(?:, op_id = (\d+))?(?:, sizes = (\[.*?\]))?(?:, input_op_ids = .*)?$"
 
 
 def sniff(path) -> bool:
@@ -153,7 +152,7 @@ class _Reader:
         return self.db.sql(sql).to_arrow_table()
 
     def one(self, sql: str):
-        return self.db.execute(sql).fetchone()
+        return self.db.execute(sql).fetchall()[0]
 
     # ---------------------------------------------------------------- raw rows from SQLite
     def load_raw(self) -> None:
@@ -279,124 +278,137 @@ class _Reader:
         return schema.from_pydict("meta", cols)
 
     # ---------------------------------------------------------------- the tables
+    # Heavy steps work on narrow integer tables; strings are joined in by key at the end.
     def run(self) -> Profile:
         self.load_raw()
         self.load_enums()
         x = self.db.execute
         pid = _PID.format(c="gpid")
+        # GPU activities; a, b, c: the name key (kernel: name ids; memcpy: copy/src/dst kinds; memset: kind)
         x(f"""CREATE TEMP TABLE gpu0 AS
             SELECT 'kernel' AS kind, start_ns, end_ns, device, stream, correlation, {pid} AS pid,
-                   COALESCE(d.value, s.value, '<unknown string ' || COALESCE(k.name_id, k.short_id) || '>') AS name,
-                   NULL::BIGINT AS bytes, gx || ',' || gy || ',' || gz AS grid, bx || ',' || "by" || ',' || bz AS block
-            FROM k LEFT JOIN strs d ON d.id = k.name_id LEFT JOIN strs s ON s.id = k.short_id
-            UNION ALL
-            SELECT 'memcpy', start_ns, end_ns, device, stream, correlation, {pid},
-                   'Memcpy ' || COALESCE(c.v, 'Unknown') || ' (' || COALESCE(a.v, 'Unknown') || ' -> '
-                   || COALESCE(b.v, 'Unknown') || ')', bytes, NULL, NULL
-            FROM mc LEFT JOIN e_copy c ON c.id = mc.copy_kind LEFT JOIN e_mem a ON a.id = mc.src_kind
-                    LEFT JOIN e_mem b ON b.id = mc.dst_kind
-            UNION ALL
-            SELECT 'memset', start_ns, end_ns, device, stream, correlation, {pid},
-                   'Memset (' || COALESCE(m.v, 'Unknown') || ')', bytes, NULL, NULL
-            FROM ms LEFT JOIN e_mem m ON m.id = ms.mem_kind""")
+                   COALESCE(name_id, -1) AS a, COALESCE(short_id, -1) AS b, -1 AS c, NULL::BIGINT AS bytes,
+                   gx || ',' || gy || ',' || gz AS grid, bx || ',' || "by" || ',' || bz AS block FROM k
+            UNION ALL SELECT 'memcpy', start_ns, end_ns, device, stream, correlation, {pid}, COALESCE(copy_kind, -1),
+                   COALESCE(src_kind, -1), COALESCE(dst_kind, -1), bytes, NULL, NULL FROM mc
+            UNION ALL SELECT 'memset', start_ns, end_ns, device, stream, correlation, {pid}, COALESCE(mem_kind, -1),
+                   -1, -1, bytes, NULL, NULL FROM ms""")
+        x("""CREATE TEMP TABLE gname AS
+            SELECT kind, a, b, c, CASE kind
+                WHEN 'kernel' THEN COALESCE(d.value, s.value, '<unknown string ' || CASE WHEN a >= 0 THEN a ELSE b END || '>')
+                WHEN 'memcpy' THEN 'Memcpy ' || COALESCE(ck.v, 'Unknown') || ' (' || COALESCE(sk.v, 'Unknown') || ' -> '
+                                   || COALESCE(dk.v, 'Unknown') || ')'
+                ELSE 'Memset (' || COALESCE(mk.v, 'Unknown') || ')' END AS name
+            FROM (SELECT DISTINCT kind, a, b, c FROM gpu0) g
+            LEFT JOIN strs d ON kind = 'kernel' AND d.id = a LEFT JOIN strs s ON kind = 'kernel' AND s.id = b
+            LEFT JOIN e_copy ck ON kind = 'memcpy' AND ck.id = a LEFT JOIN e_mem sk ON kind = 'memcpy' AND sk.id = b
+            LEFT JOIN e_mem dk ON kind = 'memcpy' AND dk.id = c LEFT JOIN e_mem mk ON kind = 'memset' AND mk.id = a""")
         ranks = self.assign_ranks()
         self.reg("ranks", pa.table({"pid": pa.array([r[0] for r in ranks], pa.int64()),
                                     "rank": pa.array([r[1] for r in ranks], pa.int32())}))
-        last = self.one("SELECT max(end_ns) FROM gpu0")[0]
-        self.ranges(last)
-        self.launches()
+        cpu_ranges = self.ranges(self.one("SELECT max(end_ns) FROM gpu0")[0])
+        launches = self.launches()
         gpu = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
-                       FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation)
-            SELECT (row_number() OVER (ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind, g.name) - 1)::BIGINT AS id,
-                   r.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, g.name, g.correlation,
+                       FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation),
+            g AS (SELECT (row_number() OVER (ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind,
+                                             g.a, g.b, g.c) - 1)::BIGINT AS id, r.rank, g.*
+                  FROM gpu0 g JOIN ranks r USING (pid))
+            SELECT g.id, g.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, n.name, g.correlation,
                    l.id AS launch_id, l.op_id, g.bytes, g.grid, g.block
-            FROM gpu0 g JOIN ranks r USING (pid) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
+            FROM g JOIN gname n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
             ORDER BY id""")
-        launches = self.q("SELECT * EXCLUDE (gtid) FROM launches ORDER BY id")
         return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
-                       cpu_ranges=schema.conform("cpu_ranges", self.q("SELECT * FROM rng ORDER BY id")),
+                       cpu_ranges=schema.conform("cpu_ranges", cpu_ranges),
                        launches=schema.conform("launches", launches),
                        syncs=schema.conform("syncs", self.syncs()),
                        meta=self.meta(ranks), warnings=self.warnings)
 
-    def ranges(self, last_gpu) -> None:
-        """cpu_ranges (table rng) and the push/pop nesting sweep (tables pp, lvl)."""
+    def ranges(self, last_gpu) -> pa.Table:
+        """cpu_ranges, and the push/pop nesting sweep (tables nest, lvl) that launches() uses."""
         x, t = self.db.execute, self.event_types_used
         pp, se, dc = t["NvtxPushPopRange"], t["NvtxStartEndRange"], t["NvtxDomainCreate"]
-        pid = _PID.format(c="gtid")
-        x(f"""CREATE TEMP TABLE nv1 AS
-            SELECT n.*, {pid} AS pid, gtid & 16777215 AS tid,
-                   CASE WHEN n.has_text::BOOLEAN THEN n.text WHEN n.text_id IS NULL THEN ''
-                        ELSE COALESCE(s.value, '<unknown string ' || n.text_id || '>') END AS raw_name
-            FROM nv n LEFT JOIN strs s ON s.id = n.text_id""")
-        x(f"""CREATE TEMP TABLE dom AS SELECT domain_id, any_value(raw_name) AS name FROM nv1
-              WHERE event_type = {dc} AND domain_id IS NOT NULL GROUP BY domain_id""")
-        n_open, n_other = self.one(f"""SELECT count(*) FILTER (end_ns IS NULL), count(*) FILTER (pid NOT IN (SELECT pid FROM ranks))
-                                       FROM nv1 WHERE event_type IN ({pp}, {se}) AND start_ns IS NOT NULL""")
-        end = self.one(f"""SELECT greatest(max(end_ns), max(start_ns), {int(last_gpu or 0)},
-                           (SELECT max(end_ns) FROM rt)) FROM nv1 WHERE event_type IN ({pp}, {se})""")[0]
+        pid, rngs = _PID.format(c="n.gtid"), f"n.event_type IN ({pp}, {se}) AND n.start_ns IS NOT NULL"
+        name = """CASE WHEN n.has_text::BOOLEAN THEN n.text WHEN n.text_id IS NULL THEN ''
+                       ELSE COALESCE(s.value, '<unknown string ' || n.text_id || '>') END"""
+        x(f"""CREATE TEMP TABLE dom AS SELECT n.domain_id, any_value({name}) AS name FROM nv n
+              LEFT JOIN strs s ON s.id = n.text_id WHERE n.event_type = {dc} AND n.domain_id IS NOT NULL GROUP BY ALL""")
+        n_open, n_other, end = self.one(f"""
+            SELECT count(*) FILTER (n.end_ns IS NULL), count(*) FILTER ({pid} NOT IN (SELECT pid FROM ranks)),
+                   greatest(max(n.end_ns), max(n.start_ns), {int(last_gpu or 0)}, (SELECT max(end_ns) FROM rt))
+            FROM nv n WHERE {rngs}""")
         if n_open:
             self.warn(f"{n_open} NVTX ranges were never closed; clipped to the end of the capture ({end} ns)")
         if n_other:
             self.warn(f"{n_other} NVTX ranges of processes without GPU activity dropped")
         x(f"""CREATE TEMP TABLE r0 AS
-            SELECT n.rn, r.rank, n.pid, n.tid, n.gtid, n.start_ns, COALESCE(n.end_ns, {int(end or 0)}) AS end_ns,
-                   n.event_type = {pp} AS pushpop,
-                   CASE WHEN n.domain_id IS NULL OR n.domain_id = 0 THEN NULL
-                        ELSE COALESCE(d.name, '<unknown domain ' || n.domain_id || '>') END AS domain,
-                   regexp_extract(n.raw_name, $re, ['name', 'seq', 'op', 'sizes']) AS p, n.raw_name
-            FROM nv1 n JOIN ranks r USING (pid) LEFT JOIN dom d ON d.domain_id = n.domain_id
-            WHERE n.event_type IN ({pp}, {se}) AND n.start_ns IS NOT NULL""", {"re": _EMIT_NVTX})
-        x("""CREATE TEMP TABLE r1 AS
-            SELECT (row_number() OVER (ORDER BY rank, start_ns, end_ns DESC, tid, rn) - 1)::BIGINT AS id, *,
-                   p.seq <> '' OR p.op <> '' AS is_op FROM r0""")
+            SELECT (row_number() OVER (ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.rn) - 1)::BIGINT AS id,
+                   n.rn, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
+            FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
+            WHERE {rngs}""")
         # nesting sweep over push/pop ranges, per thread: +1 at a start, -1 at an end; ends at t come
         # before starts at t (end exclusive) except the end of a zero-length range, after its start.
         x("""CREATE TEMP TABLE ev AS
-            SELECT gtid, start_ns AS t, 1 AS k, id, 1 AS delta FROM r1 WHERE pushpop
-            UNION ALL SELECT gtid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 2 END, id, -1 FROM r1 WHERE pushpop""")
+            SELECT gtid, start_ns AS t, 1 AS k, id, 1 AS delta FROM r0 WHERE pushpop
+            UNION ALL SELECT gtid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 2 END, id, -1 FROM r0 WHERE pushpop""")
         x("""CREATE TEMP TABLE pp AS
-            SELECT r1.id, r1.gtid, r1.start_ns, r1.end_ns, e.depth FROM r1 JOIN (
-                SELECT id, k, (sum(delta) OVER (PARTITION BY gtid ORDER BY t, k, id ROWS UNBOUNDED PRECEDING) - 1)::INTEGER AS depth
-                FROM ev) e ON e.id = r1.id AND e.k = 1""")
+            SELECT r0.id, r0.gtid, r0.start_ns, r0.end_ns, e.depth FROM r0 JOIN (
+                SELECT id, (sum(delta) OVER (PARTITION BY gtid ORDER BY t, k, id ROWS UNBOUNDED PRECEDING) - 1)::INTEGER
+                       AS depth, k FROM ev) e ON e.id = r0.id AND e.k = 1""")
         x("""CREATE TEMP TABLE lvl AS
             SELECT gtid, t, sum(sum(delta)) OVER (PARTITION BY gtid ORDER BY t)::INTEGER AS level FROM ev GROUP BY gtid, t""")
-        x("""CREATE TEMP TABLE par AS
-            SELECT c.id, p.id AS parent_id, p.end_ns < c.end_ns AS crosses
+        x("""CREATE TEMP TABLE nest AS
+            SELECT c.id, c.depth, p.id AS parent_id, p.end_ns < c.end_ns AS crosses
             FROM pp c ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.depth - 1 AND p.id < c.id""")
-        crossing = self.one("SELECT count(*) FROM par WHERE crosses")[0]
+        crossing = self.one("SELECT count(*) FROM nest WHERE crosses")[0]
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
-        x("""CREATE TEMP TABLE rng AS
-            SELECT r1.id, r1.rank, r1.pid, r1.tid, r1.start_ns, r1.end_ns,
-                   CASE WHEN is_op THEN 'op' ELSE 'annotation' END AS kind,
-                   CASE WHEN is_op THEN p.name ELSE raw_name END AS name, r1.domain, pp.depth, par.parent_id,
-                   CASE WHEN p.seq <> '' THEN p.seq::BIGINT END AS seq,
-                   CASE WHEN is_op AND p.sizes <> '' THEN p.sizes END AS input_dims
-            FROM r1 LEFT JOIN pp USING (id) LEFT JOIN par USING (id)""")
+        # emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'
+        return self.q(f"""
+            WITH nm AS (SELECT n.rn, n.domain_id, {name} AS raw FROM nv n LEFT JOIN strs s ON s.id = n.text_id
+                        WHERE {rngs}),
+            p AS (SELECT *, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
+                         strpos(raw, ', sizes = ') AS pz, strpos(raw, ', input_op_ids = ') AS pi FROM nm)
+            SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns, r0.end_ns,
+                   CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
+                   CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1) ELSE raw END AS name,
+                   CASE WHEN p.domain_id IS NULL OR p.domain_id = 0 THEN NULL
+                        ELSE COALESCE(d.name, '<unknown domain ' || p.domain_id || '>') END AS domain,
+                   nest.depth, nest.parent_id,
+                   CASE WHEN ps > 0 THEN TRY_CAST(split_part(substr(raw, ps + 8), ',', 1) AS BIGINT) END AS seq,
+                   CASE WHEN pz > 0 AND (ps > 0 OR po > 0)
+                        THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END) END AS input_dims
+            FROM r0 JOIN p USING (rn) LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = p.domain_id
+            ORDER BY id""")
 
-    def launches(self) -> None:
+    def launches(self) -> pa.Table:
         x = self.db.execute
         n_other = self.one(f"SELECT count(*) FROM rt WHERE {_PID.format(c='gtid')} NOT IN (SELECT pid FROM ranks)")[0]
         if n_other:
             self.warn(f"{n_other} CUDA API calls of processes without GPU activity dropped")
-        x(f"""CREATE TEMP TABLE l0 AS
-            SELECT rt.*, r.rank, {_PID.format(c='rt.gtid')} AS pid, rt.gtid & 16777215 AS tid,
-                   regexp_replace(COALESCE(s.value, '<unknown string ' || rt.name_id || '>'), '_v[0-9]{{4,}}$', '') AS name,
-                   COALESCE(rt.table_api, a.v) AS api0
-            FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}
-                    LEFT JOIN strs s ON s.id = rt.name_id LEFT JOIN e_api a ON a.id = rt.event_class""")
         # innermost open push/pop range at the call: the open-range count at its start gives the depth,
         # the latest range at that depth that started before the call is the one.
-        x("""CREATE TEMP TABLE launches AS
-            SELECT (row_number() OVER (ORDER BY l.rank, l.start_ns, l.end_ns, l.tid, l.correlation) - 1)::BIGINT AS id,
-                   l.rank, l.pid, l.tid, l.gtid, l.start_ns, l.end_ns, l.name,
-                   COALESCE(l.api0, CASE WHEN l.name LIKE 'cuda%' THEN 'runtime' WHEN l.name LIKE 'cu%' THEN 'driver'
-                                         ELSE 'runtime' END) AS api,
-                   l.correlation, CASE WHEN p.end_ns > l.start_ns THEN p.id END AS op_id
-            FROM (SELECT l0.*, v.level FROM l0 ASOF LEFT JOIN lvl v ON v.gtid = l0.gtid AND v.t <= l0.start_ns) l
+        x(f"""CREATE TEMP TABLE launches AS
+            SELECT l.id, l.rank, {_PID.format(c='l.gtid')} AS pid, l.gtid, l.start_ns, l.end_ns, l.correlation,
+                   l.name_id, l.event_class, l.table_api, CASE WHEN p.end_ns > l.start_ns THEN p.id END AS op_id
+            FROM (SELECT l.*, v.level FROM (
+                    SELECT (row_number() OVER (ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215,
+                                               rt.correlation) - 1)::BIGINT AS id, r.rank, rt.*
+                    FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}) l
+                  ASOF LEFT JOIN lvl v ON v.gtid = l.gtid AND v.t <= l.start_ns) l
             ASOF LEFT JOIN pp p ON p.gtid = l.gtid AND p.depth = l.level - 1 AND p.start_ns <= l.start_ns""")
+        x("""CREATE TEMP TABLE lname AS
+            SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
+                                               '_v[0-9]{4,}$', '') AS name
+            FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
+        return self.q("""
+            SELECT l.id, l.rank, l.pid, l.gtid & 16777215 AS tid, l.start_ns, l.end_ns, n.name,
+                   COALESCE(l.table_api, a.v, CASE WHEN n.name LIKE 'cuda%' THEN 'runtime'
+                                                   WHEN n.name LIKE 'cu%' THEN 'driver' ELSE 'runtime' END) AS api,
+                   l.correlation, l.op_id
+            FROM launches l LEFT JOIN lname n ON n.name_id IS NOT DISTINCT FROM l.name_id
+                            LEFT JOIN e_api a ON a.id = l.event_class
+            ORDER BY l.id""")
 
     def syncs(self) -> pa.Table:
         pid = _PID.format(c="sy.gpid")

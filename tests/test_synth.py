@@ -5,20 +5,23 @@ hand-written expected numbers of tiny_breakdown are recomputed by a ns-resolutio
 """
 from __future__ import annotations
 
-import copy
 import json
 import re
 import sqlite3
+import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
-from fixtures import scenarios
-from fixtures.synth import Range, RankMeta, RankTrace, generate
-from fixtures.synth_writers import kineto_doc, write_kineto, write_nsys, write_nsys_per_rank
-
 ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # `fixtures` is a top-level folder of the repository, not installed
+    sys.path.insert(0, str(ROOT))
+
+from fixtures import scenarios  # noqa: E402
+from fixtures.synth import RankMeta, RankTrace, generate  # noqa: E402
+from fixtures.synth_writers import kineto_doc, write_kineto, write_nsys, write_nsys_per_rank  # noqa: E402
+
 REAL_NSYS = ROOT.parent / "shared" / "traces" / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
 OP_RE = re.compile(r"^(?P<name>.*?)(?:, seq = (?P<seq>\d+))?, op_id = \d+(?:, sizes = \[.*\])?$", re.S)
 

@@ -210,6 +210,9 @@ def test_nsys_valid(gen, name):
                            "CUPTI_ACTIVITY_KIND_RUNTIME r where r.correlationId=g.correlationId and "
                            "(r.globalTid >> 24) = (g.globalPid >> 24))").fetchone()[0] == 0
     assert con.execute("select count(*) from TARGET_INFO_GPU where name like 'NVIDIA H100%' and smCount=132").fetchone()[0] >= 1
+    if name == "moe_overlap_1rank":
+        assert con.execute("select count(*) from NVTX_EVENTS e join StringIds s on s.id=e.textId "
+                           "where s.value='ncclAlltoAll' and e.domainId=1").fetchone()[0] == 16
     if name == "straggler_4rank":
         assert con.execute("select count(*) from PROCESSES where name='python3'").fetchone()[0] == 4
         assert con.execute("select count(*) from NVTX_EVENTS where eventType=75 and text='NCCL' and domainId=1").fetchone()[0] == 4

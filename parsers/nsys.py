@@ -141,15 +141,26 @@ class _Reader:
         self.src, self.path = src, path
         self.warnings: list[str] = []
         self.db = duckdb.connect()
+        self.registered: set[str] = set()
 
     def warn(self, msg: str) -> None:
         self.warnings.append(f"{self.path}: {msg}")
 
     def reg(self, name: str, table: pa.Table) -> None:
         self.db.register(name, table)
+        self.registered.add(name)
 
     def q(self, sql: str) -> pa.Table:
         return self.db.sql(sql).to_arrow_table()
+
+    def drop(self, *names: str) -> None:
+        """Free what later steps no longer need (temp tables and registered Arrow tables)."""
+        for n in names:
+            if n in self.registered:
+                self.db.unregister(n)
+                self.registered.discard(n)
+            else:
+                self.db.execute(f"DROP TABLE IF EXISTS {n}")
 
     def one(self, sql: str):
         return self.db.execute(sql).fetchall()[0]
@@ -306,8 +317,15 @@ class _Reader:
         ranks = self.assign_ranks()
         self.reg("ranks", pa.table({"pid": pa.array([r[0] for r in ranks], pa.int64()),
                                     "rank": pa.array([r[1] for r in ranks], pa.int32())}))
+        n_other = self.one(f"SELECT count(*) FROM rt WHERE {_PID.format(c='gtid')} NOT IN (SELECT pid FROM ranks)")[0]
+        if n_other:
+            self.warn(f"{n_other} CUDA API calls of processes without GPU activity dropped")
+        x(f"""CREATE TEMP TABLE l0 AS
+            SELECT (row_number() OVER (ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215, rt.correlation)
+                    - 1)::BIGINT AS id, r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}""")
         cpu_ranges = self.ranges(self.one("SELECT max(end_ns) FROM gpu0")[0])
         launches = self.launches()
+        self.drop("sw", "pp", "nest", "r0", "l0", "nv", "rt", "k", "mc", "ms")
         gpu = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
                        FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation),
@@ -325,7 +343,7 @@ class _Reader:
                        meta=self.meta(ranks), warnings=self.warnings)
 
     def ranges(self, last_gpu) -> pa.Table:
-        """cpu_ranges, and the push/pop nesting sweep (tables nest, lvl) that launches() uses."""
+        """cpu_ranges, and the nesting sweep over ranges and calls (tables sw, pp) that launches() uses."""
         x, t = self.db.execute, self.event_types_used
         pp, se, dc = t["NvtxPushPopRange"], t["NvtxStartEndRange"], t["NvtxDomainCreate"]
         pid, rngs = _PID.format(c="n.gtid"), f"n.event_type IN ({pp}, {se}) AND n.start_ns IS NOT NULL"
@@ -346,17 +364,16 @@ class _Reader:
                    n.rn, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
             WHERE {rngs}""")
-        # nesting sweep over push/pop ranges, per thread: +1 at a start, -1 at an end; ends at t come
-        # before starts at t (end exclusive) except the end of a zero-length range, after its start.
-        x("""CREATE TEMP TABLE ev AS
-            SELECT gtid, start_ns AS t, 1 AS k, id, 1 AS delta FROM r0 WHERE pushpop
-            UNION ALL SELECT gtid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 2 END, id, -1 FROM r0 WHERE pushpop""")
-        x("""CREATE TEMP TABLE pp AS
-            SELECT r0.id, r0.gtid, r0.start_ns, r0.end_ns, e.depth FROM r0 JOIN (
-                SELECT id, (sum(delta) OVER (PARTITION BY gtid ORDER BY t, k, id ROWS UNBOUNDED PRECEDING) - 1)::INTEGER
-                       AS depth, k FROM ev) e ON e.id = r0.id AND e.k = 1""")
-        x("""CREATE TEMP TABLE lvl AS
-            SELECT gtid, t, sum(sum(delta)) OVER (PARTITION BY gtid ORDER BY t)::INTEGER AS level FROM ev GROUP BY gtid, t""")
+        # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
+        # running sum is the open-range count. Ends at t come before starts at t (end exclusive), the
+        # end of a zero-length range after its start, and a call after everything at its time.
+        x("""CREATE TEMP TABLE sw AS
+            SELECT id, gtid, t, k, e, (sum(delta) OVER (PARTITION BY gtid ORDER BY t, k, id ROWS UNBOUNDED PRECEDING))::INTEGER AS run
+            FROM (SELECT gtid, start_ns AS t, 1 AS k, id, 1 AS delta, end_ns AS e FROM r0 WHERE pushpop
+                  UNION ALL SELECT gtid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 2 END, id, -1, NULL FROM r0 WHERE pushpop
+                  UNION ALL SELECT gtid, start_ns, 3, id, 0, NULL FROM l0
+                            WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))""")
+        x("CREATE TEMP TABLE pp AS SELECT id, gtid, t AS start_ns, e AS end_ns, run - 1 AS depth FROM sw WHERE k = 1")
         x("""CREATE TEMP TABLE nest AS
             SELECT c.id, c.depth, p.id AS parent_id, p.end_ns < c.end_ns AS crosses
             FROM pp c ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.depth - 1 AND p.id < c.id""")
@@ -383,20 +400,13 @@ class _Reader:
 
     def launches(self) -> pa.Table:
         x = self.db.execute
-        n_other = self.one(f"SELECT count(*) FROM rt WHERE {_PID.format(c='gtid')} NOT IN (SELECT pid FROM ranks)")[0]
-        if n_other:
-            self.warn(f"{n_other} CUDA API calls of processes without GPU activity dropped")
         # innermost open push/pop range at the call: the open-range count at its start gives the depth,
         # the latest range at that depth that started before the call is the one.
         x(f"""CREATE TEMP TABLE launches AS
-            SELECT l.id, l.rank, {_PID.format(c='l.gtid')} AS pid, l.gtid, l.start_ns, l.end_ns, l.correlation,
-                   l.name_id, l.event_class, l.table_api, CASE WHEN p.end_ns > l.start_ns THEN p.id END AS op_id
-            FROM (SELECT l.*, v.level FROM (
-                    SELECT (row_number() OVER (ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215,
-                                               rt.correlation) - 1)::BIGINT AS id, r.rank, rt.*
-                    FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}) l
-                  ASOF LEFT JOIN lvl v ON v.gtid = l.gtid AND v.t <= l.start_ns) l
-            ASOF LEFT JOIN pp p ON p.gtid = l.gtid AND p.depth = l.level - 1 AND p.start_ns <= l.start_ns""")
+            SELECT l0.*, {_PID.format(c='l0.gtid')} AS pid, o.op_id FROM l0 LEFT JOIN (
+                SELECT c.id, CASE WHEN p.end_ns > c.t THEN p.id END AS op_id
+                FROM (SELECT * FROM sw WHERE k = 3) c
+                ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.run - 1 AND p.start_ns <= c.t) o USING (id)""")
         x("""CREATE TEMP TABLE lname AS
             SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
                                                '_v[0-9]{4,}$', '') AS name

@@ -20,12 +20,10 @@ Mapping (see traceview/schema.py for the columns):
 from __future__ import annotations
 
 import re
-import urllib.parse
 from pathlib import Path
 
 import duckdb
 import pyarrow as pa
-from adbc_driver_sqlite import dbapi
 
 from traceview import schema
 from traceview.errors import TraceError
@@ -63,14 +61,14 @@ def read(path, nsys_bin=None) -> Profile:
     if not nsys_export.is_sqlite(db):
         raise TraceError(path, "not an SQLite file (expected an Nsight Systems SQLite export or .nsys-rep report)")
     try:
-        src = _Sqlite(db)
-    except (dbapi.Error, OSError) as e:
+        src = nsys_export.Export(db)
+    except (nsys_export.dbapi.Error, OSError) as e:
         raise TraceError(path, f"cannot open the SQLite file: {_line(e)}") from None
     try:
         return _Reader(src, path).run()
     except TraceError:
         raise
-    except (dbapi.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
+    except (nsys_export.dbapi.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
         raise TraceError(path, f"cannot read this Nsight Systems export: {_line(e)}") from None
     finally:
         src.close()
@@ -80,64 +78,12 @@ def _line(e: Exception) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
 
-class _Sqlite:
-    """Read-only SQLite file; queries come back as Arrow tables."""
-
-    def __init__(self, path: Path):
-        self.con = dbapi.connect("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1")
-        self._cols: dict[str, set[str]] = {}
-        names = self.fetch("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
-        self.tables = set(names.column(0).to_pylist())
-
-    def close(self):
-        self.con.close()
-
-    def fetch(self, sql: str, params: tuple = ()) -> pa.Table:
-        cur = self.con.cursor()
-        try:
-            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
-            cur.execute(sql, parameters=params or None)
-            return _valid_utf8(cur.fetch_arrow_table())
-        finally:
-            cur.close()
-
-    def cols(self, table: str) -> set[str]:
-        if table not in self._cols:
-            t = self.fetch("SELECT name FROM pragma_table_info(?)", (table,)) if table in self.tables else None
-            self._cols[table] = set(t.column(0).to_pylist()) if t is not None else set()
-        return self._cols[table]
-
-    def rows(self, table: str) -> bool:
-        return table in self.tables and self.fetch(f'SELECT 1 FROM "{table}" LIMIT 1').num_rows > 0
-
-    def select(self, table: str, spec: dict[str, str], where: str = "", params: tuple = ()) -> pa.Table:
-        """SELECT each wanted column CAST to its type, or a typed NULL where the export lacks it.
-        spec: output name -> 'column TYPE' (column names are ours, never from the trace)."""
-        return self.fetch(_select_sql(self, table, spec) + " " + where, params)
-
-    def enum(self, table: str) -> list[tuple[int, str, str]]:
-        if not self.rows(table) or not {"id", "name"} <= self.cols(table):
-            return []
-        lab = "label" if "label" in self.cols(table) else "name"
-        t = self.fetch(f'SELECT CAST(id AS INTEGER), IFNULL(name, \'\'), IFNULL({lab}, \'\') FROM "{table}"')
-        return list(zip(*(c.to_pylist() for c in t.columns)))
-
-    def kv(self, table: str, name: str | None = None) -> list[tuple[str, str]]:
-        """(name, value) rows of a metadata table (only those called `name` if given)."""
-        if not {"name", "value"} <= self.cols(table):
-            return []
-        t = self.fetch(f'SELECT IFNULL(CAST(name AS TEXT), \'\'), IFNULL(CAST(value AS TEXT), \'\') FROM "{table}"'
-                       + (" WHERE name = ?" if name else ""), (name,) if name else ())
-        return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist()))
-
-
-_I, _T = "INTEGER", "TEXT"
-_GPU_COMMON = {"start_ns": "start INTEGER", "end_ns": "end INTEGER", "device": "deviceId INTEGER",
-               "stream": "streamId INTEGER", "correlation": "correlationId INTEGER", "gpid": "globalPid INTEGER"}
+_GPU = {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
+        "correlation": "correlationId", "gpid": "globalPid"}
 
 
 class _Reader:
-    def __init__(self, src: _Sqlite, path: Path):
+    def __init__(self, src: nsys_export.Export, path: Path):
         self.src, self.path = src, path
         self.warnings: list[str] = []
         self.db = duckdb.connect()
@@ -167,48 +113,30 @@ class _Reader:
 
     # ---------------------------------------------------------------- raw rows from SQLite
     def load_raw(self) -> None:
-        s = self.src
-        if not s.rows("CUPTI_ACTIVITY_KIND_KERNEL"):
+        s, types = self.src, self.event_types()
+        k = s.table("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU, "name_id": "demangledName", "short_id": "shortName",
+                    "gx": "gridX", "gy": "gridY", "gz": "gridZ", "bx": "blockX", "by": "blockY", "bz": "blockZ"})
+        if not k.num_rows:
             raise TraceError(self.path, NO_KERNELS)
-        self.reg("k", s.select("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU_COMMON, "name_id": "demangledName INTEGER",
-                 "short_id": "shortName INTEGER", "gx": "gridX INTEGER", "gy": "gridY INTEGER", "gz": "gridZ INTEGER",
-                 "bx": "blockX INTEGER", "by": "blockY INTEGER", "bz": "blockZ INTEGER"}))
-        self.reg("mc", s.select("CUPTI_ACTIVITY_KIND_MEMCPY", {**_GPU_COMMON, "bytes": "bytes INTEGER",
-                 "copy_kind": "copyKind INTEGER", "src_kind": "srcKind INTEGER", "dst_kind": "dstKind INTEGER"})
-                 if s.rows("CUPTI_ACTIVITY_KIND_MEMCPY") else _empty(_GPU_COMMON, bytes=_I, copy_kind=_I, src_kind=_I, dst_kind=_I))
-        self.reg("ms", s.select("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU_COMMON, "bytes": "bytes INTEGER",
-                 "mem_kind": "memKind INTEGER"})
-                 if s.rows("CUPTI_ACTIVITY_KIND_MEMSET") else _empty(_GPU_COMMON, bytes=_I, mem_kind=_I))
-        api = {"start_ns": "start INTEGER", "end_ns": "end INTEGER", "gtid": "globalTid INTEGER",
-               "correlation": "correlationId INTEGER", "name_id": "nameId INTEGER", "event_class": "eventClass INTEGER"}
-        parts = []
-        for table, table_api in (("CUPTI_ACTIVITY_KIND_RUNTIME", None), ("CUPTI_ACTIVITY_KIND_DRIVER", "driver")):
-            if s.rows(table):
-                t = s.select(table, api)
-                parts.append(t.append_column("table_api", pa.array([table_api] * t.num_rows, pa.string())))
-        self.reg("rt", pa.concat_tables(parts) if parts else _empty(api, table_api=_T))
-        nv = {"start_ns": "start INTEGER", "end_ns": "end INTEGER", "event_type": "eventType INTEGER",
-              "gtid": "globalTid INTEGER", "text_id": "textId INTEGER", "domain_id": "domainId INTEGER"}
-        types = self.event_types()
-        if s.rows("NVTX_EVENTS") and {"start", "eventType"} <= s.cols("NVTX_EVENTS"):
-            has_text = "text" in s.cols("NVTX_EVENTS")
-            extra = (", IFNULL(CAST(text AS TEXT), '') AS text, text IS NOT NULL AS has_text" if has_text else
-                     ", '' AS text, 0 AS has_text") + ", rowid AS rn"
-            t = s.fetch(_select_sql(s, "NVTX_EVENTS", nv, extra) + " WHERE eventType IN (?, ?, ?)",
-                        (types["NvtxPushPopRange"], types["NvtxStartEndRange"], types["NvtxDomainCreate"]))
-        else:
-            t = _empty(nv, text=_T, has_text=_I, rn=_I)
-        self.reg("nv", t)
-        self.reg("sy", s.select("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {**_GPU_COMMON, "sync_type": "syncType INTEGER",
-                 "event_id": "eventId INTEGER", "event_sync_id": "eventSyncId INTEGER"})
-                 if s.rows("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
-                 else _empty(_GPU_COMMON, sync_type=_I, event_id=_I, event_sync_id=_I))
-        ev = {"correlation": "correlationId INTEGER", "gpid": "globalPid INTEGER", "event_id": "eventId INTEGER",
-              "stream": "streamId INTEGER", "event_sync_id": "eventSyncId INTEGER"}
-        self.reg("ce", s.select("CUPTI_ACTIVITY_KIND_CUDA_EVENT", ev) if s.rows("CUPTI_ACTIVITY_KIND_CUDA_EVENT")
-                 else _empty(ev))
-        self.reg("strs", s.fetch("SELECT CAST(id AS INTEGER) AS id, IFNULL(CAST(value AS TEXT), '') AS value "
-                                 "FROM StringIds") if s.rows("StringIds") else _empty({}, id=_I, value=_T))
+        self.reg("k", k)
+        self.reg("mc", s.table("CUPTI_ACTIVITY_KIND_MEMCPY", {**_GPU, "bytes": "bytes", "copy_kind": "copyKind",
+                                                             "src_kind": "srcKind", "dst_kind": "dstKind"}))
+        self.reg("ms", s.table("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU, "bytes": "bytes", "mem_kind": "memKind"}))
+        api = {"start_ns": "start", "end_ns": "end", "gtid": "globalTid", "correlation": "correlationId",
+               "name_id": "nameId", "event_class": "eventClass"}
+        self.reg("rt", pa.concat_tables([s.table(t, {**api, "table_api": f"={v} TEXT"}) for t, v in (
+            ("CUPTI_ACTIVITY_KIND_RUNTIME", "NULL"), ("CUPTI_ACTIVITY_KIND_DRIVER", "'driver'"))]))
+        text = "text" in s.cols("NVTX_EVENTS")
+        self.reg("nv", s.table("NVTX_EVENTS", {
+            "start_ns": "start", "end_ns": "end", "event_type": "eventType", "gtid": "globalTid", "text_id": "textId",
+            "domain_id": "domainId", "text": "=IFNULL(CAST(text AS TEXT), '') TEXT" if text else "='' TEXT",
+            "has_text": "=(text IS NOT NULL) INTEGER" if text else "=0 INTEGER", "rn": "=rowid INTEGER"},
+            "WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES)))
+        self.reg("sy", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {**_GPU, "sync_type": "syncType",
+                                                                      "event_id": "eventId", "event_sync_id": "eventSyncId"}))
+        self.reg("ce", s.table("CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"correlation": "correlationId", "gpid": "globalPid",
+                               "event_id": "eventId", "stream": "streamId", "event_sync_id": "eventSyncId"}))
+        self.reg("strs", s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"}))
         self.event_types_used = types
 
     def event_types(self) -> dict[str, int]:
@@ -268,7 +196,7 @@ class _Reader:
         version = f"{ver} (schema {sv})" if sv else ver
         gpus: dict = {}
         if s.rows("TARGET_INFO_GPU"):
-            g = s.select("TARGET_INFO_GPU", {"id": "id INTEGER", "name": "name TEXT", "sm": "smCount INTEGER"})
+            g = s.table("TARGET_INFO_GPU", {"id": "id", "name": "name TEXT", "sm": "smCount"})
             rows = list(zip(*(c.to_pylist() for c in g.columns)))
             gpus = {r[0]: r for r in rows}
             if len(rows) == 1:
@@ -441,33 +369,3 @@ class _Reader:
             FROM (SELECT sy.*, r.rank, {pid} AS pid FROM sy JOIN ranks r ON r.pid = {pid}) s
             LEFT JOIN e_sync k ON k.id = s.sync_type {join}
             ORDER BY id""")
-
-
-def _select_sql(src: _Sqlite, table: str, spec: dict[str, str], extra: str = "") -> str:
-    have = src.cols(table)
-    parts = []
-    for out, colspec in spec.items():
-        col, typ = colspec.split()
-        parts.append(f'CAST("{col}" AS {typ}) AS "{out}"' if col in have else f'CAST(NULL AS {typ}) AS "{out}"')
-    return f'SELECT {", ".join(parts)}{extra} FROM "{table}"'
-
-
-def _valid_utf8(t: pa.Table) -> pa.Table:
-    """SQLite does not enforce UTF-8 and ADBC passes bytes through: repair invalid text
-    (replacement characters), so names from a damaged export cannot break later steps."""
-    for i, f in enumerate(t.schema):
-        if pa.types.is_string(f.type):
-            try:
-                t.column(i).validate(full=True)
-            except pa.ArrowInvalid:
-                raw = t.column(i).cast(pa.binary()).to_pylist()  # rare: only for damaged text
-                fixed = pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], pa.string())
-                t = t.set_column(i, f, fixed)
-    return t
-
-
-def _empty(spec: dict[str, str], **extra: str) -> pa.Table:
-    """An empty table with the columns a select of `spec` (+ extra name=TYPE) would give."""
-    typ = {"INTEGER": pa.int64(), "TEXT": pa.string()}
-    fields = [(out, typ[c.split()[1]]) for out, c in spec.items()] + [(k, typ[v]) for k, v in extra.items()]
-    return pa.table({k: pa.array([], t) for k, t in fields})

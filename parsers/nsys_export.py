@@ -1,4 +1,5 @@
-"""Nsight Systems reports (.nsys-rep, .qdrep) -> SQLite exports, by running `nsys export`.
+"""Access to Nsight Systems SQLite exports: reading one as Arrow tables (`Export`), and making
+one from a report (.nsys-rep, .qdrep) by running `nsys export` (`to_sqlite`).
 
 The export is cached and reused while the report is unchanged (same size and mtime):
 - beside the report, in `<report folder>/.traceview-cache/` (a subfolder, so that loading the
@@ -16,7 +17,11 @@ import re
 import shutil
 import stat
 import subprocess
+import urllib.parse
 from pathlib import Path
+
+import pyarrow as pa
+from adbc_driver_sqlite import dbapi
 
 from traceview.errors import TraceError
 
@@ -180,3 +185,81 @@ def _failure(report: Path, nsys: str, res: subprocess.CompletedProcess) -> str:
                 f"export it: install {need} (or pass --nsys PATH), or run `nsys export --type sqlite "
                 f"{report.name}` where it was recorded and pass the .sqlite [nsys: {detail}]")
     return f"`nsys export` failed (exit status {res.returncode}): {detail}"
+
+
+class Export:
+    """An SQLite export opened read-only; queries come back as Arrow tables (through ADBC)."""
+
+    def __init__(self, path: Path):
+        self.con = dbapi.connect("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1")
+        self._cols: dict[str, set[str]] = {}
+        names = self.fetch("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
+        self.tables = set(names.column(0).to_pylist())
+
+    def close(self):
+        self.con.close()
+
+    def fetch(self, sql: str, params: tuple = ()) -> pa.Table:
+        cur = self.con.cursor()
+        try:
+            cur.adbc_statement.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
+            cur.execute(sql, parameters=params or None)
+            return _valid_utf8(cur.fetch_arrow_table())
+        finally:
+            cur.close()
+
+    def cols(self, table: str) -> set[str]:
+        if table not in self._cols:
+            t = self.fetch("SELECT name FROM pragma_table_info(?)", (table,)) if table in self.tables else None
+            self._cols[table] = set(t.column(0).to_pylist()) if t is not None else set()
+        return self._cols[table]
+
+    def rows(self, table: str) -> bool:
+        return table in self.tables and self.fetch(f'SELECT 1 FROM "{table}" LIMIT 1').num_rows > 0
+
+    def table(self, table: str, spec: dict[str, str], where: str = "", params: tuple = ()) -> pa.Table:
+        """Rows of `table` as spec says (output name -> 'column [TYPE]' or '=SQL-expression TYPE'),
+        each cast to its type; a column the export lacks reads as NULL; a missing table as no rows.
+        Column names come from this module, never from the trace."""
+        have, parts, fields = self.cols(table), [], []
+        for out, colspec in spec.items():
+            expr, _, typ = colspec.partition(" ") if not colspec.startswith("=") else colspec[1:].rpartition(" ")
+            typ = typ or "INTEGER"
+            if not colspec.startswith("="):
+                expr = f'"{expr}"' if expr in have else "NULL"
+            parts.append(f'CAST({expr} AS {typ}) AS "{out}"')
+            fields.append(pa.field(out, pa.string() if typ == "TEXT" else pa.int64()))
+        schema_ = pa.schema(fields)
+        if table not in self.tables:
+            return schema_.empty_table()
+        t = self.fetch(f'SELECT {", ".join(parts)} FROM "{table}" {where}', params)
+        return t.cast(schema_) if t.num_rows else schema_.empty_table()
+
+    def enum(self, table: str) -> list[tuple[int, str, str]]:
+        if not self.rows(table) or not {"id", "name"} <= self.cols(table):
+            return []
+        lab = "label" if "label" in self.cols(table) else "name"
+        t = self.fetch(f'SELECT CAST(id AS INTEGER), IFNULL(name, \'\'), IFNULL({lab}, \'\') FROM "{table}"')
+        return list(zip(*(c.to_pylist() for c in t.columns)))
+
+    def kv(self, table: str, name: str | None = None) -> list[tuple[str, str]]:
+        """(name, value) rows of a metadata table (only those called `name` if given)."""
+        if not {"name", "value"} <= self.cols(table):
+            return []
+        t = self.fetch(f'SELECT IFNULL(CAST(name AS TEXT), \'\'), IFNULL(CAST(value AS TEXT), \'\') FROM "{table}"'
+                       + (" WHERE name = ?" if name else ""), (name,) if name else ())
+        return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist()))
+
+
+def _valid_utf8(t: pa.Table) -> pa.Table:
+    """SQLite does not enforce UTF-8 and ADBC passes bytes through: repair invalid text
+    (replacement characters), so names from a damaged export cannot break later steps."""
+    for i, f in enumerate(t.schema):
+        if pa.types.is_string(f.type):
+            try:
+                t.column(i).validate(full=True)
+            except pa.ArrowInvalid:
+                raw = t.column(i).cast(pa.binary()).to_pylist()  # rare: only for damaged text
+                fixed = pa.array([None if b is None else b.decode("utf-8", "replace") for b in raw], pa.string())
+                t = t.set_column(i, f, fixed)
+    return t

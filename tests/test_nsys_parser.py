@@ -232,12 +232,15 @@ def _tiny(path: Path, *, kernels=True, env_rank=True):
             correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER);
         CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER, end INTEGER, deviceId INTEGER,
             streamId INTEGER, correlationId INTEGER, globalPid INTEGER, syncType INTEGER, eventId INTEGER);
+        CREATE TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT (correlationId INTEGER, globalPid INTEGER, eventId INTEGER,
+            streamId INTEGER);
         CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT, globalTid INTEGER,
             textId INTEGER, domainId INTEGER);
     """)
     con.executemany("INSERT INTO StringIds VALUES (?, ?)", [
         (1, "cudaLaunchKernel_v7000"), (2, "void gemm<float>(float*)"), (3, "gemm"), (4, "nccl:all_to_all"),
-        (5, "cudaMemcpyAsync_v3020"), (7, "relu")])  # 6 (K3's demangled name) trimmed away
+        (5, "cudaMemcpyAsync_v3020"), (7, "relu"),
+        (8, "cudaEventRecord_v3020")])  # 6 (K3's demangled name) trimmed away
     con.executemany("INSERT INTO EXPORT_META_DATA VALUES (?, ?)",
                     [("EXPORT_PRODUCT_VERSION", "2022.2.1.31"), ("EXPORT_SCHEMA_VERSION", "2.9.1")])
     if env_rank:
@@ -254,7 +257,7 @@ def _tiny(path: Path, *, kernels=True, env_rank=True):
     ])
     con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_RUNTIME VALUES (?, ?, ?, ?, ?, ?)", [
         (150, 160, 0, t1, 11, 1), (300, 310, 0, t1, 12, 1), (300, 320, 0, t2, 13, 1), (600, 700, 0, t1, 14, 5),
-        (1000, 1010, 0, t1, 15, 1), (400, 405, 0, t1, 16, 1)])
+        (1000, 1010, 0, t1, 15, 1), (400, 405, 0, t1, 16, 1), (250, 260, 0, t1, 17, 8)])
     if kernels:
         con.executemany("INSERT INTO CUPTI_ACTIVITY_KIND_KERNEL VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)", [
             (400, 900, 0, 7, 11, gpid, 2, 3, 4, 1, 1, 128, 1, 1),
@@ -262,6 +265,8 @@ def _tiny(path: Path, *, kernels=True, env_rank=True):
             (1200, 1300, 0, 9, 13, gpid, 6, 7, 1, 1, 1, 32, 1, 1)])
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_MEMCPY VALUES (800, 2500, 0, 9, 14, ?, 4096, 1, 0, 2)", (gpid,))
         con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_SYNCHRONIZATION VALUES (330, 340, 0, 9, 13, ?, 2, 5)", (gpid,))
+        # event 5 recorded on stream 4 by the call with correlation 17 (at 250, before the wait at 330)
+        con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_CUDA_EVENT VALUES (17, ?, 5, 4)", (gpid,))
     con.commit()
     con.close()
     return path
@@ -291,6 +296,7 @@ def test_tiny_export_projection_names_and_rank(tmp_path):
     assert (g[14]["kind"], g[14]["name"], g[14]["bytes"]) == ("memcpy", "Memcpy HtoD (Pageable -> Device)", 4096)
     (sync,) = prof.syncs.to_pylist()
     assert (sync["kind"], sync["stream"], sync["event_id"], sync["correlation"]) == ("stream_wait_event", 9, 5, 13)
+    assert sync["event_stream"] == 4 and launches[17]["name"] == "cudaEventRecord" and launches[17]["op_id"] == b["id"]
     (meta,) = prof.meta.to_pylist()
     assert (meta["rank"], meta["rank_source"], meta["world_size"]) == (3, "env RANK", 8)
     assert meta["source_version"] == "2022.2.1.31 (schema 2.9.1)" and meta["gpu_name"] is None
@@ -307,6 +313,22 @@ def test_tiny_export_unknown_strings_and_loader_rank(tmp_path):
     assert prof.ranks == [5] and prof.meta.column("rank_source").to_pylist() == ["file name"]
     names = set(prof.cpu_ranges.column("name").to_pylist()) | set(prof.gpu_activities.column("name").to_pylist())
     assert {"<unknown string 4>", "<unknown string 6>"} <= names
+
+
+def test_event_stream_by_event_sync_id_where_recorded(tmp_path):
+    db = _tiny(tmp_path / "syncid.sqlite")
+    con = sqlite3.connect(db)
+    con.executescript("""
+        ALTER TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION ADD COLUMN eventSyncId INTEGER;
+        ALTER TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT ADD COLUMN eventSyncId INTEGER;
+        UPDATE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION SET eventSyncId = 99;
+        UPDATE CUPTI_ACTIVITY_KIND_CUDA_EVENT SET eventSyncId = 98;""")
+    # the record the wait is linked to by id: on stream 6, by the call at 600 (after the wait)
+    con.execute("INSERT INTO CUPTI_ACTIVITY_KIND_CUDA_EVENT VALUES (14, ?, 5, 6, 99)", (77 << 24,))
+    con.commit()
+    con.close()
+    (sync,) = load([db]).syncs.to_pylist()
+    assert sync["event_stream"] == 6
 
 
 def test_no_kernel_table_message(tmp_path):

@@ -352,7 +352,7 @@ class _Reader:
         pid = _PID.format(c="sy.gpid")
         # the stream an awaited event was recorded on: the CUDA event record with the same sync id
         # (newer exports), else the latest record of the same event id before the wait
-        by_sync = "event_sync_id" in self.src.cols("CUPTI_ACTIVITY_KIND_CUDA_EVENT") and \
+        by_sync = "eventSyncId" in self.src.cols("CUPTI_ACTIVITY_KIND_CUDA_EVENT") and \
             "eventSyncId" in self.src.cols("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION")
         self.db.execute(f"""CREATE TEMP TABLE rec AS
             SELECT {_PID.format(c='ce.gpid')} AS pid, ce.event_id, ce.event_sync_id, ce.stream, l.start_ns AS t

@@ -51,6 +51,71 @@ def top_kernel_lines(doc: dict) -> list[str]:
         ["kernel", "class", "count", "ms"], rows, "llrr") + [""]
 
 
+def _n_windows(doc: dict) -> int:
+    return max(1, len(doc["steps"]))
+
+
+def layer_label(r: dict) -> str:
+    if r["region"] == "layer":
+        return f"layer {r['layer']}"
+    return "outside layers" if r["region"] == "outside" else "unattributed"
+
+
+def group_layers(doc: dict) -> list[dict]:
+    """Layer x phase groups (mean per step and rank) with the stage that dominates each."""
+    n = _n_windows(doc)
+    groups: dict = {}
+    for r in doc.get("layers", []):
+        key = (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"], r["phase"])
+        g = groups.setdefault(key, {"label": layer_label(r), "phase": r["phase"], "stages": {},
+                                    **{f: 0.0 for f in ("step_time_ns", "compute_ns", "exposed_comm_ns",
+                                                        "overlapped_comm_ns", "idle_ns", "exposed_memory_ns")}})
+        for f in ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "idle_ns", "exposed_memory_ns"):
+            g[f] += r[f] / n
+        g["stages"][r["stage"]] = g["stages"].get(r["stage"], 0) + r["step_time_ns"]
+    out = []
+    for key in sorted(groups):
+        g = groups[key]
+        g["top_stage"] = max(g["stages"].items(), key=lambda kv: (kv[1], kv[0]))[0] if g["stages"] else "-"
+        out.append(g)
+    return out
+
+
+def layer_lines(doc: dict) -> list[str]:
+    if not doc.get("layers"):
+        return []
+    rows = [[clip(g["label"], 16), g["phase"], ms(g["step_time_ns"]), ms(g["compute_ns"]), ms(g["exposed_comm_ns"]),
+             ms(g["overlapped_comm_ns"]), ms(g["idle_ns"]), g["top_stage"]] for g in group_layers(doc)]
+    lines = [f"Per layer and phase (ms per step, mean over {_n_windows(doc)} rank-step window(s))"]
+    lines += table(["layer", "phase", "total", "compute", "exp comm", "ovl comm", "idle", "top stage"],
+                   rows, "llrrrrrl")
+    n = _n_windows(doc)
+    srows = [[s["stage"], ms(s["step_time_ns"] / n), ms(s["compute_ns"] / n), ms(s["exposed_comm_ns"] / n),
+              ms(s["overlapped_comm_ns"] / n), ms(s["idle_ns"] / n)] for s in doc.get("stages", [])]
+    lines += ["", "Per MoE stage (ms per step, all layers and phases)"]
+    lines += table(["stage", "total", "compute", "exp comm", "ovl comm", "idle"], srows)
+    a = doc.get("attribution") or {}
+    if a:
+        linked = a.get("backward_linked_share")
+        lines.append("")
+        lines.append(f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers, "
+                     f"{100 * a['outside_layers_share']:.1f}% outside them (embedding, head, loss, optimizer), "
+                     f"{a['unattributed_count']} activities unattributed ({100 * a['unattributed_share']:.1f}%)"
+                     + (f"; backward linked to forward ops: {100 * linked:.1f}%" if linked is not None else ""))
+    return lines + [""]
+
+
+def comm_lines(doc: dict) -> list[str]:
+    if not doc.get("comm"):
+        return []
+    n = _n_windows(doc)
+    rows = [[c["kind"], f"{c['count'] / n:g}", f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+             ms(c["total_ns"] / n),
+             ms(c["exposed_ns"] / n)] for c in doc["comm"]]
+    return ["Communication by collective (per step)"] + table(
+        ["collective", "count", "MB", "total ms", "exposed ms"], rows) + [""]
+
+
 def render(doc: dict) -> str:
     s = doc["summary"]
     head = [f"traceview {doc['tool']['version']} — {len(doc['inputs'])} input(s), "
@@ -60,7 +125,7 @@ def render(doc: dict) -> str:
     if len(doc["inputs"]) > 8:
         head.append(f"  ... and {len(doc['inputs']) - 8} more")
     head.append("")
-    lines = head + breakdown_lines(doc) + top_kernel_lines(doc)
+    lines = head + breakdown_lines(doc) + layer_lines(doc) + comm_lines(doc) + top_kernel_lines(doc)
     for extra in doc.get("_text_sections", []):
         lines += extra
     for w in doc.get("warnings", []):

@@ -62,6 +62,15 @@ class Session:
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
         self._views.add(name)
 
+    def create_table(self, name: str, sql: str, **params) -> None:
+        """Keep the result of `sql` inside DuckDB as table `name`."""
+        sql, params = self.params_sql(sql, params)
+        if name in self._registered:
+            self.con.unregister(name)
+            self._registered.discard(name)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
+        self._views.add(name)
+
     def table(self, name: str) -> pa.Table:
         return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
 

@@ -6,7 +6,8 @@ import os
 from .. import __version__
 from ..db import Session
 from ..profile import Profile
-from . import breakdown
+from ..config import Rules
+from . import breakdown, layers
 
 SCHEMA = "traceview.report/1"
 
@@ -26,11 +27,15 @@ def inputs_section(profile: Profile) -> list[dict]:
     return out
 
 
-def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Session | None = None) -> dict:
+def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Session | None = None,
+            rules: Rules | None = None) -> dict:
     opts = opts or breakdown.Options()
+    rules = rules or Rules()
     session = session or Session(profile)
     info = breakdown.prepare(session, opts)
     rows = breakdown.step_rows(session)
+    layers.prepare(session, rules)
+    layer_rows = layers.layer_rows(session)
     doc = {
         "schema": SCHEMA,
         "tool": {"name": "traceview", "version": __version__},
@@ -43,6 +48,10 @@ def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Se
         "per_rank": breakdown.per_rank(rows),
         "steps": rows,
         "top_kernels": breakdown.top_kernels(session, opts.top),
+        "layers": layer_rows,
+        "stages": layers.stage_totals(layer_rows),
+        "attribution": layers.attribution_summary(session),
+        "comm": layers.comm_rows(session),
         "warnings": list(profile.warnings),
     }
     return doc

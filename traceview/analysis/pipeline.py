@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..config import load_rules
 from ..db import Session
 from ..load import load
 from . import breakdown
@@ -27,9 +28,10 @@ class AnalyzeOptions:
 
 
 def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
+    rules = load_rules(opts.config)
     profile = load(paths, nsys_bin=opts.nsys)
     session = Session(profile)
-    bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=opts.comm_regex, top=opts.top,
-                              whole_trace=opts.whole_trace)
-    doc = analyze(profile, bopts, session)
+    bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=opts.comm_regex + rules.comm_regex,
+                              top=opts.top, whole_trace=opts.whole_trace)
+    doc = analyze(profile, bopts, session, rules)
     return doc

@@ -1,0 +1,105 @@
+"""Attribution patterns: how annotation names map to layer, MoE stage and phase.
+
+Defaults cover the conventions in use; `--config traceview.toml` overrides or extends them:
+
+    [attribution]
+    # regexes whose first group is the layer number (tried in order; innermost range wins)
+    layer = ['^blk(\\d+)/']
+    # ordered [regex, stage] pairs; the first matching rule names the range's stage
+    stage = [['^my_router$', 'router']]
+    # ordered [regex, phase] pairs (phase: forward, backward, optimizer)
+    phase = [['^fwd_pass$', 'forward']]
+    replace_defaults = false   # true: use only the patterns above
+
+    [comm]
+    regex = ['^my_collective']   # extra communication kernel/op patterns (as --comm-regex)
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .errors import UsageError
+
+STAGES = ("attention", "router", "dispatch", "experts", "shared_expert", "combine", "other")
+PHASES = ("forward", "backward", "optimizer", "other")
+
+DEFAULT_LAYER = [
+    r"(?i)^layer[_ ]?(\d+)(?:/|$)",                      # layer_03/moe/dispatch (traceview markers, our H200 traces)
+    r"(?:^|[./])layers?[._](\d+)(?:[./]|$)",               # layers.3, decoder.layers.3.mlp.experts, model.layers.3
+    r"(?i)^(?:nn\.Module: )?\w*(?:Layer|Block)_(\d+)$",    # nn.Module: DecoderLayer_3 (with_modules)
+]
+DEFAULT_STAGE = [
+    (r"(?i)shared[_ ]?experts?|shared_mlp", "shared_expert"),
+    (r"(?i)dispatch", "dispatch"),
+    (r"(?i)combine", "combine"),
+    (r"(?i)router|(^|[./_])gate($|[./_(])|topk|gating", "router"),
+    (r"(?i)(^|[./_])(experts?|mlp|ffn|moe_mlp|grouped_mm)($|[./_(])", "experts"),
+    (r"(?i)(^|[./_])(attn|attention|self_attn|self_attention)($|[./_(])", "attention"),
+]
+DEFAULT_PHASE = [
+    (r"\((F)\)$", "forward"),
+    (r"\((B|W)\)$", "backward"),
+    (r"^autograd::engine::evaluate_function", "backward"),
+    (r"(?i)^(## )?backward( ##)?$", "backward"),
+    (r"(?i)^(## )?forward( ##)?$|\.forward$", "forward"),
+    (r"(?i)^(## )?optimi[sz]er( ##)?$|^Optimizer\.|^optimizer[._]step|^## optim", "optimizer"),
+]
+
+
+@dataclass
+class Rules:
+    layer: list[str] = field(default_factory=lambda: list(DEFAULT_LAYER))
+    stage: list[tuple[str, str]] = field(default_factory=lambda: list(DEFAULT_STAGE))
+    phase: list[tuple[str, str]] = field(default_factory=lambda: list(DEFAULT_PHASE))
+    comm_regex: list[str] = field(default_factory=list)
+
+
+def load_rules(path: Path | None) -> Rules:
+    rules = Rules()
+    if path is None:
+        return rules
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError as e:
+        raise UsageError(path, "config file not found") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(path, f"cannot read config file ({e})") from e
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(path, f"not valid TOML ({e})") from e
+    att = data.get("attribution", {})
+    if not isinstance(att, dict):
+        raise UsageError(path, "[attribution] must be a table")
+    layer, stage, phase = att.get("layer", []), att.get("stage", []), att.get("phase", [])
+    try:
+        layer = [str(x) for x in layer]
+        stage = [(str(r), str(s)) for r, s in stage]
+        phase = [(str(r), str(p)) for r, p in phase]
+    except (TypeError, ValueError) as e:
+        raise UsageError(path, "attribution.stage and .phase must be lists of [regex, name] pairs") from e
+    for _, s in stage:
+        if s not in STAGES:
+            raise UsageError(path, f"unknown stage {s!r} (choose from {', '.join(STAGES)})")
+    for _, p in phase:
+        if p not in PHASES:
+            raise UsageError(path, f"unknown phase {p!r} (choose from {', '.join(PHASES)})")
+    _check_regexes(path, layer + [r for r, _ in stage] + [r for r, _ in phase])
+    if att.get("replace_defaults"):
+        rules.layer, rules.stage, rules.phase = layer, stage, phase
+    else:  # user patterns first: they win over the defaults
+        rules.layer, rules.stage, rules.phase = layer + rules.layer, stage + rules.stage, phase + rules.phase
+    comm = data.get("comm", {}).get("regex", [])
+    rules.comm_regex = [str(x) for x in comm]
+    return rules
+
+
+def _check_regexes(path: Path, regexes: list[str]) -> None:
+    import duckdb
+    con = duckdb.connect()
+    for rx in regexes:
+        try:
+            con.execute("SELECT regexp_matches('x', $rx)", {"rx": rx}).fetchall()
+        except duckdb.Error as e:
+            raise UsageError(path, f"invalid regex {rx!r} ({str(e).splitlines()[0]})") from e

@@ -1,0 +1,24 @@
+-- range_context: for every CPU range, the layer, stage and phase named by itself or by its
+-- innermost tagged ancestor on the same thread, and `anchor`: the innermost enclosing backward
+-- node (an autograd `evaluate_function` / `*Backward` range with a sequence number).
+-- The tag expressions (/*LAYER*/, /*STAGE*/, /*PHASE*/) are generated from the attribution rules
+-- and reference the rules' regexes as parameters only.
+-- Input: cpu_ranges.
+WITH RECURSIVE tags AS (
+    SELECT id, rank, parent_id, name, seq, fwd_id,
+           /*LAYER*/ AS layer,
+           /*STAGE*/ AS stage,
+           /*PHASE*/ AS phase,
+           (seq IS NOT NULL AND (name LIKE 'autograd::engine::evaluate_function%'
+                                 OR regexp_matches(name, 'Backward[0-9]*$'))) AS bwd_node
+    FROM cpu_ranges
+),
+ctx AS (
+    SELECT id, rank, layer, stage, phase, CASE WHEN bwd_node THEN id END AS anchor
+    FROM tags WHERE parent_id IS NULL
+    UNION ALL
+    SELECT t.id, t.rank, coalesce(t.layer, c.layer), coalesce(t.stage, c.stage), coalesce(t.phase, c.phase),
+           CASE WHEN t.bwd_node THEN t.id ELSE c.anchor END
+    FROM tags t JOIN ctx c ON t.parent_id = c.id
+)
+SELECT * FROM ctx

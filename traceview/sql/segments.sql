@@ -1,0 +1,35 @@
+-- segments: the elementary segments of each window's GPU timeline (union over the rank's
+-- streams) between consecutive activity boundaries, with how many compute (c), comm (m) and
+-- memory (x) activities run in each. Sweep line: +1/-1 per class at each clipped start/end.
+-- One row per boundary point; `seg` numbers the points in time order per window and
+-- `t_end` is null at the window's last point.
+-- Input: windows (rank, step, start_ns, end_ns), activity_class.
+WITH w AS (SELECT rank, step, start_ns AS ws, end_ns AS we FROM windows),
+clipped AS (
+    SELECT w.rank, w.step, greatest(a.start_ns, w.ws) AS s, least(a.end_ns, w.we) AS e, a.class
+    FROM activity_class a
+    JOIN w ON a.rank = w.rank AND a.end_ns > w.ws AND a.start_ns < w.we
+),
+deltas AS (
+    SELECT rank, step, s AS t,
+           (class = 'compute')::INT AS dc, (class = 'comm')::INT AS dm, (class = 'memory')::INT AS dx
+    FROM clipped WHERE e > s
+    UNION ALL
+    SELECT rank, step, e, -(class = 'compute')::INT, -(class = 'comm')::INT, -(class = 'memory')::INT
+    FROM clipped WHERE e > s
+    UNION ALL
+    SELECT rank, step, ws, 0, 0, 0 FROM w
+    UNION ALL
+    SELECT rank, step, we, 0, 0, 0 FROM w
+),
+points AS (
+    SELECT rank, step, t, sum(dc) AS dc, sum(dm) AS dm, sum(dx) AS dx
+    FROM deltas GROUP BY rank, step, t
+)
+SELECT rank, step, t,
+       (row_number() OVER win - 1)::BIGINT AS seg,
+       lead(t) OVER win AS t_end,
+       sum(dc) OVER run AS c, sum(dm) OVER run AS m, sum(dx) OVER run AS x
+FROM points
+WINDOW win AS (PARTITION BY rank, step ORDER BY t),
+       run AS (PARTITION BY rank, step ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)

@@ -331,6 +331,17 @@ def test_event_stream_by_event_sync_id_where_recorded(tmp_path):
     assert sync["event_stream"] == 6
 
 
+def test_invalid_utf8_text_is_repaired_not_fatal(tmp_path):
+    db = _tiny(tmp_path / "bytes.sqlite")
+    con = sqlite3.connect(db)
+    con.execute("UPDATE NVTX_EVENTS SET text = CAST(x'41ff42' AS TEXT) WHERE text = 'C'")
+    con.execute("INSERT INTO META_DATA_CAPTURE VALUES ('PROCESS_0:ARGUMENT_0', CAST(x'c328' AS TEXT))")
+    con.commit()
+    con.close()
+    names = load([db]).cpu_ranges.column("name").to_pylist()
+    assert "A\ufffdB" in names
+
+
 def test_no_kernel_table_message(tmp_path):
     for db in (CORPUS / "h200_moe_nvtx_only_2023.4.sqlite", _tiny(tmp_path / "nokern.sqlite", kernels=False)):
         with pytest.raises(TraceError) as e:

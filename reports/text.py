@@ -1,6 +1,8 @@
 """Terminal report: readable tables that fit 100 columns."""
 from __future__ import annotations
 
+import textwrap
+
 BREAKDOWN = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"),
              ("exposed memory", "exposed_memory_ns"), ("idle", "idle_ns"))
 
@@ -98,10 +100,10 @@ def layer_lines(doc: dict) -> list[str]:
     if a:
         linked = a.get("backward_linked_share")
         lines.append("")
-        lines.append(f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers, "
+        lines += textwrap.wrap(f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers, "
                      f"{100 * a['outside_layers_share']:.1f}% outside them (embedding, head, loss, optimizer), "
                      f"{a['unattributed_count']} activities unattributed ({100 * a['unattributed_share']:.1f}%)"
-                     + (f"; backward linked to forward ops: {100 * linked:.1f}%" if linked is not None else ""))
+                     + (f"; backward linked to forward ops: {100 * linked:.1f}%" if linked is not None else ""), 100)
     return lines + [""]
 
 
@@ -129,5 +131,5 @@ def render(doc: dict) -> str:
     for extra in doc.get("_text_sections", []):
         lines += extra
     for w in doc.get("warnings", []):
-        lines.append(f"warning: {clip(w, 200)}")
+        lines += textwrap.wrap(f"warning: {clip(w, 300)}", 100)
     return "\n".join(lines).rstrip() + "\n"

@@ -300,7 +300,8 @@ class _Reader:
             FROM (SELECT gtid, start_ns AS t, 1 AS k, id, 1 AS delta, end_ns AS e FROM r0 WHERE pushpop
                   UNION ALL SELECT gtid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 2 END, id, -1, NULL FROM r0 WHERE pushpop
                   UNION ALL SELECT gtid, start_ns, 3, id, 0, NULL FROM l0
-                            WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))""")
+                            WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
+            QUALIFY k IN (1, 3)""")
         x("CREATE TEMP TABLE pp AS SELECT id, gtid, t AS start_ns, e AS end_ns, run - 1 AS depth FROM sw WHERE k = 1")
         x("""CREATE TEMP TABLE nest AS
             SELECT c.id, c.depth, p.id AS parent_id, p.end_ns < c.end_ns AS crosses

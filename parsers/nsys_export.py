@@ -133,8 +133,9 @@ def to_sqlite(report: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
            "--output", str(tmp), str(report)]
     try:
         try:
-            res = subprocess.run(cmd, capture_output=True, text=True, errors="replace",
-                                 timeout=EXPORT_TIMEOUT_S, stdin=subprocess.DEVNULL)
+            res = _run(cmd)
+            if res.returncode != 0 and re.search(r"(unrecognized|unknown) option.*quiet", res.stderr + res.stdout, re.I):
+                res = _run(cmd[:6] + cmd[8:])  # an nsys without --quiet
         except subprocess.TimeoutExpired:
             raise TraceError(report, f"`nsys export` did not finish within {EXPORT_TIMEOUT_S} s") from None
         except OSError as e:
@@ -151,6 +152,11 @@ def to_sqlite(report: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
                 pass
     _drop_stale(out, report)
     return out
+
+
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=EXPORT_TIMEOUT_S,
+                          stdin=subprocess.DEVNULL)
 
 
 def _drop_stale(out: Path, report: Path) -> None:

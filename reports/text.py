@@ -118,6 +118,34 @@ def comm_lines(doc: dict) -> list[str]:
         ["collective", "count", "MB", "total ms", "exposed ms"], rows) + [""]
 
 
+def flops_lines(doc: dict) -> list[str]:
+    f = doc.get("flops")
+    if not f:
+        return []
+    lines = ["FLOPs"]
+    if f.get("flops_per_step"):
+        lines.append(f"  {f['flops_per_step'] / 1e12:,.2f} TFLOP per step per GPU ({f['method']}-based)"
+                     + (f"; {f['tokens_per_step']:,} tokens per step" if f.get("tokens_per_step") else ""))
+    if f.get("delivered_tflops_per_gpu") is not None:
+        peak = f"{f['peak_tflops']:,.1f}" if f.get("peak_tflops") else "unknown"
+        mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a"
+        lines.append(f"  delivered {f['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU; peak {peak} "
+                     f"({f.get('gpu') or f.get('gpu_name') or 'GPU unknown'}, {f['dtype']} dense); MFU {mfu}")
+    if f.get("trace_flops_per_step") and f.get("model_flops_per_step"):
+        lines.append(f"  trace {f['trace_flops_per_step'] / 1e12:,.2f} vs model {f['model_flops_per_step'] / 1e12:,.2f}"
+                     f" TFLOP per step (ratio {f['trace_to_model_ratio']:.3f})")
+    groups = sorted(f.get("by_group", []), key=lambda g: -g["flops_per_step"])[:8]
+    if groups:
+        rows = [[("layer %s" % g["layer"]) if g["layer"] is not None else "outside", g["phase"], g["stage"],
+                 f"{g['flops_per_step'] / 1e12:,.2f}", ms(g["compute_ns_per_step"]),
+                 f"{g['achieved_tflops']:,.0f}" if g.get("achieved_tflops") else "-"] for g in groups]
+        lines += ["  " + x for x in table(["layer", "phase", "stage", "TFLOP", "compute ms", "TFLOP/s"], rows,
+                                          "lllrrr")]
+    for n in f.get("notes", []):
+        lines += textwrap.wrap(f"  note: {n}", 100)
+    return lines + [""]
+
+
 def render(doc: dict) -> str:
     s = doc["summary"]
     head = [f"traceview {doc['tool']['version']} — {len(doc['inputs'])} input(s), "
@@ -127,7 +155,8 @@ def render(doc: dict) -> str:
     if len(doc["inputs"]) > 8:
         head.append(f"  ... and {len(doc['inputs']) - 8} more")
     head.append("")
-    lines = head + breakdown_lines(doc) + layer_lines(doc) + comm_lines(doc) + top_kernel_lines(doc)
+    lines = (head + breakdown_lines(doc) + flops_lines(doc) + layer_lines(doc) + comm_lines(doc)
+             + top_kernel_lines(doc))
     for extra in doc.get("_text_sections", []):
         lines += extra
     for w in doc.get("warnings", []):

@@ -33,5 +33,7 @@ def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
     session = Session(profile)
     bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=opts.comm_regex + rules.comm_regex,
                               top=opts.top, whole_trace=opts.whole_trace)
-    doc = analyze(profile, bopts, session, rules)
+    fopts = dict(model=opts.model, model_config=opts.model_config, tokens_per_step=opts.tokens_per_step,
+                 peak_tflops=opts.peak_tflops, dtype=opts.dtype)
+    doc = analyze(profile, bopts, session, rules, fopts)
     return doc

@@ -34,6 +34,16 @@ def table(headers: list[str], rows: list[list], aligns: str | None = None) -> li
 
 
 def breakdown_lines(doc: dict) -> list[str]:
+    if len(doc["per_rank"]) > 1:
+        rows = [[r["rank"], ms(r["step_time_ns"]), ms(r["compute_ns"]), ms(r["exposed_comm_ns"]),
+                 ms(r["exposed_memory_ns"]), ms(r["idle_ns"]), ms(r["overlapped_comm_ns"]),
+                 f"{100 * r['overlap_ratio']:.1f}%"] for r in doc["per_rank"]]
+        s = doc["summary"]
+        rows.append(["median", ms(s["step_time_ns"]), ms(s["compute_ns"]), ms(s["exposed_comm_ns"]),
+                     ms(s["exposed_memory_ns"]), ms(s["idle_ns"]), ms(s["overlapped_comm_ns"]),
+                     f"{100 * s['overlap_ratio']:.1f}%"])
+        return ["Step breakdown per rank (median over steps, ms)"] + table(
+            ["rank", "step", "compute", "exp comm", "exp mem", "idle", "ovl comm", "overlap"], rows) + [""]
     lines = []
     for r in doc["per_rank"]:
         st = r["step_time_ns"]

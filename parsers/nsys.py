@@ -253,7 +253,7 @@ class _Reader:
                     - 1)::BIGINT AS id, r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}""")
         cpu_ranges = self.ranges(self.one("SELECT max(end_ns) FROM gpu0")[0])
         launches = self.launches()
-        self.drop("sw", "pp", "nest", "r0", "l0", "nv", "rt", "k", "mc", "ms")
+        self.drop("calls", "pp", "l0", "rt", "k", "mc", "ms")
         gpu = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
                        FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation),
@@ -303,6 +303,8 @@ class _Reader:
                             WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
             QUALIFY k IN (1, 3)""")
         x("CREATE TEMP TABLE pp AS SELECT id, gtid, t AS start_ns, e AS end_ns, run - 1 AS depth FROM sw WHERE k = 1")
+        x("CREATE TEMP TABLE calls AS SELECT id, gtid, t, run FROM sw WHERE k = 3")
+        self.drop("sw")
         x("""CREATE TEMP TABLE nest AS
             SELECT c.id, c.depth, p.id AS parent_id, p.end_ns < c.end_ns AS crosses
             FROM pp c ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.depth - 1 AND p.id < c.id""")
@@ -310,7 +312,7 @@ class _Reader:
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
         # emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'
-        return self.q(f"""
+        out = self.q(f"""
             WITH nm AS (SELECT n.rn, n.domain_id, {name} AS raw FROM nv n LEFT JOIN strs s ON s.id = n.text_id
                         WHERE {rngs}),
             p AS (SELECT *, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
@@ -326,6 +328,8 @@ class _Reader:
                         THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END) END AS input_dims
             FROM r0 JOIN p USING (rn) LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = p.domain_id
             ORDER BY id""")
+        self.drop("r0", "nest", "nv")
+        return out
 
     def launches(self) -> pa.Table:
         x = self.db.execute
@@ -334,7 +338,7 @@ class _Reader:
         x(f"""CREATE TEMP TABLE launches AS
             SELECT l0.*, {_PID.format(c='l0.gtid')} AS pid, o.op_id FROM l0 LEFT JOIN (
                 SELECT c.id, CASE WHEN p.end_ns > c.t THEN p.id END AS op_id
-                FROM (SELECT * FROM sw WHERE k = 3) c
+                FROM calls c
                 ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.run - 1 AND p.start_ns <= c.t) o USING (id)""")
         x("""CREATE TEMP TABLE lname AS
             SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),

@@ -24,12 +24,17 @@ def _tag_sql(rules: Rules) -> tuple[str, dict]:
         params[f"phase_{i}"], params[f"phase_name_{i}"] = rx, name
         phase.append(f"WHEN regexp_matches(name, $phase_{i}) THEN $phase_name_{i}")
 
-    def case(parts: list[str], typ: str) -> str:
-        return f"CAST(CASE {' '.join(parts)} END AS {typ})" if parts else f"CAST(NULL AS {typ})"
+    def case(parts: list[str], typ: str, annotations_only: bool = False) -> str:
+        if not parts:
+            return f"CAST(NULL AS {typ})"
+        # framework ops (aten::topk, MmBackward0, ...) name no layer or stage: only annotations,
+        # NVTX ranges and module (python) ranges do
+        guard = "WHEN kind = 'op' THEN NULL " if annotations_only else ""
+        return f"CAST(CASE {guard}{' '.join(parts)} END AS {typ})"
 
     sql = (sql_text("range_context")
-           .replace("/*LAYER*/", case(layer, "INTEGER"))
-           .replace("/*STAGE*/", case(stage, "VARCHAR"))
+           .replace("/*LAYER*/", case(layer, "INTEGER", True))
+           .replace("/*STAGE*/", case(stage, "VARCHAR", True))
            .replace("/*PHASE*/", case(phase, "VARCHAR")))
     return sql, params
 

@@ -5,7 +5,7 @@
 -- and reference the rules' regexes as parameters only.
 -- Input: cpu_ranges.
 WITH RECURSIVE tags AS (
-    SELECT id, rank, parent_id, name, seq, fwd_id,
+    SELECT id, rank, parent_id, kind, name, seq, fwd_id,
            /*LAYER*/ AS layer,
            /*STAGE*/ AS stage,
            /*PHASE*/ AS phase,

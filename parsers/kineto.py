@@ -224,6 +224,17 @@ def _raw(r) -> str | None:
     return s
 
 
+def _split(r) -> str | None:
+    """Split sizes as JSON list text; some PyTorch versions write the list as a JSON string."""
+    text = _raw(r)
+    if text and text.startswith('"'):
+        try:
+            text = msgspec.json.decode(text)
+        except msgspec.DecodeError:
+            return None
+    return text or None
+
+
 def _dims(r) -> str | None:
     if r is None or not len(r):
         return None
@@ -423,8 +434,8 @@ def _colls(d: dict, args: list) -> None:
         d["coll_dtype"][i] = None if a.dtype is None else str(a.dtype)
         d["coll_group_size"][i] = _int(a.group_size)
         d["coll_pg"][i] = None if a.pg_name is None else str(a.pg_name)
-        d["coll_in_split"][i] = _raw(a.in_split)
-        d["coll_out_split"][i] = _raw(a.out_split)
+        d["coll_in_split"][i] = _split(a.in_split)
+        d["coll_out_split"][i] = _split(a.out_split)
 
 
 def _tid(t):

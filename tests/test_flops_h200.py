@@ -70,3 +70,20 @@ def test_without_shapes_the_model_count_is_used(profile):
                         step_time_ns=300_000_000, model=overlap_model(), tokens_per_step=TOKENS)
     assert sec["method"] == "model" and sec["flops_per_step"] == MODEL_PER_STEP
     assert any("record_shapes off" in n for n in sec["notes"])
+
+
+def test_analyze_with_model_config_end_to_end():
+    """`traceview analyze --model-config`: both counts, their ratio within 5 %, MFU vs the H200 bf16 peak."""
+    import subprocess
+    import sys
+    from helpers import ROOT
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(ROOT / "fixtures" / "h200_moe_overlap.json.gz"),
+                        "--model-config", str(ROOT / "fixtures" / "h200_moe.model.toml"), "-f", "json"],
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    f = json.loads(r.stdout)["flops"]
+    assert f["model_flops_per_step"] == MODEL_PER_STEP and f["trace_flops_per_step"] == TRACE_PER_STEP
+    assert abs(f["trace_to_model_ratio"] - 1) < 0.05
+    assert f["peak_tflops"] == 989.5 and f["dtype"] == "bf16"
+    step = json.loads(r.stdout)["summary"]["step_time_ns"]
+    assert f["mfu"] == pytest.approx(TRACE_PER_STEP / (step * 1e-9) / 1e12 / 989.5, rel=1e-9)

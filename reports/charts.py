@@ -1,0 +1,318 @@
+"""Altair charts built from the report document (and the diff document).
+
+Every builder takes the document and returns an `alt.Chart` (or layered chart), or None when the
+document lacks what the chart needs. `specs(doc)` lists (name, title, Vega-Lite dict) for the HTML
+report; `write_images(doc, out_dir)` writes the same charts as SVG and PNG (vl-convert) for the
+Markdown report to link. Specs are deterministic: no auto-named parameters, data inlined sorted.
+Names from the trace travel as data values; Vega draws them as SVG text (never as markup).
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import altair as alt
+
+from .escape import clip
+
+PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"),
+         ("exposed memory", "exposed_memory_ns"), ("idle", "idle_ns"))
+PART_COLORS = ("#4c78a8", "#e45756", "#f58518", "#bab0ac")
+STAGE_ORDER = ("attention", "router", "dispatch", "experts", "shared_expert", "combine", "other")
+WIDTH = 720
+
+
+def _ms(ns) -> float:
+    return round((ns or 0) / 1e6, 6)
+
+
+def _part_color():
+    return alt.Color("part:N", title="part", sort=[p for p, _ in PARTS],
+                     scale=alt.Scale(domain=[p for p, _ in PARTS], range=list(PART_COLORS)))
+
+
+def _n_windows(doc: dict) -> int:
+    return max(1, len(doc.get("steps") or []))
+
+
+# --- analyze ---------------------------------------------------------------------------------------
+
+def step_breakdown(doc: dict):
+    steps = sorted(doc.get("steps") or [], key=lambda s: (s["step"], s["rank"]))
+    if not steps:
+        return None
+    multi = len({s["rank"] for s in steps}) > 1
+    rows, order = [], []
+    for s in steps:
+        label = f"step {s['step']} · rank {s['rank']}" if multi else f"step {s['step']}"
+        order.append(label)
+        for i, (part, key) in enumerate(PARTS):
+            rows.append({"window": label, "rank": s["rank"], "step": s["step"], "part": part, "order": i,
+                         "ms": _ms(s.get(key))})
+    width = min(WIDTH, max(240, 28 * len(order)))
+    return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
+        x=alt.X("window:N", sort=order, title="step · rank" if multi else "step",
+                axis=alt.Axis(labelAngle=-45 if multi else 0, labelLimit=140)),
+        y=alt.Y("ms:Q", stack="zero", title="ms"),
+        color=_part_color(),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("window:N"), alt.Tooltip("part:N"), alt.Tooltip("ms:Q", format=",.3f")],
+    ).properties(width=width, height=260, title="Step breakdown per step and rank (ms)")
+
+
+def _layer_key(r: dict):
+    return (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"])
+
+
+def _layer_label(r: dict) -> str:
+    if r["region"] == "layer":
+        return f"layer {r['layer']}"
+    return "outside layers" if r["region"] == "outside" else "unattributed"
+
+
+def layer_phase(doc: dict):
+    layers = doc.get("layers") or []
+    if not layers:
+        return None
+    n = _n_windows(doc)
+    agg: dict = {}
+    for r in layers:
+        k = (_layer_key(r), r["phase"], r["stage"])
+        agg[k] = agg.get(k, 0) + (r.get("step_time_ns") or 0)
+    phase_rank = {"forward": 0, "backward": 1, "optimizer": 2, "other": 3}
+    rows, order = [], []
+    for (lk, phase, stage), ns in sorted(agg.items(), key=lambda kv: (kv[0][0], phase_rank.get(kv[0][1], 9),
+                                                                       kv[0][1], kv[0][2])):
+        label = _layer_label({"region": lk[2], "layer": None if lk[1] < 0 else lk[1]}) + " · " + phase
+        if label not in order:
+            order.append(label)
+        rows.append({"bar": label, "phase": phase, "stage": stage, "ms": _ms(ns / n),
+                     "stage_order": STAGE_ORDER.index(stage) if stage in STAGE_ORDER else len(STAGE_ORDER)})
+    stages = [s for s in STAGE_ORDER if any(r["stage"] == s for r in rows)] + \
+             sorted({r["stage"] for r in rows} - set(STAGE_ORDER))
+    width = min(WIDTH, max(240, 30 * len(order)))
+    return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
+        x=alt.X("bar:N", sort=order, title="layer · phase", axis=alt.Axis(labelAngle=-40, labelLimit=160)),
+        y=alt.Y("ms:Q", stack="zero", title="ms per step (mean over rank-step windows)"),
+        color=alt.Color("stage:N", sort=stages, title="MoE stage", scale=alt.Scale(scheme="tableau10")),
+        order=alt.Order("stage_order:Q"),
+        tooltip=[alt.Tooltip("bar:N", title="layer · phase"), alt.Tooltip("stage:N"),
+                 alt.Tooltip("ms:Q", format=",.3f")],
+    ).properties(width=width, height=260, title="Per layer × phase, stacked by MoE stage (ms per step)")
+
+
+def _keyed(value, rank):
+    """A per-rank value from a dict keyed by rank (int or str keys) or a list indexed by rank."""
+    if isinstance(value, dict):
+        return value.get(rank, value.get(str(rank)))
+    if isinstance(value, list) and 0 <= rank < len(value):
+        return value[rank]
+    return None
+
+
+def timeline_step(doc: dict):
+    """(step number, reason) the timeline shows: most stall time, else the slowest step."""
+    steps = doc.get("steps") or []
+    if not steps:
+        return None, ""
+    stalls = doc.get("stalls") or []
+    if stalls:
+        per: dict = {}
+        for s in stalls:
+            if s.get("step") is not None:
+                per[s["step"]] = per.get(s["step"], 0) + (s.get("dur_ns") or 0)
+        if per:
+            step = min(per, key=lambda k: (-per[k], k))
+            return step, "the step with the most stall time"
+    slow: dict = {}
+    for s in steps:
+        slow[s["step"]] = max(slow.get(s["step"], 0), s["step_time_ns"])
+    step = min(slow, key=lambda k: (-slow[k], k))
+    return step, "the slowest step"
+
+
+def timeline(doc: dict):
+    step, why = timeline_step(doc)
+    if step is None:
+        return None
+    windows = {s["rank"]: s for s in doc.get("steps") or [] if s["step"] == step}
+    rows = []
+    for rank, w in sorted(windows.items()):
+        rows.append({"rank": f"rank {rank}", "lane": "step", "what": "step window", "name": f"step {step}",
+                     "start": 0.0, "end": _ms(w["step_time_ns"]), "ms": _ms(w["step_time_ns"]), "detail": ""})
+    for c in doc.get("collectives") or []:
+        for rank, w in windows.items():
+            st, du = _keyed(c.get("start_ns"), rank), _keyed(c.get("dur_ns"), rank)
+            if st is None or du is None or not (w["start_ns"] <= st < w["start_ns"] + w["step_time_ns"]):
+                continue
+            off = st - w["start_ns"]
+            detail = f"group {c.get('group')}, #{c.get('index')}"
+            if c.get("straggler") is not None:
+                detail += f", straggler rank {c['straggler']}"
+            if c.get("skew_ns") is not None:
+                detail += f", skew {_ms(c['skew_ns']):,.3f} ms"
+            rows.append({"rank": f"rank {rank}", "lane": "collective", "what": f"collective: {c.get('kind')}",
+                         "name": clip(str(c.get("kind")), 60), "start": _ms(off), "end": _ms(off + du),
+                         "ms": _ms(du), "detail": detail})
+    for s in doc.get("stalls") or []:
+        w = windows.get(s.get("rank"))
+        if w is None or s.get("step") != step or s.get("start_ns") is None:
+            continue
+        off = s["start_ns"] - w["start_ns"]
+        where = " / ".join(str(s[k]) for k in ("layer", "phase", "stage") if s.get(k) is not None)
+        ev = s.get("evidence")
+        ev = json.dumps(ev, sort_keys=True, ensure_ascii=False) if isinstance(ev, (dict, list)) else (ev or "")
+        rows.append({"rank": f"rank {s['rank']}", "lane": "stall", "what": f"stall: {s.get('cause')}",
+                     "name": clip(where or "stall", 80), "start": _ms(off), "end": _ms(off + (s.get("dur_ns") or 0)),
+                     "ms": _ms(s.get("dur_ns")), "detail": clip(ev, 160)})
+    ranks = [f"rank {r}" for r in sorted(windows)]
+    base = alt.Chart(alt.Data(values=rows)).encode(
+        y=alt.Y("rank:N", sort=ranks, title=None),
+        x=alt.X("start:Q", title=f"ms from the start of step {step} (each rank's own window)"),
+        x2="end:Q",
+        color=alt.Color("what:N", title="", sort=["step window"]),
+        tooltip=[alt.Tooltip("rank:N"), alt.Tooltip("what:N"), alt.Tooltip("name:N"),
+                 alt.Tooltip("start:Q", format=",.3f"), alt.Tooltip("ms:Q", format=",.3f"), alt.Tooltip("detail:N")],
+    )
+    layers = [base.transform_filter(alt.datum.lane == "step").mark_bar(size=22, opacity=0.35)]
+    if any(r["lane"] == "collective" for r in rows):
+        layers.append(base.transform_filter(alt.datum.lane == "collective").mark_bar(size=12))
+    n_stalls = sum(1 for r in rows if r["lane"] == "stall")
+    if n_stalls:
+        layers.append(base.transform_filter(alt.datum.lane == "stall").mark_bar(size=6, stroke="black",
+                                                                              strokeWidth=0.5))
+    title = f"Timeline of step {step} ({why}): " + (f"{n_stalls} stall(s) marked" if n_stalls else "no stalls found")
+    return alt.layer(*layers).properties(width=WIDTH, height=max(60, 34 * len(ranks)), title=title)
+
+
+def straggler_ranks(doc: dict) -> dict:
+    """rank -> how often it was named a straggler (the `stragglers` and `collectives` sections)."""
+    out: dict = {}
+    st = doc.get("stragglers")
+    items = st if isinstance(st, list) else (st.get("ranks", []) if isinstance(st, dict) else [])
+    for it in items:
+        r = it.get("rank") if isinstance(it, dict) else it
+        if isinstance(r, int):
+            out[r] = out.get(r, 0) + 1
+    for c in doc.get("collectives") or []:
+        if isinstance(c.get("straggler"), int):
+            out[c["straggler"]] = out.get(c["straggler"], 0) + 1
+    return out
+
+
+def stragglers_chart(doc: dict):
+    per_rank = doc.get("per_rank") or []
+    if not per_rank:
+        return None
+    flagged = straggler_ranks(doc)
+    rows, order = [], []
+    for r in sorted(per_rank, key=lambda r: r["rank"]):
+        label = f"rank {r['rank']}" + (" ◀ straggler" if r["rank"] in flagged else "")
+        order.append(label)
+        busy = (r.get("compute_ns") or 0) + (r.get("exposed_memory_ns") or 0)
+        wait = (r.get("exposed_comm_ns") or 0) + (r.get("idle_ns") or 0)
+        rows += [{"rank": label, "part": "busy (compute + exposed memory)", "order": 0, "ms": _ms(busy)},
+                 {"rank": label, "part": "waiting (exposed comm + idle)", "order": 1, "ms": _ms(wait)}]
+    return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
+        y=alt.Y("rank:N", sort=order, title=None, axis=alt.Axis(labelLimit=200)),
+        x=alt.X("ms:Q", stack="zero", title="ms per step (median over steps)"),
+        color=alt.Color("part:N", title="", sort=["busy (compute + exposed memory)", "waiting (exposed comm + idle)"],
+                        scale=alt.Scale(range=["#4c78a8", "#e45756"])),
+        order=alt.Order("order:Q"),
+        tooltip=[alt.Tooltip("rank:N"), alt.Tooltip("part:N"), alt.Tooltip("ms:Q", format=",.3f")],
+    ).properties(width=WIDTH, height=max(60, 26 * len(order)),
+                 title="Per rank: busy vs waiting — a straggler is busy while the others wait")
+
+
+# --- diff ------------------------------------------------------------------------------------------
+
+def _step_ns(side) -> float | None:
+    if not isinstance(side, dict):
+        return None
+    for path in (("step_time_ns",), ("summary", "step_time_ns")):
+        v = side
+        for k in path:
+            v = v.get(k) if isinstance(v, dict) else None
+        if isinstance(v, (int, float)):
+            return v
+    return None
+
+
+def waterfall(doc: dict):
+    """Base step time, each explanation's contribution, the unexplained rest, the new step time."""
+    expl = doc.get("explanation") or []
+    base, new = _step_ns(doc.get("base")), _step_ns(doc.get("new"))
+    rows, running = [], base or 0.0
+    order = []
+
+    def add(label, start, end, kind, text):
+        order.append(label)
+        rows.append({"item": label, "start": _ms(start), "end": _ms(end), "ms": _ms(end - start),
+                     "kind": kind, "text": text})
+    if base is not None:
+        add("base", 0, base, "step time", "base step time")
+    for i, e in enumerate(expl, 1):
+        c = e.get("contribution_ns") or 0
+        add(f"{i}. {clip(e.get('text', ''), 40)}", running, running + c,
+            "slower" if c > 0 else "faster", clip(e.get("text", ""), 300))
+        running += c
+    if base is not None and new is not None and abs(new - running) >= 1:
+        add("unexplained", running, new, "slower" if new > running else "faster", "rest of the difference")
+        running = new
+    if new is not None:
+        add("new", 0, new, "step time", "new step time")
+    if not rows:
+        return None
+    return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
+        x=alt.X("item:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30, labelLimit=260)),
+        y=alt.Y("start:Q", title="step time, ms", scale=alt.Scale(zero=base is None)),
+        y2="end:Q",
+        color=alt.Color("kind:N", title="", sort=["step time", "slower", "faster"],
+                        scale=alt.Scale(domain=["step time", "slower", "faster"],
+                                        range=["#9e9e9e", "#e45756", "#54a24b"])),
+        tooltip=[alt.Tooltip("item:N"), alt.Tooltip("text:N"), alt.Tooltip("ms:Q", format="+,.3f")],
+    ).properties(width=min(WIDTH, max(300, 70 * len(order))), height=300,
+                 title="Where the step-time difference comes from (waterfall, ms)")
+
+
+# --- all charts of a document ----------------------------------------------------------------------
+
+ANALYZE_CHARTS = (
+    ("step_breakdown", step_breakdown),
+    ("layer_phase", layer_phase),
+    ("timeline", timeline),
+    ("stragglers", stragglers_chart),
+)
+DIFF_CHARTS = (("waterfall", waterfall),)
+
+
+def charts(doc: dict) -> list[tuple[str, object]]:
+    table = DIFF_CHARTS if str(doc.get("schema", "")).startswith("traceview.diff/") else ANALYZE_CHARTS
+    out = []
+    for name, fn in table:
+        ch = fn(doc)
+        if ch is not None:
+            out.append((name, ch))
+    return out
+
+
+def specs(doc: dict) -> list[tuple[str, dict]]:
+    """(name, Vega-Lite spec) for each chart the document supports."""
+    return [(name, ch.to_dict(validate=False)) for name, ch in charts(doc)]
+
+
+def write_images(doc: dict, out_dir, formats=("svg", "png")) -> list[str]:
+    """Write each chart as charts/<name>.svg and .png under out_dir; returns the relative paths."""
+    import vl_convert as vlc
+    out_dir = Path(out_dir)
+    (out_dir / "charts").mkdir(parents=True, exist_ok=True)
+    written = []
+    for name, spec in specs(doc):
+        for fmt in formats:
+            rel = f"charts/{name}.{fmt}"
+            if fmt == "svg":
+                (out_dir / rel).write_text(vlc.vegalite_to_svg(spec), encoding="utf-8")
+            else:
+                (out_dir / rel).write_bytes(vlc.vegalite_to_png(spec, scale=1))
+            written.append(rel)
+    return written

@@ -8,7 +8,7 @@ from __future__ import annotations
 import zlib
 from collections import Counter
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Optional
 
 import msgspec
 
@@ -20,109 +20,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ._nesting import innermost_container, nest
-
-Num = Union[int, float, None]
-Ident = Union[int, str, None]
-_RawOpt = msgspec.Raw
-_EMPTY = msgspec.Raw(b"")
-
-
-def _f(name: str, default=None):
-    return msgspec.field(default=default, name=name)
-
-
-class _Ext(msgspec.Struct, gc=False):
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-
-
-class _Coll(msgspec.Struct, gc=False):
-    coll_name: Any = _f("Collective name")
-    in_nelems: Any = _f("In msg nelems")
-    out_nelems: Any = _f("Out msg nelems")
-    group_size: Any = _f("Group size")
-    dtype: Any = None
-    in_split: _RawOpt = _f("In split size", _EMPTY)
-    out_split: _RawOpt = _f("Out split size", _EMPTY)
-    pg_name: Any = _f("Process Group Name")
-
-
-class CpuArgs(msgspec.Struct, gc=False):
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-    seq: Any = _f("Sequence number")
-    input_dims: _RawOpt = _f("Input Dims", _EMPTY)
-    input_types: _RawOpt = _f("Input type", _EMPTY)
-    concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
-    coll_name: Any = _f("Collective name")
-    in_nelems: Any = _f("In msg nelems")
-    out_nelems: Any = _f("Out msg nelems")
-    group_size: Any = _f("Group size")
-    dtype: Any = None
-    in_split: _RawOpt = _f("In split size", _EMPTY)
-    out_split: _RawOpt = _f("Out split size", _EMPTY)
-    pg_name: Any = _f("Process Group Name")
-
-
-class LaunchArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-
-
-class GpuArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-    device: Any = None
-    stream: Any = None
-    bytes: Any = None
-    grid: _RawOpt = _EMPTY
-    block: _RawOpt = _EMPTY
-    coll_name: Any = _f("Collective name")
-    in_nelems: Any = _f("In msg nelems")
-    out_nelems: Any = _f("Out msg nelems")
-    group_size: Any = _f("Group size")
-    dtype: Any = None
-    in_split: _RawOpt = _f("In split size", _EMPTY)
-    out_split: _RawOpt = _f("Out split size", _EMPTY)
-    pg_name: Any = _f("Process Group Name")
-
-
-class SyncArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    device: Any = None
-    stream: Any = None
-    sync_kind: Any = _f("cuda_sync_kind")
-    wait_on_stream: Any = None
-    wait_event: Any = _f("wait_on_cuda_event_id")
-
-
-class Event(msgspec.Struct, gc=False):
-    ph: Any = None
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    id: Any = None
-    args: _RawOpt = _EMPTY
-
-
-class DeviceProps(msgspec.Struct):
-    id: Any = None
-    name: Any = None
-    numSms: Any = None
-
-
-class Trace(msgspec.Struct):
-    traceEvents: Optional[list[Event]] = None
-    schemaVersion: Any = None
-    deviceProperties: Optional[list[DeviceProps]] = None
-    distributedInfo: Optional[dict[str, Any]] = None
-    baseTimeNanoseconds: Any = None
-
+from .kineto_events import CpuArgs, GpuArgs, LaunchArgs, SyncArgs, Trace
 
 _CPU_KIND = {"cpu_op": "op", "operator": "op", "user_annotation": "annotation", "python_function": "python"}
 _LAUNCH = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}

@@ -67,6 +67,7 @@ def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
     profiles = [read_one(f, nsys_bin=nsys_bin) for f in files]
     if len(profiles) > 1 or any(-1 in p.ranks for p in profiles):
         profiles = _assign_ranks(files, profiles)
+        profiles = _separate_pid_order_ranks(files, profiles)
     prof = merge(profiles)
     ranks = prof.ranks
     if len(set(ranks)) != len(ranks):
@@ -105,6 +106,25 @@ def _assign_ranks(files: list[Path], profiles: list[Profile]) -> list[Profile]:
             p.meta = _set_meta(p.meta, new, how)
             break
         out.append(p)
+    return out
+
+
+def _separate_pid_order_ranks(files: list[Path], profiles: list[Profile]) -> list[Profile]:
+    """Several multi-process files each number their processes 0..n-1 when no rank is recorded:
+    then number all ranks consecutively in file order (and say so)."""
+    seen = [r for p in profiles for r in p.ranks]
+    guessed = any(src and ("pid order" in src or src == "order")
+                  for p in profiles for src in p.meta.column("rank_source").to_pylist())
+    if len(seen) == len(set(seen)) or not guessed:
+        return profiles
+    out, nxt = [], 0
+    for f, p in zip(files, profiles):
+        mapping = {r: nxt + i for i, r in enumerate(p.ranks)}
+        nxt += len(mapping)
+        q = p.map_ranks(mapping)
+        q.warnings.append(f"{f}: ranks renumbered {min(mapping.values())}..{max(mapping.values())} "
+                          "(no rank recorded; several files numbered their processes alike)")
+        out.append(q)
     return out
 
 

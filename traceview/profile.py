@@ -44,11 +44,18 @@ class Profile:
 
     def with_rank(self, old: int, new: int) -> "Profile":
         """Renumber rank `old` as `new` in every table."""
+        return self.map_ranks({old: new})
+
+    def map_ranks(self, mapping: dict[int, int]) -> "Profile":
+        """Renumber ranks by `mapping` (old -> new; ranks not in it keep their number), all at once."""
+        olds = pa.array(list(mapping), pa.int32())
+        news = pa.array(list(mapping.values()), pa.int32())
         out = {}
         for name in schema.TABLES:
             t = getattr(self, name)
             col = t.column("rank")
-            newcol = pc.if_else(pc.equal(col, old), pa.scalar(new, pa.int32()), col)
+            idx = pc.index_in(col, value_set=olds)
+            newcol = pc.if_else(pc.is_valid(idx), pc.take(news, idx), col)
             out[name] = t.set_column(t.schema.get_field_index("rank"), t.schema.field("rank"), newcol)
         return Profile(**out, warnings=list(self.warnings))
 

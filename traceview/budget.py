@@ -162,15 +162,16 @@ def _check(doc: dict, metric: str, limit: float, rank: int | None) -> dict:
     direction, _, label = METRICS[metric]
     value = metric_value(doc, metric, rank)
     scope = "overall" if rank is None else f"rank {rank}"
+    bound = "minimum" if direction == "min" else "maximum"
     if value is None:
         ok = False
         why = ("rank not in the trace" if rank is not None and
                not any(r["rank"] == rank for r in doc.get("per_rank") or []) else "cannot be computed")
-        message = f"{scope}: {label} unknown ({why}); budget {'>=' if direction == 'min' else '<='} {_fmt(metric, limit)}"
+        message = f"{scope}: {label} unknown ({why}); budget {bound} {_fmt(metric, limit)}"
     else:
         ok = value >= limit if direction == "min" else value <= limit
-        rel = (">=" if ok else "<") if direction == "min" else ("<=" if ok else ">")
-        message = f"{scope}: {label} {_fmt(metric, value)} {rel} budget {_fmt(metric, limit)}"
+        rel = "within" if ok else ("below" if direction == "min" else "above")
+        message = f"{scope}: {label} {_fmt(metric, value)} {rel} the budget {bound} {_fmt(metric, limit)}"
     return {"metric": metric, "scope": "overall" if rank is None else "rank", "rank": rank,
             "value": value, "limit": limit, "ok": ok, "message": message}
 

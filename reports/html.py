@@ -1,0 +1,302 @@
+"""HTML report: one self-contained file that works with no network.
+
+Vega, Vega-Lite and vega-embed are inlined (vl-convert's bundle of the versions Altair uses); the
+charts' data is inlined in their specs; a Content-Security-Policy forbids every fetch
+(`default-src 'none'`), so opening the file never touches the network. Charts render as SVG.
+
+`render(doc)` writes the analyze report (headline, budget, charts, then the same tables as the
+Markdown report); `render_diff_html(doc)` the diff report with the waterfall of the explanation.
+Names from a trace are HTML-escaped (`escape.html`) in text and go into the chart specs as
+`<script>`-safe JSON (`escape.script_json`); Vega draws them as SVG text, never as markup.
+"""
+from __future__ import annotations
+
+import functools
+
+from . import charts as charts_mod
+from . import markdown as mdr
+from .escape import html as h, script_json
+
+CSP = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
+       "img-src data:; font-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
+
+STYLE = """
+body { font: 14px/1.45 system-ui, -apple-system, "Segoe UI", Roboto, "DejaVu Sans", sans-serif;
+       margin: 24px auto; max-width: 1100px; padding: 0 16px; color: #1f2328; }
+h1 { font-size: 22px; margin-bottom: 4px; } h2 { font-size: 18px; margin-top: 28px; border-bottom: 1px solid #d0d7de; }
+.sub { color: #59636e; margin-top: 0; }
+.cards { display: flex; flex-wrap: wrap; gap: 12px; margin: 16px 0; }
+.card { border: 1px solid #d0d7de; border-radius: 6px; padding: 8px 14px; min-width: 180px; }
+.card .k { color: #59636e; font-size: 12px; text-transform: uppercase; } .card .v { font-size: 20px; font-weight: 600; }
+.card .d { color: #59636e; font-size: 12px; }
+table { border-collapse: collapse; margin: 8px 0 16px; font-size: 13px; }
+th, td { border: 1px solid #d0d7de; padding: 3px 8px; vertical-align: top; }
+th { background: #f6f8fa; } td.r, th.r { text-align: right; font-variant-numeric: tabular-nums; }
+td.name { max-width: 560px; overflow-wrap: anywhere; font-family: ui-monospace, monospace; font-size: 12px; }
+.violations { border: 1px solid #cf222e; background: #ffebe9; border-radius: 6px; padding: 8px 14px; }
+.ok { border: 1px solid #1a7f37; background: #dafbe1; border-radius: 6px; padding: 8px 14px; }
+.chart { margin: 8px 0 20px; min-height: 40px; } .chart-error { color: #cf222e; }
+.warn { color: #9a6700; }
+"""
+
+# Renders every chart; marks each container (data-rendered / chart-error) so a person or a test sees it.
+EMBED = """
+(function () {
+  var specs = JSON.parse(document.getElementById('tv-specs').textContent);
+  var names = Object.keys(specs).sort();
+  var done = 0;
+  names.forEach(function (name) {
+    var el = document.getElementById('chart-' + name);
+    vegaEmbed(el, specs[name], {renderer: 'svg', actions: false}).then(function () {
+      el.setAttribute('data-rendered', '1');
+    }).catch(function (err) {
+      el.classList.add('chart-error');
+      el.textContent = 'chart failed: ' + err;
+      console.error(err);
+    }).finally(function () {
+      done += 1;
+      if (done === names.length) { document.body.setAttribute('data-charts-done', String(done)); }
+    });
+  });
+  if (!names.length) { document.body.setAttribute('data-charts-done', '0'); }
+})();
+"""
+
+
+@functools.lru_cache(maxsize=1)
+def vega_bundle() -> str:
+    """vega + vega-lite + vega-embed as one classic script (defines window.vegaEmbed)."""
+    import vl_convert as vlc
+    from altair.utils._importers import vl_version_for_vl_convert
+    js = vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    # the bundle must not be able to end its <script> element early
+    return js.replace("</script", "<\\/script").replace("<!--", "<\\!--")
+
+
+def _table(headers, rows, aligns=None, name_cols=()) -> str:
+    aligns = aligns or "l" + "r" * (len(headers) - 1)
+
+    def cls(i, head=False):
+        if aligns[i] == "r":
+            return ' class="r"'
+        return ' class="name"' if i in name_cols and not head else ""
+    out = ["<table><thead><tr>" + "".join(f"<th{cls(i, True)}>{h(x)}</th>" for i, x in enumerate(headers))
+           + "</tr></thead><tbody>"]
+    for r in rows:
+        out.append("<tr>" + "".join(f"<td{cls(i)}>{h(v)}</td>" for i, v in enumerate(r)) + "</tr>")
+    out.append("</tbody></table>")
+    return "\n".join(out)
+
+
+def _page(title: str, body: list[str], specs: list[tuple[str, dict]]) -> str:
+    spec_map = {name: spec for name, spec in specs}
+    parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
+             f'<meta http-equiv="Content-Security-Policy" content="{h(CSP)}">',
+             '<meta name="viewport" content="width=device-width, initial-scale=1">',
+             f"<title>{h(title)}</title>", f"<style>{STYLE}</style>", "</head>", "<body>"]
+    parts += body
+    parts.append(f'<script type="application/json" id="tv-specs">{script_json(spec_map)}</script>')
+    if specs:
+        parts.append(f"<script>{vega_bundle()}</script>")
+    parts.append(f"<script>{EMBED}</script>")
+    parts += ["</body>", "</html>"]
+    return "\n".join(parts) + "\n"
+
+
+def _chart_divs(specs: list[tuple[str, dict]]) -> list[str]:
+    out = []
+    for name, _ in specs:
+        out.append(f"<h2>{h(mdr.CHART_TITLES.get(name, name))}</h2>")
+        out.append(f'<div class="chart" id="chart-{h(name)}" data-chart="{h(name)}"></div>')
+    return out
+
+
+def _budget_html(doc: dict) -> list[str]:
+    b = doc.get("budget")
+    if not b:
+        return []
+    v = b.get("violations") or []
+    if not v:
+        return [f'<div class="ok"><b>Budget {h(b["file"])}: all {len(b["checked"])} threshold(s) met.</b></div>']
+    items = "".join(f"<li>{h(c['message'])}</li>" for c in v)
+    return [f'<div class="violations"><b>Budget {h(b["file"])}: {len(v)} of {len(b["checked"])} threshold(s) '
+            f"violated</b><ul>{items}</ul></div>"]
+
+
+def _layers_html(doc: dict) -> list[str]:
+    if not doc.get("layers"):
+        return []
+    n = max(1, len(doc.get("steps") or []))
+    rows = [[g["label"], g["phase"], mdr.ms(g["step_time_ns"]), mdr.ms(g["compute_ns"]), mdr.ms(g["exposed_comm_ns"]),
+             mdr.ms(g["overlapped_comm_ns"]), mdr.ms(g["idle_ns"]), g["top_stage"]] for g in mdr._layer_groups(doc)]
+    out = [f"<h2>Per layer and phase (ms per step, mean over {n} rank-step window(s))</h2>",
+           _table(["layer", "phase", "total", "compute", "exposed comm", "overlapped comm", "idle", "top stage"],
+                  rows, "llrrrrrl")]
+    if doc.get("stages"):
+        srows = [[s["stage"], mdr.ms(s["step_time_ns"] / n), mdr.ms(s["compute_ns"] / n),
+                  mdr.ms(s["exposed_comm_ns"] / n), mdr.ms(s["overlapped_comm_ns"] / n), mdr.ms(s["idle_ns"] / n)]
+                 for s in doc["stages"]]
+        out += ["<h2>Per MoE stage (ms per step, all layers and phases)</h2>",
+                _table(["stage", "total", "compute", "exposed comm", "overlapped comm", "idle"], srows)]
+    return out
+
+
+def _stalls_html(doc: dict) -> list[str]:
+    stalls = doc.get("stalls")
+    if stalls is None:
+        return []
+    if not stalls:
+        return ["<h2>Top stalls</h2>", "<p>No stalls found.</p>"]
+    top = sorted(stalls, key=lambda s: (-(s.get("dur_ns") or 0), s.get("rank", 0), s.get("step", 0),
+                                        s.get("start_ns") or 0))[:mdr.TOP]
+    opt = lambda v: "-" if v is None else v
+    rows = [[i, opt(s.get("rank")), opt(s.get("step")), opt(s.get("layer")), opt(s.get("phase")), opt(s.get("stage")),
+             opt(s.get("cause")), mdr.ms(s.get("dur_ns")), mdr._evidence(s.get("evidence"))]
+            for i, s in enumerate(top, 1)]
+    return [f"<h2>Top stalls ({len(top)} of {len(stalls)})</h2>",
+            _table(["#", "rank", "step", "layer", "phase", "stage", "cause", "ms", "evidence"], rows, "rrrrlllrl",
+                   name_cols=(8,))]
+
+
+def _collectives_html(doc: dict) -> list[str]:
+    out = []
+    st = doc.get("stragglers")
+    if st:
+        items = st if isinstance(st, list) else [st]
+        lis = "".join("<li>" + h("; ".join(f"{k}: {mdr._fmt_val(k, it[k])}" for k in sorted(it))
+                                 if isinstance(it, dict) else it) + "</li>" for it in items)
+        out += ["<h2>Stragglers</h2>", f"<ul>{lis}</ul>"]
+    cols = doc.get("collectives")
+    if cols:
+        top = sorted(cols, key=lambda c: (-(c.get("skew_ns") or 0), str(c.get("kind")), c.get("index") or 0))[:mdr.TOP]
+        rows = [[c.get("kind"), c.get("group", "-"), c.get("index", "-"),
+                 "-" if c.get("straggler") is None else c["straggler"], mdr.ms(c.get("skew_ns"))] for c in top]
+        out += [f"<h2>Collectives with the most skew ({len(top)} of {len(cols)})</h2>",
+                _table(["collective", "group", "index", "straggler rank", "skew ms"], rows, "llrrr")]
+    cp = doc.get("critical_path")
+    if cp:
+        rows = []
+        for c in sorted(cp, key=lambda c: (c.get("step", 0), c.get("rank", 0)))[:mdr.TOP * 2]:
+            comp = c.get("composition") or {}
+            total = c.get("total_ns") or sum(v for v in comp.values() if isinstance(v, (int, float))) or 0
+            parts = ", ".join(f"{k} {mdr.ms(v)}" for k, v in sorted(comp.items(), key=lambda kv: (-(kv[1] or 0), kv[0]))
+                              if isinstance(v, (int, float)))
+            rows.append([c.get("rank", "-"), c.get("step", "-"), mdr.ms(total), parts])
+        out += ["<h2>Critical path (ms)</h2>", _table(["rank", "step", "length", "composition (ms)"], rows, "rrrl")]
+    return out
+
+
+def render(doc: dict) -> str:
+    if str(doc.get("schema", "")).startswith("traceview.diff/"):
+        return render_diff_html(doc)
+    s = doc["summary"]
+    specs = charts_mod.specs(doc)
+    body = [f"<h1>{h(mdr.title(doc))}</h1>",
+            f'<p class="sub">traceview {h(doc["tool"]["version"])} · steps: {h(doc["steps_source"])}</p>']
+    cards = []
+    f = doc.get("flops") or {}
+    st = s["step_time_ns"]
+    cards.append(("step time", f"{mdr.ms(st)} ms", f"median over {s['steps']} step(s)"
+                  + (f" and {s['ranks']} ranks" if s.get("ranks", 1) > 1 else "")))
+    if f.get("delivered_tflops_per_gpu") is not None:
+        cards.append(("delivered per GPU", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s",
+                      f"{f.get('method')}-based FLOPs"))
+        cards.append(("MFU", f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a",
+                      f"of {f['peak_tflops']:,.1f} TFLOP/s ({f.get('gpu') or f.get('gpu_name')}, {f.get('dtype')} dense)"
+                      if f.get("peak_tflops") else "peak unknown"))
+    else:
+        cards.append(("delivered per GPU", "unknown", "no FLOPs (no shapes, no --model)"))
+    cards.append(("exposed communication", mdr.pct(s["exposed_comm_ns"], st),
+                  f"{mdr.ms(s['exposed_comm_ns'])} ms; {100 * s.get('overlap_ratio', 0):.1f}% of comm overlapped"))
+    cards.append(("idle", mdr.pct(s["idle_ns"], st), f"{mdr.ms(s['idle_ns'])} ms"))
+    body.append('<div class="cards">' + "".join(
+        f'<div class="card"><div class="k">{h(k)}</div><div class="v">{h(v)}</div><div class="d">{h(d)}</div></div>'
+        for k, v, d in cards) + "</div>")
+    body += _budget_html(doc)
+
+    def cell(r, key):
+        return f"{mdr.ms(r[key])} ({mdr.pct(r[key], r['step_time_ns'])})"
+    rows = [[f"rank {r['rank']}", mdr.ms(r["step_time_ns"])] + [cell(r, k) for _, k in mdr.PARTS]
+            + [mdr.ms(r["overlapped_comm_ns"]), f"{100 * r['overlap_ratio']:.1f}%"]
+            for r in sorted(doc["per_rank"], key=lambda r: r["rank"])]
+    if len(rows) > 1:
+        rows.append(["median", mdr.ms(s["step_time_ns"])] + [cell(s, k) for _, k in mdr.PARTS]
+                    + [mdr.ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
+    body += ["<h2>Step breakdown (median over steps, ms and % of the step)</h2>",
+             _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",
+                     "overlap"], rows)]
+    body += _chart_divs(specs)
+    body += _layers_html(doc) + _stalls_html(doc) + _collectives_html(doc)
+    if doc.get("comm"):
+        n = max(1, len(doc.get("steps") or []))
+        crow = [[c["kind"], f"{c['count'] / n:g}", f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+                 mdr.ms(c["total_ns"] / n), mdr.ms(c["exposed_ns"] / n)] for c in doc["comm"]]
+        body += ["<h2>Communication by collective (per step)</h2>",
+                 _table(["collective", "count", "MB", "total ms", "exposed ms"], crow)]
+    if doc.get("top_kernels"):
+        krow = [[k["name"], k["class"], k["count"], mdr.ms(k["total_ns"])] for k in doc["top_kernels"]]
+        body += ["<h2>Top kernels by GPU time (all ranks, inside step windows)</h2>",
+                 _table(["kernel", "class", "count", "ms"], krow, "llrr", name_cols=(0,))]
+    if doc.get("inputs"):
+        irow = [[i["rank"], i["file"], i["format"], i.get("gpu") or "unknown"] for i in doc["inputs"]]
+        body += ["<h2>Inputs</h2>", _table(["rank", "file", "format", "GPU"], irow, "rlll", name_cols=(1,))]
+    if doc.get("warnings"):
+        body += ["<h2>Warnings</h2>", "<ul>" + "".join(f'<li class="warn">{h(w)}</li>' for w in doc["warnings"])
+                 + "</ul>"]
+    return _page(mdr.title(doc), body, specs)
+
+
+# --- diff -------------------------------------------------------------------------------------------
+
+def _scalar(v) -> str:
+    if isinstance(v, float):
+        return f"{v:,.6g}"
+    if isinstance(v, (dict, list)):
+        import json
+        return json.dumps(v, sort_keys=True, ensure_ascii=False)[:300]
+    return str(v)
+
+
+def _side_label(side) -> str:
+    if not isinstance(side, dict):
+        return _scalar(side)
+    for k in ("label", "name", "file", "files", "inputs", "paths"):
+        if side.get(k):
+            v = side[k]
+            if isinstance(v, list):
+                v = ", ".join((x.get("file") if isinstance(x, dict) else str(x)) or "" for x in v)
+            return str(v)
+    return ""
+
+
+def render_diff_html(doc: dict) -> str:
+    """The `traceview.diff/1` report: verdict, base vs new, the waterfall, the explanation list."""
+    specs = charts_mod.specs(doc)
+    base, new = doc.get("base"), doc.get("new")
+    verdict = doc.get("verdict")
+    verdict_text = verdict if isinstance(verdict, str) else _scalar(verdict)
+    title = f"traceview diff: {_side_label(base) or 'base'} → {_side_label(new) or 'new'}"
+    body = [f"<h1>{h(title)}</h1>", f'<p class="sub">traceview {h((doc.get("tool") or {}).get("version", ""))}</p>',
+            f'<div class="cards"><div class="card"><div class="k">verdict</div><div class="v">{h(verdict_text)}</div>'
+            "</div>"]
+    b_ns, n_ns = charts_mod._step_ns(base), charts_mod._step_ns(new)
+    if b_ns is not None and n_ns is not None:
+        body[-1] += (f'<div class="card"><div class="k">step time</div><div class="v">{mdr.ms(b_ns)} → {mdr.ms(n_ns)} ms'
+                     f'</div><div class="d">{(n_ns - b_ns) / 1e6:+,.3f} ms ({mdr.pct(n_ns - b_ns, b_ns)})</div></div>')
+    body[-1] += "</div>"
+    body += _budget_html(doc)
+    body += _chart_divs(specs)
+    expl = doc.get("explanation") or []
+    if expl:
+        rows = [[i, f"{(e.get('contribution_ns') or 0) / 1e6:+,.3f}", e.get("text", "")] for i, e in enumerate(expl, 1)]
+        body += ["<h2>Explanation</h2>", _table(["#", "contribution ms", "explanation"], rows, "rrl", name_cols=())]
+    delta = doc.get("delta")
+    if isinstance(delta, dict) and delta:
+        rows = []
+        for k in sorted(delta):
+            v = delta[k]
+            bv = base.get(k) if isinstance(base, dict) else None
+            nv = new.get(k) if isinstance(new, dict) else None
+            rows.append([k, _scalar(bv) if bv is not None else "", _scalar(nv) if nv is not None else "", _scalar(v)])
+        body += ["<h2>Delta</h2>", _table(["metric", "base", "new", "delta"], rows, "lrrr")]
+    return _page(title, body, specs)

@@ -1,0 +1,310 @@
+"""Markdown report: GitHub-flavoured, readable as plain text, made for `$GITHUB_STEP_SUMMARY`.
+
+Contents (analyze): a headline (step time, delivered TFLOP/s per GPU and MFU, exposed communication
+%), budget violations, the step breakdown per rank, the per-layer table, per-stage totals, the top
+stalls, collectives with the most skew, critical-path composition, communication, FLOPs, top kernels,
+links to the charts (when written alongside, see `render(doc, images=...)`), and warnings.
+A `traceview.diff/1` document goes to `diff_markdown` when that module exists.
+
+Every name from a trace goes through `escape.md` (one line, `|` escaped, no raw HTML).
+"""
+from __future__ import annotations
+
+from .escape import md
+
+PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"),
+         ("exposed memory", "exposed_memory_ns"), ("idle", "idle_ns"))
+TOP = 10
+
+
+def ms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:,.3f}"
+
+
+def pct(part, whole) -> str:
+    return f"{100.0 * part / whole:.1f}%" if whole else "-"
+
+
+def table(headers: list[str], rows: list[list], aligns: str | None = None) -> list[str]:
+    """A GFM table padded to column widths (cells must already be escaped)."""
+    aligns = aligns or "l" + "r" * (len(headers) - 1)
+    cells = [[str(h) for h in headers]] + [[str(c) for c in r] for r in rows]
+    widths = [max(3, *(len(r[i]) for r in cells)) for i in range(len(headers))]
+
+    def line(vals):
+        return "| " + " | ".join(v.ljust(w) if a == "l" else v.rjust(w)
+                                 for v, w, a in zip(vals, widths, aligns)) + " |"
+    sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1))
+                         for w, a in zip(widths, aligns)) + "|"
+    return [line(cells[0]), sep] + [line(r) for r in cells[1:]]
+
+
+# --- headline --------------------------------------------------------------------------------------
+
+def headline(doc: dict) -> list[tuple[str, str]]:
+    """(label, value) pairs shared by the Markdown and HTML headlines."""
+    s = doc["summary"]
+    st = s["step_time_ns"]
+    out = [("step time", f"{ms(st)} ms" + (" (median over ranks)" if s.get("ranks", 1) > 1 else "")
+            + f", {s['steps']} step(s)")]
+    f = doc.get("flops") or {}
+    if f.get("delivered_tflops_per_gpu") is not None:
+        mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a (peak unknown)"
+        peak = (f" of {f['peak_tflops']:,.1f} peak ({f.get('gpu') or f.get('gpu_name') or 'GPU unknown'}, "
+                f"{f.get('dtype')} dense)") if f.get("peak_tflops") else ""
+        out.append(("delivered", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {mfu}{peak}"))
+    else:
+        out.append(("delivered", "TFLOP/s unknown (no FLOPs: no shapes in the trace and no --model)"))
+    out.append(("exposed communication", f"{pct(s['exposed_comm_ns'], st)} of the step "
+                f"({ms(s['exposed_comm_ns'])} ms; {100 * s.get('overlap_ratio', 0):.1f}% of communication overlapped)"))
+    out.append(("idle", f"{pct(s['idle_ns'], st)} of the step ({ms(s['idle_ns'])} ms)"))
+    return out
+
+
+def title(doc: dict) -> str:
+    files = [i["file"] for i in doc.get("inputs", [])]
+    name = files[0] if len(files) == 1 else f"{len(files)} files"
+    s = doc["summary"]
+    return f"traceview: {name} — {s['ranks']} rank(s), {s['steps']} step(s)"
+
+
+def budget_lines(doc: dict) -> list[str]:
+    b = doc.get("budget")
+    if not b:
+        return []
+    v = b.get("violations") or []
+    if not v:
+        return [f"**Budget {md(b['file'])}: all {len(b['checked'])} threshold(s) met.**", ""]
+    lines = [f"> [!CAUTION]", f"> **Budget {md(b['file'])}: {len(v)} of {len(b['checked'])} threshold(s) violated**"]
+    lines += [f"> - {md(c['message'])}" for c in v]
+    return lines + [""]
+
+
+# --- sections ---------------------------------------------------------------------------------------
+
+def breakdown_lines(doc: dict) -> list[str]:
+    def cell(r, key):
+        return f"{ms(r[key])} ({pct(r[key], r['step_time_ns'])})"
+    rows = [[f"rank {r['rank']}", ms(r["step_time_ns"])] + [cell(r, k) for _, k in PARTS]
+            + [ms(r["overlapped_comm_ns"]), f"{100 * r['overlap_ratio']:.1f}%"]
+            for r in sorted(doc["per_rank"], key=lambda r: r["rank"])]
+    if len(rows) > 1:
+        s = doc["summary"]
+        rows.append(["**median**", ms(s["step_time_ns"])] + [cell(s, k) for _, k in PARTS]
+                    + [ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
+    return ["### Step breakdown (median over steps, ms and % of the step)", ""] + table(
+        ["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm", "overlap"],
+        rows) + [""]
+
+
+def _layer_groups(doc: dict) -> list[dict]:
+    n = max(1, len(doc.get("steps") or []))
+    fields = ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "idle_ns")
+    groups: dict = {}
+    for r in doc.get("layers") or []:
+        key = (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"], r["phase"])
+        g = groups.setdefault(key, {"stages": {}, **{f: 0.0 for f in fields}})
+        for f in fields:
+            g[f] += (r.get(f) or 0) / n
+        g["stages"][r["stage"]] = g["stages"].get(r["stage"], 0) + (r.get("step_time_ns") or 0)
+    out = []
+    for key in sorted(groups):
+        g = groups[key]
+        region, layer, phase = key[2], key[1], key[3]
+        g["label"] = f"layer {layer}" if region == "layer" else ("outside layers" if region == "outside"
+                                                                  else "unattributed")
+        g["phase"] = phase
+        g["top_stage"] = max(g["stages"].items(), key=lambda kv: (kv[1], kv[0]))[0] if g["stages"] else "-"
+        out.append(g)
+    return out
+
+
+def layer_lines(doc: dict) -> list[str]:
+    if not doc.get("layers"):
+        return []
+    n = max(1, len(doc.get("steps") or []))
+    rows = [[md(g["label"]), md(g["phase"]), ms(g["step_time_ns"]), ms(g["compute_ns"]), ms(g["exposed_comm_ns"]),
+             ms(g["overlapped_comm_ns"]), ms(g["idle_ns"]), md(g["top_stage"])] for g in _layer_groups(doc)]
+    lines = [f"### Per layer and phase (ms per step, mean over {n} rank-step window(s))", ""]
+    lines += table(["layer", "phase", "total", "compute", "exposed comm", "overlapped comm", "idle", "top stage"],
+                   rows, "llrrrrrl") + [""]
+    if doc.get("stages"):
+        srows = [[md(s["stage"]), ms(s["step_time_ns"] / n), ms(s["compute_ns"] / n), ms(s["exposed_comm_ns"] / n),
+                  ms(s["overlapped_comm_ns"] / n), ms(s["idle_ns"] / n)] for s in doc["stages"]]
+        lines += ["### Per MoE stage (ms per step, all layers and phases)", ""]
+        lines += table(["stage", "total", "compute", "exposed comm", "overlapped comm", "idle"], srows) + [""]
+    a = doc.get("attribution") or {}
+    if a:
+        linked = a.get("backward_linked_share")
+        lines += [f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers, "
+                  f"{100 * a['outside_layers_share']:.1f}% outside them, {a['unattributed_count']} activities "
+                  f"unattributed ({100 * a['unattributed_share']:.1f}%)"
+                  + (f"; backward linked to forward ops: {100 * linked:.1f}%." if linked is not None else "."), ""]
+    return lines
+
+
+def _evidence(ev) -> str:
+    if ev is None:
+        return ""
+    if isinstance(ev, dict):
+        return "; ".join(f"{k}: {ev[k]}" for k in sorted(ev))
+    if isinstance(ev, list):
+        return "; ".join(str(x) for x in ev)
+    return str(ev)
+
+
+def _opt(v) -> str:
+    return "-" if v is None else md(v)
+
+
+def stall_lines(doc: dict) -> list[str]:
+    stalls = doc.get("stalls")
+    if stalls is None:
+        return []
+    if not stalls:
+        return ["### Top stalls", "", "No stalls found.", ""]
+    top = sorted(stalls, key=lambda s: (-(s.get("dur_ns") or 0), s.get("rank", 0), s.get("step", 0),
+                                        s.get("start_ns") or 0))[:TOP]
+    rows = [[i, _opt(s.get("rank")), _opt(s.get("step")), _opt(s.get("layer")), _opt(s.get("phase")),
+             _opt(s.get("stage")), _opt(s.get("cause")), ms(s.get("dur_ns")), md(_evidence(s.get("evidence")), 120)]
+            for i, s in enumerate(top, 1)]
+    total = sum(s.get("dur_ns") or 0 for s in stalls)
+    return [f"### Top stalls ({min(TOP, len(stalls))} of {len(stalls)}, {ms(total)} ms in all)", ""] + table(
+        ["#", "rank", "step", "layer", "phase", "stage", "cause", "ms", "evidence"], rows, "rrrrlllrl") + [""]
+
+
+def collective_lines(doc: dict) -> list[str]:
+    lines = []
+    st = doc.get("stragglers")
+    if st:
+        items = st if isinstance(st, list) else [st]
+        lines += ["### Stragglers", ""]
+        for it in items:
+            if isinstance(it, dict):
+                lines.append("- " + "; ".join(f"{md(k)}: {md(_fmt_val(k, it[k]), 200)}" for k in sorted(it)))
+            else:
+                lines.append(f"- {md(it)}")
+        lines.append("")
+    cols = doc.get("collectives")
+    if cols:
+        top = sorted(cols, key=lambda c: (-(c.get("skew_ns") or 0), str(c.get("kind")), c.get("index") or 0))[:TOP]
+        rows = [[md(c.get("kind"), 40), _opt(c.get("group")), _opt(c.get("index")), _opt(c.get("straggler")),
+                 ms(c.get("skew_ns"))] for c in top]
+        lines += [f"### Collectives with the most skew ({len(top)} of {len(cols)})", ""]
+        lines += table(["collective", "group", "index", "straggler rank", "skew ms"], rows, "llrrr") + [""]
+    return lines
+
+
+def _fmt_val(key: str, v) -> str:
+    if isinstance(v, (int, float)) and not isinstance(v, bool) and key.endswith("_ns"):
+        return f"{ms(v)} ms"
+    if isinstance(v, float):
+        return f"{v:.4g}"
+    return str(v)
+
+
+def critical_path_lines(doc: dict) -> list[str]:
+    cp = doc.get("critical_path")
+    if not cp:
+        return []
+    rows = []
+    for c in sorted(cp, key=lambda c: (c.get("step", 0), c.get("rank", 0)))[:TOP * 2]:
+        comp = c.get("composition") or {}
+        total = c.get("total_ns") or sum(v for v in comp.values() if isinstance(v, (int, float))) or 0
+        parts = ", ".join(f"{md(k)} {ms(v)}" for k, v in sorted(comp.items(), key=lambda kv: (-(kv[1] or 0), kv[0]))
+                          if isinstance(v, (int, float)))
+        rows.append([_opt(c.get("rank")), _opt(c.get("step")), ms(total), parts])
+    return ["### Critical path (ms)", ""] + table(["rank", "step", "length", "composition (ms)"], rows,
+                                                   "rrrl") + [""]
+
+
+def comm_lines(doc: dict) -> list[str]:
+    if not doc.get("comm"):
+        return []
+    n = max(1, len(doc.get("steps") or []))
+    rows = [[md(c["kind"]), f"{c['count'] / n:g}", f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+             ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
+    return ["### Communication by collective (per step)", ""] + table(
+        ["collective", "count", "MB", "total ms", "exposed ms"], rows) + [""]
+
+
+def flops_lines(doc: dict) -> list[str]:
+    f = doc.get("flops")
+    if not f or not f.get("flops_per_step"):
+        return []
+    lines = ["### FLOPs", "",
+             f"{f['flops_per_step'] / 1e12:,.2f} TFLOP per step per GPU ({md(f['method'])}-based)"
+             + (f"; {f['tokens_per_step']:,} tokens per step" if f.get("tokens_per_step") else "") + ".", ""]
+    groups = sorted(f.get("by_group") or [], key=lambda g: (-g["flops_per_step"], str(g["layer"]), g["phase"],
+                                                              g["stage"]))[:8]
+    if groups:
+        rows = [[f"layer {g['layer']}" if g["layer"] is not None else "outside", md(g["phase"]), md(g["stage"]),
+                 f"{g['flops_per_step'] / 1e12:,.2f}", ms(g["compute_ns_per_step"]),
+                 f"{g['achieved_tflops']:,.0f}" if g.get("achieved_tflops") else "-"] for g in groups]
+        lines += table(["layer", "phase", "stage", "TFLOP", "compute ms", "TFLOP/s"], rows, "lllrrr") + [""]
+    for n in f.get("notes") or []:
+        lines += [f"- note: {md(n)}"]
+    return lines + ([""] if f.get("notes") else [])
+
+
+def kernel_lines(doc: dict) -> list[str]:
+    if not doc.get("top_kernels"):
+        return []
+    rows = [[md(k["name"], 90), md(k["class"]), k["count"], ms(k["total_ns"])] for k in doc["top_kernels"]]
+    return ["### Top kernels by GPU time (all ranks, inside step windows)", ""] + table(
+        ["kernel", "class", "count", "ms"], rows, "llrr") + [""]
+
+
+CHART_TITLES = {"step_breakdown": "Step breakdown per step and rank", "layer_phase": "Per layer × phase",
+                "timeline": "Timeline of one step, stalls marked", "stragglers": "Per-rank stragglers",
+                "waterfall": "Waterfall of the explanation"}
+
+
+def chart_lines(images: list[str] | None) -> list[str]:
+    pngs = [p for p in images or [] if p.endswith(".png")]
+    if not pngs:
+        return []
+    lines = ["### Charts", ""]
+    for p in pngs:
+        name = p.rsplit("/", 1)[-1].rsplit(".", 1)[0]
+        lines.append(f"![{md(CHART_TITLES.get(name, name))}]({p})")
+    return lines + [""]
+
+
+def render(doc: dict, images: list[str] | None = None) -> str:
+    """The Markdown report. `images`: chart paths relative to the report (from charts.write_images)."""
+    if str(doc.get("schema", "")).startswith("traceview.diff/"):
+        return render_diff(doc, images)
+    lines = [f"## {md(title(doc))}", ""]
+    lines += [" · ".join(f"**{label}** {md(value)}" for label, value in headline(doc)), ""]
+    lines += budget_lines(doc)
+    lines += breakdown_lines(doc) + layer_lines(doc) + stall_lines(doc) + collective_lines(doc)
+    lines += critical_path_lines(doc) + comm_lines(doc) + flops_lines(doc) + kernel_lines(doc)
+    lines += chart_lines(images)
+    if doc.get("warnings"):
+        lines += ["### Warnings", ""] + [f"- {md(w, 300)}" for w in doc["warnings"]] + [""]
+    ins = ", ".join(f"rank {i['rank']}: {i['file']} ({i['format']}, {i.get('gpu') or 'GPU unknown'})"
+                    for i in doc.get("inputs", [])[:8])
+    more = f" and {len(doc['inputs']) - 8} more" if len(doc.get("inputs", [])) > 8 else ""
+    lines += [f"<sub>traceview {md(doc['tool']['version'])}; steps: {md(doc['steps_source'])}; "
+              f"inputs: {md(ins)}{more}</sub>"]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+# --- diff ---------------------------------------------------------------------------------------------
+
+def render_diff(doc: dict, images: list[str] | None = None) -> str:
+    """`traceview.diff/1`: the diff engineer's renderer when present, else a compact fallback."""
+    try:
+        from . import diff_markdown
+    except ImportError:
+        diff_markdown = None
+    if diff_markdown is not None:
+        text = diff_markdown.render(doc)
+        extra = chart_lines(images)
+        return text if not extra else text.rstrip() + "\n\n" + "\n".join(extra).rstrip() + "\n"
+    lines = [f"## traceview diff: {md(doc.get('verdict', ''))}", ""]
+    for i, e in enumerate(doc.get("explanation") or [], 1):
+        lines.append(f"{i}. {ms(e.get('contribution_ns'))} ms: {md(e.get('text', ''))}")
+    lines += [""] + chart_lines(images)
+    return "\n".join(lines).rstrip() + "\n"

@@ -1,0 +1,190 @@
+"""One side of a diff (a run), and the exact decomposition of the step-time change.
+
+**The representative step.** A side's step time T is the median over (rank, step) samples of the
+step window (as `summary.step_time_ns` of `analyze`). Its *median set* is the sample at the
+middle (odd count) or the two middle samples (even count) of the samples sorted by step time
+(ties by rank, step); T is exactly the mean step time of the median set. Every per-group number
+below is the mean over the median set, so Σ over groups = T exactly, and for two sides
+ΔT = Σ over units of Δ (no rescaling).
+
+**Units.** A unit is (layer, phase, stage, region, kernel family, class, collective kind) × part,
+part ∈ compute, exposed_comm, exposed_memory, idle (the four parts that make up the step window;
+overlapped comm is carried along for the text only). Each activity's share of a step window
+comes from the same SQL as `layers[]` (traceview/sql/layer_times.sql: segments shared equally by
+the activities that decide them; an idle gap is charged to the activity that ends it), not
+rounded, grouped additionally by kernel family (traceview.diff.families).
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+
+from ..db import Session, sql_text
+from .families import family
+
+PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns")
+EXTRA = ("overlapped_comm_ns", "busy_ns", "count")
+
+_UNIT_SELECT = """
+, dur AS (
+    SELECT c.id, sum(c.e - c.s)::DOUBLE AS busy_ns FROM clipped c GROUP BY c.id
+)
+SELECT p.rank, p.step, t.layer, t.phase, t.stage, t.region, a.name, ac.class, co.comm_kind,
+       sum(p.compute_ns)::DOUBLE AS compute_ns,
+       sum(p.exposed_comm_ns)::DOUBLE AS exposed_comm_ns,
+       sum(p.overlapped_comm_ns)::DOUBLE AS overlapped_comm_ns,
+       sum(p.exposed_memory_ns)::DOUBLE AS exposed_memory_ns,
+       sum(p.idle_ns)::DOUBLE AS idle_ns,
+       sum(CASE WHEN p.idle_ns = 0 THEN coalesce(d.busy_ns, 0) ELSE 0 END)::DOUBLE AS busy_ns,
+       count(DISTINCT CASE WHEN p.idle_ns = 0 THEN p.id END) AS count
+FROM per_activity p
+JOIN activity_attribution t ON t.id = p.id
+JOIN gpu_activities a ON a.id = p.id
+JOIN activity_class ac ON ac.id = p.id
+LEFT JOIN comm_ops co ON co.id = p.id
+LEFT JOIN dur d ON d.id = p.id
+GROUP BY ALL
+"""
+
+_SYNC_SQL = """
+SELECT y.rank, s.step, y.kind, count(*) AS n, sum(y.end_ns - y.start_ns)::BIGINT AS dur_ns,
+       c.layer,
+       CASE WHEN c.anchor IS NOT NULL OR c.phase = 'backward' THEN 'backward'
+            WHEN c.phase IS NOT NULL THEN c.phase
+            WHEN c.layer IS NOT NULL THEN 'forward' ELSE 'other' END AS phase,
+       coalesce(c.stage, 'other') AS stage,
+       any_value(r.name) AS op
+FROM syncs y
+JOIN launches l ON l.rank = y.rank AND l.correlation = y.correlation
+LEFT JOIN range_context c ON c.id = l.op_id
+LEFT JOIN cpu_ranges r ON r.id = l.op_id
+JOIN step_ranges s ON s.rank = y.rank AND y.start_ns >= s.cpu_start_ns AND y.start_ns < s.cpu_end_ns
+WHERE y.kind IN ('stream_sync', 'context_sync', 'event_sync')
+GROUP BY ALL
+"""
+
+
+def unit_sql() -> str:
+    """layer_times.sql with its final SELECT replaced by a per-(group, kernel name) one."""
+    text = sql_text("layer_times")
+    cut = text.rfind("\nSELECT p.rank")
+    if cut < 0:
+        raise RuntimeError("layer_times.sql changed shape: cannot reuse its CTEs")
+    return text[:cut] + _UNIT_SELECT
+
+
+@dataclass
+class Side:
+    label: str
+    paths: list[str]
+    doc: dict
+    step_time_ns: float
+    samples: list[tuple[int, int, int]]           # (rank, step, step_time_ns)
+    median_set: list[tuple[int, int]]             # (rank, step)
+    units: dict = field(default_factory=dict)     # unit key -> {part: mean ns over median set}
+    syncs: dict = field(default_factory=dict)     # (layer, phase, stage) -> {n, dur_ns, kinds, op}
+    family_time: dict = field(default_factory=dict)  # family key -> busy ns per step (mean, all samples)
+    family_count: dict = field(default_factory=dict)
+    noise: dict = field(default_factory=dict)
+
+
+def median_set(samples: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    s = sorted(samples, key=lambda x: (x[2], x[0], x[1]))
+    if not s:
+        return []
+    n = len(s)
+    pick = [s[n // 2]] if n % 2 else [s[n // 2 - 1], s[n // 2]]
+    return [(r, st) for r, st, _ in pick]
+
+
+def spread(samples: list[tuple[int, int, int]]) -> dict:
+    """Per-step spread of the step time: per step the median over ranks, then max − min over
+    steps (and the MAD); with one step, the spread over ranks instead."""
+    by_step: dict = {}
+    for r, st, t in samples:
+        by_step.setdefault(st, []).append(t)
+    if len(by_step) >= 2:
+        vals = [statistics.median(v) for v in by_step.values()]
+        how = "per-step (max - min over steps of the median over ranks)"
+    else:
+        vals = [t for _, _, t in samples]
+        how = "per-rank (one step: max - min over ranks)"
+    if not vals:
+        return {"method": how, "spread_ns": 0, "mad_ns": 0, "n": 0}
+    med = statistics.median(vals)
+    return {"method": how, "spread_ns": int(max(vals) - min(vals)),
+            "mad_ns": int(statistics.median([abs(v - med) for v in vals])), "n": len(vals),
+            "min_ns": int(min(vals)), "max_ns": int(max(vals))}
+
+
+def unit_key(row: dict) -> tuple:
+    fam = family(row["name"]).key
+    if row["class"] == "comm":
+        fam = f"comm:{row['comm_kind'] or 'other'}"
+    return (row["layer"], row["phase"], row["stage"], row["region"], fam, row["class"])
+
+
+def build_side(label: str, paths: list[str], doc: dict, session: Session) -> Side:
+    samples = [(r["rank"], r["step"], int(r["step_time_ns"])) for r in doc["steps"]]
+    T = float(doc["summary"]["step_time_ns"])
+    mset = median_set(samples)
+    side = Side(label=label, paths=paths, doc=doc, step_time_ns=T, samples=samples, median_set=mset)
+    side.noise = spread(samples)
+    rows = session.rows(unit_sql()) if samples else []
+    ms = set(mset)
+    k = max(1, len(mset))
+    nsteps = max(1, len(samples))
+    for r in rows:
+        key = unit_key(r)
+        if (r["rank"], r["step"]) in ms:
+            d = side.units.setdefault(key, {p: 0.0 for p in PARTS + EXTRA})
+            for p in PARTS + EXTRA:
+                d[p] += (r[p] or 0) / k
+        fk = key[4]
+        side.family_time[fk] = side.family_time.get(fk, 0.0) + (r["busy_ns"] or 0) / nsteps
+        side.family_count[fk] = side.family_count.get(fk, 0.0) + (r["count"] or 0) / nsteps
+    try:
+        srows = session.rows(_SYNC_SQL)
+    except Exception:  # noqa: BLE001 - a trace without launches/syncs: no sync evidence
+        srows = []
+    for r in srows:
+        if (r["rank"], r["step"]) not in ms:
+            continue
+        g = side.syncs.setdefault((r["layer"], r["phase"], r["stage"]), {"n": 0.0, "dur_ns": 0.0, "ops": set()})
+        g["n"] += r["n"] / k
+        g["dur_ns"] += r["dur_ns"] / k
+        if r["op"]:
+            g["ops"].add(r["op"])
+    return side
+
+
+def load_side(label: str, paths: list[str], opts) -> Side:
+    """Load and analyze one run (any input `analyze` accepts), keeping the session for the
+    per-family decomposition."""
+    from ..analysis import breakdown
+    from ..analysis.analyze import analyze
+    from ..config import load_rules
+    from ..load import load
+    rules = load_rules(opts.config)
+    profile = load(paths, nsys_bin=opts.nsys)
+    session = Session(profile)
+    bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=list(opts.comm_regex) + rules.comm_regex,
+                              top=opts.top, whole_trace=opts.whole_trace)
+    doc = analyze(profile, bopts, session, rules, {})
+    return build_side(label, paths, doc, session)
+
+
+def unit_deltas(base: Side, new: Side) -> dict:
+    """{unit key: {part: new − base}} over the union of units (missing = 0)."""
+    out = {}
+    for key in set(base.units) | set(new.units):
+        b = base.units.get(key, {})
+        n = new.units.get(key, {})
+        out[key] = {p: n.get(p, 0.0) - b.get(p, 0.0) for p in PARTS + EXTRA}
+        out[key]["base"] = b
+        out[key]["new"] = n
+    return out
+
+
+def total(side: Side) -> float:
+    return sum(sum(u[p] for p in PARTS) for u in side.units.values())

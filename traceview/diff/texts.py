@@ -1,0 +1,120 @@
+"""The words of each explanation item (plain text; renderers escape it for their format)."""
+from __future__ import annotations
+
+_CAT_WORDS = {"gemm": "GEMMs", "attention": "attention kernels", "elementwise": "elementwise kernels",
+              "conv": "convolutions", "norm": "norm kernels", "nccl": "NCCL kernels", "memcpy": "copies",
+              "optimizer": "optimizer kernels", "softmax": "softmax kernels", "reduce": "reductions"}
+_STAGE_WORDS = {"experts": "routed-expert", "shared_expert": "shared-expert", "attention": "attention",
+                "router": "router", "dispatch": "dispatch", "combine": "combine"}
+
+
+def _dtype(fam: str) -> str | None:
+    parts = fam.split(" ")
+    return parts[1] if len(parts) > 1 else None
+
+
+def _cat(fam: str) -> str:
+    return fam.split(" ")[0].split(":")[0]
+
+
+def describe(c, base, new, strag) -> str:
+    from .explain import fmt_ns, ms, where
+    k = c.kind
+    amount = fmt_ns(c.contribution)
+    loc = where(c.layers, c.phases, c.key[0] if k not in ("straggler",) else None,
+                c.key[1] if k not in ("straggler",) else None)
+    tail = ""
+    if c.filled_idle < 0:
+        tail = f"; {fmt_ns(-c.filled_idle, signed=False)} of the extra kernel time only filled idle time"
+    elif c.added_idle > 0 and k in ("kernels", "swap"):
+        tail = f"; the GPU now idles {fmt_ns(c.added_idle, signed=False)} more instead (host-bound)"
+    if k == "swap":
+        old, newf = c.info["old"], c.info["new"]
+        cat = _cat(newf[0])
+        words = _CAT_WORDS.get(cat, f"{cat} kernels")
+        stage_w = _STAGE_WORDS.get(c.key[0])
+        what = f"{stage_w} {words}" if stage_w and c.key[0] not in ("attention",) else words
+        bt = sum(base.family_time.get(f, 0.0) for f in old)
+        nt = sum(new.family_time.get(f, 0.0) for f in newf)
+        # time of the new family against the old one, in the groups of this cause
+        b_busy, n_busy = c.base["busy_ns"], c.new["busy_ns"]
+        ratio = (n_busy / b_busy) if b_busy else ((nt / bt) if bt else None)
+        dts = {_dtype(f) for f in newf} - {None}
+        odts = {_dtype(f) for f in old} - {None}
+        names_new = ", ".join(newf)
+        names_old = ", ".join(old)
+        rtxt = f", {ratio:.1f}x the time of the {names_old} family before" if ratio else ""
+        if dts and dts != odts:
+            head = f"{what} in {loc} now run as {'/'.join(sorted(dts))} kernels ({names_new}{rtxt})"
+        else:
+            head = f"{what} in {loc} now run as {names_new} instead of {names_old}" + (f" ({rtxt[2:]})" if rtxt else "")
+        return f"{amount}: {head}{tail}"
+    if k == "kernels":
+        fam = c.info["family"]
+        b, n = c.base["busy_ns"], c.new["busy_ns"]
+        bc, nc = c.base["count"], c.new["count"]
+        if bc == 0 and nc > 0:
+            verb = "appeared (new kernels)"
+        elif nc == 0 and bc > 0:
+            verb = "vanished"
+        else:
+            verb = "take longer" if c.parts["compute_ns"] > 0 else "take less time"
+        cnt = f", {bc:.0f} -> {nc:.0f} per step" if abs(nc - bc) >= 0.5 else ""
+        return f"{amount}: {fam} kernels in {loc} {verb} (kernel time {ms(b)} -> {ms(n)}{cnt}){tail}"
+    if k == "comm":
+        kind = c.info["ckind"].replace("_", "-")
+        eb, en = c.base["exposed_comm_ns"], c.new["exposed_comm_ns"]
+        ob, on = c.base["overlapped_comm_ns"], c.new["overlapped_comm_ns"]
+        if c.parts["exposed_comm_ns"] > 0 and ob - on > 0.5 * (en - eb):
+            verb = "no longer overlaps compute" if on < 0.1 * max(ob, 1) else "overlaps compute less"
+        elif c.parts["exposed_comm_ns"] < 0 and on - ob > 0.5 * (eb - en):
+            verb = "now overlaps compute"
+        else:
+            verb = "takes longer" if c.parts["exposed_comm_ns"] > 0 else "takes less time"
+        stage = c.key[0]
+        label = f"{stage} {kind}" if stage in ("dispatch", "combine") else kind
+        loc2 = where(c.layers, c.phases, None)
+        return (f"{amount}: {label} in {loc2} {verb} (exposed {ms(eb)} -> {ms(en)}, "
+                f"overlapped {ms(ob)} -> {ms(on)})")
+    if k == "memory":
+        return (f"{amount}: exposed {c.info['family']} in {loc} "
+                f"({ms(c.base['exposed_memory_ns'])} -> {ms(c.new['exposed_memory_ns'])})")
+    if k == "host_sync":
+        g = [(key, v) for key, v in new.syncs.items() if key[2] == c.key[0]] if c.info.get("sign", 1) > 0 else \
+            [(key, v) for key, v in base.syncs.items() if key[2] == c.key[0]]
+        ops = sorted({o for _, v in g for o in v.get("ops", ())})
+        optxt = f" under {', '.join(ops[:3])}" if ops else ""
+        if c.info.get("sign", 1) > 0:
+            return (f"{amount}: new host sync in {loc} (the host waits for the GPU{optxt}; "
+                    f"the GPU idles until the host launches again)")
+        return f"{amount}: host sync removed from {loc}{optxt}"
+    if k == "straggler":
+        r = c.key[0]
+        g = (strag or {}).get("comm_growth_ns") or {}
+        per = ", ".join(f"{fmt_ns(v)} on rank {rk}" for rk, v in sorted(g.items())[:8])
+        sign = "is late to" if c.contribution >= 0 else "is no longer late to"
+        return (f"{amount}: rank {r} {sign} the collectives (straggler): the other ranks wait for it "
+                f"(peer wait; comm time per step {per})" if per else
+                f"{amount}: rank {r} {sign} the collectives (straggler; peer wait)")
+    if k == "idle":
+        sign = 1 if c.contribution > 0 else -1
+        label = _stall_name(new if sign > 0 else base, c)
+        if sign > 0:
+            return f"{amount}: GPU idle grew in {loc} ({label})"
+        return f"{amount}: GPU idle shrank in {loc} ({label})"
+    return f"{amount}: {k} {c.key}"
+
+
+def _stall_name(side, c) -> str:
+    """Name idle from the `stalls` section when present (host_sync, launch_bound, ...)."""
+    stalls = side.doc.get("stalls")
+    if isinstance(stalls, list):
+        tot: dict = {}
+        for s in stalls:
+            if not isinstance(s, dict) or s.get("stage") != c.key[0]:
+                continue
+            tot[s.get("cause")] = tot.get(s.get("cause"), 0) + (s.get("dur_ns") or 0)
+        if tot:
+            best = max(tot, key=tot.get)
+            return f"stalls: mostly {best}"
+    return "host-bound: the GPU waits for launches"

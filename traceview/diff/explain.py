@@ -266,7 +266,7 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8) -> tuple[list
         it["gross_ns"] = int(round(it["gross_ns"]))
     rest = dT - sum(it["contribution_ns"] for it in kept)
     n_rest = len(items) - len(kept)
-    if kept or abs(rest) >= 1:
+    if n_rest or abs(rest) >= 1:
         kept.append({"kind": "remainder", "contribution_ns": int(round(rest)), "gross_ns": int(round(abs(rest))),
                      "parts_ns": {}, "layers": [], "phases": [], "moved": False,
                      "text": f"{fmt_ns(rest)}: remainder ({n_rest} smaller changes and rounding)"})

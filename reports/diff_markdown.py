@@ -1,0 +1,105 @@
+"""GitHub-flavoured Markdown for a `traceview.diff/1` document (a PR comment or CI step summary).
+
+Every string that comes from a trace or a path (kernel families, stage and collective names, file
+names, the explanation texts that quote them) goes through `esc`: one line, and `\\ | ` * _ [ ] ~`
+backslash-escaped, `& < >` as entities, so no name can open a table cell, a link, emphasis, code or
+raw HTML.
+"""
+from __future__ import annotations
+
+import re
+
+_WS = re.compile(r"\s+")
+_ESC = set("\\`*_[]|~")
+_ENT = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
+PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
+         ("idle", "idle_ns"), ("overlapped comm", "overlapped_comm_ns"))
+
+
+def esc(s, limit: int | None = None) -> str:
+    s = _WS.sub(" ", str(s)).strip()
+    if limit and len(s) > limit:
+        s = s[: limit - 1] + "…"
+    out = []
+    for i, ch in enumerate(s):
+        if ch in _ENT:
+            out.append(_ENT[ch])
+        elif ch in _ESC:
+            out.append("\\" + ch)
+        elif ch in "#+-!" and i == 0:
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
+
+
+def ms(ns) -> str:
+    return f"{(ns or 0) / 1e6:,.3f}"
+
+
+def sms(ns) -> str:
+    return f"{(ns or 0) / 1e6:+,.3f}"
+
+
+def table(headers: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
+    out = ["| " + " | ".join(headers) + " |",
+           "|" + "|".join("---" if i < right_from else "--:" for i in range(len(headers))) + "|"]
+    out += ["| " + " | ".join(r) + " |" for r in rows]
+    return out
+
+
+def render(doc: dict) -> str:
+    d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
+    pct = d["step_time_pct"]
+    pct_s = f" ({pct:+.1f} %)" if pct is not None else ""
+    out = [f"### traceview diff: {doc['verdict']}, {sms(d['step_time_ns'])} ms per step{pct_s}", ""]
+    files = lambda s: ", ".join(esc(f"{i['file']} ({i['format']})") for i in s["inputs"][:4]) + \
+        (f" and {len(s['inputs']) - 4} more" if len(s["inputs"]) > 4 else "")  # noqa: E731
+    out += [f"Base: {files(b)}, {b['steps']} steps x {b['ranks']} ranks.  ",
+            f"New: {files(n)}, {n['steps']} steps x {n['ranks']} ranks.", ""]
+    out.append(f"> Noise: the change ({ms(abs(d['step_time_ns']))} ms) is "
+               f"{'within' if nz['within_noise'] else 'outside'} the noise threshold of {ms(nz['threshold_ns'])} ms "
+               f"({esc(nz['threshold_from'])}; per-step spread: base {ms(nz['base_spread_ns'])} ms, "
+               f"new {ms(nz['new_spread_ns'])} ms).")
+    out.append("")
+    out.append("**Why** (contributions add up to the change):" if doc["verdict"] != "noise"
+               else "**What moved** (within the noise; contributions add up to the change):")
+    out.append("")
+    for it in doc["explanation"]:
+        share = f" ({100 * it['share']:.1f} %)" if it.get("share") is not None else ""
+        moved = " *(moved between categories, no step-time effect)*" if it.get("moved") else ""
+        out.append(f"{it['rank']}. {esc(it['text'])}{share}{moved}")
+    total = sum(it["contribution_ns"] for it in doc["explanation"])
+    out += ["", f"Sum of the items: {sms(total)} ms; step-time change: {sms(d['step_time_ns'])} ms.", ""]
+    rows = [["step time (median)", ms(b["step_time_ns"]), ms(n["step_time_ns"]), sms(d["step_time_ns"])]]
+    rows += [[lab, ms(b["breakdown"][k]), ms(n["breakdown"][k]), sms(d["breakdown"][k])] for lab, k in PARTS]
+    out += table(["ms per step", "base", "new", "change"], rows)
+    if d.get("flops"):
+        f = d["flops"]
+        out += ["", f"Delivered TFLOP/s per GPU: {f['base_tflops']:.1f} → {f['new_tflops']:.1f} ({f['delta_tflops']:+.1f})."]
+    out += ["", "<details><summary>Stages, collectives and kernel families</summary>", ""]
+    st = [r for r in d["stages"] if r["delta_ns"]][:12]
+    if st:
+        out += table(["stage", "base ms", "new ms", "change ms"],
+                     [[esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"])] for r in st])
+        out.append("")
+    if d["comm"]:
+        out += table(["collective", "base ms", "new ms", "exposed base ms", "exposed new ms"],
+                     [[esc(r["kind"], 30), ms(r["base_total_ns"]), ms(r["new_total_ns"]), ms(r["base_exposed_ns"]),
+                       ms(r["new_exposed_ns"])] for r in d["comm"]])
+        out.append("")
+    fam = d["families"]
+    for title, key in (("changed", "changed"), ("appeared", "appeared"), ("vanished", "vanished")):
+        rows = fam[key][:12]
+        if rows:
+            out += table([f"kernel family ({title})", "base ms", "new ms", "change ms", "count"],
+                         [[esc(r["family"], 60), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"]),
+                           f"{r['base_count']:g} → {r['new_count']:g}"] for r in rows])
+            out.append("")
+    if d.get("stalls"):
+        out += table(["stall", "where", "base ms", "new ms", "status"],
+                     [[esc(r["cause"]), esc(f"layer {r['layer']} {r['phase']} {r['stage']}", 60), ms(r["base_ns"]),
+                       ms(r["new_ns"]), esc(r["status"])] for r in d["stalls"][:12]], right_from=2)
+        out.append("")
+    out += ["</details>", ""]
+    return "\n".join(out)

@@ -1,0 +1,105 @@
+"""Terminal rendering of a `traceview.diff/1` document (fits 100 columns)."""
+from __future__ import annotations
+
+import textwrap
+
+PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
+         ("idle", "idle_ns"), ("overlapped comm", "overlapped_comm_ns"))
+WIDTH = 100
+
+
+def ms(ns) -> str:
+    return f"{(ns or 0) / 1e6:,.3f}"
+
+
+def signed_ms(ns) -> str:
+    return f"{(ns or 0) / 1e6:+,.3f}"
+
+
+def one_line(s) -> str:
+    return " ".join(str(s).split())
+
+
+def clip(s, n: int) -> str:
+    s = one_line(s)
+    return s if len(s) <= n else s[: n - 1] + "…"
+
+
+def table(headers, rows, aligns=None) -> list[str]:
+    cols = [[str(h)] + [str(r[i]) for r in rows] for i, h in enumerate(headers)]
+    widths = [max(len(c) for c in col) for col in cols]
+    aligns = aligns or "l" + "r" * (len(headers) - 1)
+
+    def fmt(vals):
+        return "  ".join(v.ljust(w) if a == "l" else v.rjust(w) for v, w, a in zip(vals, widths, aligns)).rstrip()
+    return [fmt(headers), fmt(["-" * w for w in widths])] + [fmt([str(v) for v in r]) for r in rows]
+
+
+def side_line(label: str, s: dict) -> str:
+    files = ", ".join(sorted({f"{i['format']}: {i['file']}" for i in s["inputs"]}))
+    return "  " + clip(f"{label:4s} {ms(s['step_time_ns'])} ms per step  ({s['steps']} steps x {s['ranks']} ranks; "
+                       f"{files})", WIDTH - 2)
+
+
+def render(doc: dict) -> str:
+    d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
+    pct = d["step_time_pct"]
+    out = [f"traceview diff: {doc['verdict'].upper()}  {signed_ms(d['step_time_ns'])} ms per step"
+           + (f" ({pct:+.1f}%)" if pct is not None else ""), ""]
+    out += [side_line("base", b), side_line("new", n)]
+    out.append("  " + clip(f"noise: |change| {ms(abs(d['step_time_ns']))} ms vs threshold {ms(nz['threshold_ns'])} ms "
+                    f"({nz['threshold_from']}); spread base {ms(nz['base_spread_ns'])} ms, "
+                    f"new {ms(nz['new_spread_ns'])} ms ({nz['method_base']})", 2 * WIDTH))
+    out.append("")
+    if doc["verdict"] == "noise":
+        out.append("The change is within the noise. What moved (contributions sum to the change):")
+    else:
+        out.append("Why (contributions sum to the change):")
+    for it in doc["explanation"]:
+        share = f"{100 * it['share']:6.1f}%" if it.get("share") is not None else "      "
+        tag = " [moved between categories]" if it.get("moved") else ""
+        lines = textwrap.wrap(one_line(it["text"]) + tag, WIDTH - 13) or [""]
+        out.append(f"  {it['rank']:2d}. {share}  {lines[0]}")
+        out += [" " * 13 + ln for ln in lines[1:]]
+    total = sum(it["contribution_ns"] for it in doc["explanation"])
+    out.append(f"      sum {signed_ms(total)} ms = change {signed_ms(d['step_time_ns'])} ms")
+    out += ["", "Breakdown of the median step (ms)"]
+    rows = [["step time", ms(b["step_time_ns"]), ms(n["step_time_ns"]), signed_ms(d["step_time_ns"])]]
+    rows += [[lab, ms(b["breakdown"][k]), ms(n["breakdown"][k]), signed_ms(d["breakdown"][k])] for lab, k in PARTS]
+    out += table(["", "base", "new", "change"], rows)
+    st = [r for r in d["stages"] if r["delta_ns"] or r["base_ns"] or r["new_ns"]][:10]
+    if st:
+        out += ["", "Stages (ms per median step)"]
+        out += table(["stage", "base", "new", "change"],
+                     [[clip(r["stage"], 30), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"])] for r in st])
+    if d["comm"]:
+        out += ["", "Collectives (ms per rank-step)"]
+        out += table(["kind", "base", "new", "exposed base", "exposed new"],
+                     [[clip(r["kind"], 24), ms(r["base_total_ns"]), ms(r["new_total_ns"]), ms(r["base_exposed_ns"]),
+                       ms(r["new_exposed_ns"])] for r in d["comm"]])
+    fam = d["families"]
+    for title, key in (("Kernel families that changed", "changed"), ("Appeared", "appeared"), ("Vanished", "vanished")):
+        rows = fam[key][:12]
+        if rows:
+            out += ["", f"{title} (kernel time, ms per rank-step)"]
+            out += table(["family", "base", "new", "change", "count"],
+                         [[clip(r["family"], 40), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"]),
+                           f"{r['base_count']:g} -> {r['new_count']:g}"] for r in rows])
+    if d.get("flops"):
+        f = d["flops"]
+        out += ["", f"Delivered TFLOP/s per GPU: {f['base_tflops']:.1f} -> {f['new_tflops']:.1f} "
+                    f"({f['delta_tflops']:+.1f})"]
+    if d.get("stalls"):
+        out += ["", "Stalls (ms per rank-step)"]
+        out += table(["cause", "where", "base", "new", "status"],
+                     [[clip(r["cause"], 16), clip(f"L{r['layer']} {r['phase']} {r['stage']}", 40), ms(r["base_ns"]),
+                       ms(r["new_ns"]), r["status"]] for r in d["stalls"][:10]])
+    if d.get("critical_path"):
+        out += ["", "Critical path (ms per rank-step)"]
+        out += table(["part", "base", "new", "change"],
+                     [[k, ms(v["base_ns"]), ms(v["new_ns"]), signed_ms(v["delta_ns"])]
+                      for k, v in d["critical_path"].items()])
+    for lab, s in (("base", b), ("new", n)):
+        for w in s.get("warnings", [])[:5]:
+            out.append(clip(f"warning ({lab}): {w}", WIDTH))
+    return "\n".join(out) + "\n"

@@ -1,0 +1,223 @@
+"""The `traceview.diff/1` document: two runs, the change, the verdict and the explanation."""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .. import __version__
+from .decompose import PARTS, Side, load_side
+from .explain import explain
+
+SCHEMA = "traceview.diff/1"
+BREAKDOWN = PARTS + ("overlapped_comm_ns",)
+
+
+@dataclass
+class DiffOptions:
+    step_regex: str | None = None
+    comm_regex: list[str] = field(default_factory=list)
+    config: Path | None = None
+    nsys: str | None = None
+    whole_trace: bool = False
+    top: int = 8                    # explanation items before the remainder line
+    noise_floor_pct: float = 0.5    # changes below this % of the base step time are noise
+    families: int = 12              # rows in the kernel-family lists
+
+
+def _side_summary(side: Side) -> dict:
+    doc = side.doc
+    bd = {p: 0.0 for p in BREAKDOWN}
+    for u in side.units.values():
+        for p in BREAKDOWN:
+            bd[p] += u[p]
+    fl = doc.get("flops") or {}
+    return {
+        "paths": [str(p) for p in side.paths],
+        "inputs": [{"file": os.path.basename(i["file"]), "format": i["format"], "rank": i["rank"], "gpu": i["gpu"]}
+                   for i in doc.get("inputs", [])],
+        "world_size": doc.get("world_size"),
+        "ranks": doc["summary"].get("ranks", 0),
+        "steps": doc["summary"].get("steps", 0),
+        "steps_source": doc.get("steps_source"),
+        "step_time_ns": int(side.step_time_ns),
+        "step_times_ns": [{"rank": r, "step": s, "step_time_ns": t} for r, s, t in side.samples],
+        "median_set": [{"rank": r, "step": s} for r, s in side.median_set],
+        "spread": side.noise,
+        "breakdown": {p: int(round(v)) for p, v in bd.items()},
+        "delivered_tflops": fl.get("delivered_tflops_per_gpu"),
+        "mfu": fl.get("mfu"),
+        "warnings": list(doc.get("warnings", [])),
+    }
+
+
+def _by(side: Side, idx: int) -> dict:
+    out: dict = {}
+    for key, u in side.units.items():
+        d = out.setdefault(key[idx] if idx >= 0 else key, {p: 0.0 for p in BREAKDOWN})
+        for p in BREAKDOWN:
+            d[p] += u[p]
+    return out
+
+
+def _stage_rows(base: Side, new: Side) -> list[dict]:
+    b, n = _by(base, 2), _by(new, 2)
+    rows = []
+    for st in sorted(set(b) | set(n), key=str):
+        bb, nn = b.get(st, {}), n.get(st, {})
+        bt = sum(bb.get(p, 0.0) for p in PARTS)
+        nt = sum(nn.get(p, 0.0) for p in PARTS)
+        rows.append({"stage": st, "base_ns": int(round(bt)), "new_ns": int(round(nt)), "delta_ns": int(round(nt - bt)),
+                     "delta_parts_ns": {p: int(round(nn.get(p, 0.0) - bb.get(p, 0.0))) for p in BREAKDOWN}})
+    rows.sort(key=lambda r: -abs(r["delta_ns"]))
+    return rows
+
+
+def _comm_rows(base: Side, new: Side) -> list[dict]:
+    def per(side):
+        n = max(1, len(side.samples))
+        return {c["kind"]: {"total_ns": c["total_ns"] / n, "exposed_ns": c["exposed_ns"] / n, "count": c["count"] / n}
+                for c in side.doc.get("comm", [])}
+    b, n = per(base), per(new)
+    rows = []
+    for k in sorted(set(b) | set(n)):
+        bb, nn = b.get(k, {}), n.get(k, {})
+        rows.append({"kind": k, "base_total_ns": int(bb.get("total_ns", 0)), "new_total_ns": int(nn.get("total_ns", 0)),
+                     "base_exposed_ns": int(bb.get("exposed_ns", 0)), "new_exposed_ns": int(nn.get("exposed_ns", 0)),
+                     "base_count": bb.get("count", 0), "new_count": nn.get("count", 0)})
+    return rows
+
+
+def _family_rows(base: Side, new: Side, top: int) -> dict:
+    rows = []
+    for f in set(base.family_time) | set(new.family_time):
+        bt, nt = base.family_time.get(f, 0.0), new.family_time.get(f, 0.0)
+        bc, nc = base.family_count.get(f, 0.0), new.family_count.get(f, 0.0)
+        rows.append({"family": f, "base_ns": int(round(bt)), "new_ns": int(round(nt)), "delta_ns": int(round(nt - bt)),
+                     "base_count": round(bc, 2), "new_count": round(nc, 2)})
+    rows.sort(key=lambda r: (-abs(r["delta_ns"]), r["family"]))
+    return {"per": "busy time per step (mean over ranks and steps)",
+            "changed": [r for r in rows if r["base_count"] > 0 and r["new_count"] > 0 and r["delta_ns"]][:top],
+            "appeared": [r for r in rows if r["base_count"] == 0 and r["new_count"] > 0],
+            "vanished": [r for r in rows if r["base_count"] > 0 and r["new_count"] == 0]}
+
+
+def _entries(sec) -> list[dict]:
+    if isinstance(sec, list):
+        return [x for x in sec if isinstance(x, dict)]
+    if isinstance(sec, dict):
+        for k in ("items", "stalls", "steps", "per_step", "rows", "paths"):
+            if isinstance(sec.get(k), list):
+                return [x for x in sec[k] if isinstance(x, dict)]
+    return []
+
+
+def stall_rows(base: Side, new: Side) -> list[dict] | None:
+    """Stalls (issue 6) per (cause, layer, phase, stage): mean per rank-step, with new/grown/..."""
+    if "stalls" not in base.doc and "stalls" not in new.doc:
+        return None
+
+    def agg(side):
+        n = max(1, len(side.samples))
+        out: dict = {}
+        for s in _entries(side.doc.get("stalls")):
+            k = (s.get("cause"), s.get("layer"), s.get("phase"), s.get("stage"))
+            out[k] = out.get(k, 0.0) + (s.get("dur_ns") or 0) / n
+        return out
+    b, n = agg(base), agg(new)
+    rows = []
+    for k in set(b) | set(n):
+        bv, nv = b.get(k, 0.0), n.get(k, 0.0)
+        status = "new" if bv == 0 and nv > 0 else "gone" if nv == 0 and bv > 0 else \
+            "grown" if nv > bv else "shrunk" if nv < bv else "same"
+        rows.append({"cause": k[0], "layer": k[1], "phase": k[2], "stage": k[3], "base_ns": int(bv), "new_ns": int(nv),
+                     "delta_ns": int(nv - bv), "status": status})
+    rows.sort(key=lambda r: -abs(r["delta_ns"]))
+    return rows
+
+
+def critical_path_rows(base: Side, new: Side) -> dict | None:
+    """Critical-path composition (issue 6): mean per rank-step of every *_ns field, both sides."""
+    if "critical_path" not in base.doc or "critical_path" not in new.doc:
+        return None
+
+    def agg(side):
+        es = _entries(side.doc.get("critical_path"))
+        out: dict = {}
+        for e in es:
+            comp = e.get("composition") if isinstance(e.get("composition"), dict) else e
+            for k, v in comp.items():
+                if k.endswith("_ns") and isinstance(v, (int, float)) and k not in ("start_ns", "end_ns"):
+                    out[k] = out.get(k, 0.0) + v / max(1, len(es))
+        return out
+    b, n = agg(base), agg(new)
+    return {k: {"base_ns": int(b.get(k, 0)), "new_ns": int(n.get(k, 0)), "delta_ns": int(n.get(k, 0) - b.get(k, 0))}
+            for k in sorted(set(b) | set(n))}
+
+
+def _straggler(s: dict | None) -> dict | None:
+    if not s:
+        return None
+    g = s.get("comm_growth_ns") or {}
+    return {"rank": s["rank"], "source": s["source"],
+            "comm_growth_ns": [{"rank": r, "delta_ns": int(v)} for r, v in sorted(g.items())]}
+
+
+def noise_section(base: Side, new: Side, dT: float, floor_pct: float) -> dict:
+    bs, ns = base.noise.get("spread_ns", 0), new.noise.get("spread_ns", 0)
+    floor = floor_pct / 100.0 * base.step_time_ns
+    threshold = max(bs, ns, floor)
+    within = abs(dT) <= threshold
+    why = max((bs, "the base's step-to-step spread"), (ns, "the new run's step-to-step spread"),
+              (floor, f"the {floor_pct:g}% noise floor"))[1]
+    return {"threshold_ns": int(round(threshold)), "base_spread_ns": bs, "new_spread_ns": ns,
+            "floor_pct": floor_pct, "floor_ns": int(round(floor)), "method_base": base.noise.get("method"),
+            "method_new": new.noise.get("method"), "within_noise": within, "threshold_from": why}
+
+
+def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
+    opts = opts or DiffOptions()
+    dT = int(round(new.step_time_ns - base.step_time_ns))
+    noise = noise_section(base, new, dT, opts.noise_floor_pct)
+    verdict = "noise" if noise["within_noise"] else ("regression" if dT > 0 else "improvement")
+    items, details = explain(base, new, threshold=noise["threshold_ns"], top=opts.top)
+    for i, it in enumerate(items, 1):
+        it["rank"] = i
+    bsum, nsum = _side_summary(base), _side_summary(new)
+    fl = None
+    if bsum["delivered_tflops"] and nsum["delivered_tflops"]:
+        fl = {"base_tflops": bsum["delivered_tflops"], "new_tflops": nsum["delivered_tflops"],
+              "delta_tflops": nsum["delivered_tflops"] - bsum["delivered_tflops"],
+              "base_mfu": bsum["mfu"], "new_mfu": nsum["mfu"]}
+    delta = {
+        "step_time_ns": dT,
+        "step_time_pct": (100.0 * dT / base.step_time_ns) if base.step_time_ns else None,
+        "breakdown": {p: nsum["breakdown"][p] - bsum["breakdown"][p] for p in BREAKDOWN},
+        "stages": _stage_rows(base, new),
+        "comm": _comm_rows(base, new),
+        "families": _family_rows(base, new, opts.families),
+        "flops": fl,
+        "stalls": stall_rows(base, new),
+        "critical_path": critical_path_rows(base, new),
+        "straggler": _straggler(details.get("straggler")),
+    }
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "traceview", "version": __version__},
+        "method": ("step time = median over (rank, step) samples; the explanation decomposes the change of the "
+                   "median set's mean (the middle sample, or the two middle ones) over layer x phase x stage x "
+                   "kernel family x part, so the items sum to delta.step_time_ns exactly"),
+        "base": bsum,
+        "new": nsum,
+        "delta": delta,
+        "noise": noise,
+        "verdict": verdict,
+        "explanation": items,
+    }
+
+
+def run_diff(base_paths: list[str], new_paths: list[str], opts: DiffOptions | None = None) -> dict:
+    opts = opts or DiffOptions()
+    base = load_side("base", base_paths, opts)
+    new = load_side("new", new_paths, opts)
+    return diff_sides(base, new, opts)

@@ -1,0 +1,82 @@
+"""`traceview diff BASE NEW`: explain the change in step time between two runs.
+
+BASE and NEW are each one path: a trace file (Kineto .json/.json.gz, nsys .sqlite/.nsys-rep) or a
+directory holding the ranks of one job (every trace file in it). The two sides may differ in
+format. A side made of several files that are not alone in a directory: repeat `--base-also FILE`
+/ `--new-also FILE` to add files to that side.
+
+Exit codes: 0 (done; or not slower than --fail-if-slower allows), 1 (--fail-if-slower PCT: the
+step time grew by more than PCT % and the change is outside the noise), 2 (input or usage error:
+one line on stderr, nothing written), 3 (internal error).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from .cli import fail, guarded, write_output
+
+DIFF_FORMATS = ("text", "json", "markdown")
+
+
+def render_diff(doc: dict, fmt: str) -> str:
+    if fmt == "json":
+        import json
+        return json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n"
+    if fmt == "markdown":
+        from .reports import diff_markdown
+        return diff_markdown.render(doc)
+    from .reports import diff_text
+    return diff_text.render(doc)
+
+
+def slower_than(doc: dict, pct: float | None) -> bool:
+    """True when --fail-if-slower PCT should fail: a regression (outside the noise) > PCT %."""
+    if pct is None:
+        return False
+    d = doc["delta"]
+    return doc["verdict"] == "regression" and d["step_time_pct"] is not None and d["step_time_pct"] > pct
+
+
+def diff_command(
+    base: Path = typer.Argument(..., help="the earlier run: a trace file or a directory of ranks"),
+    new: Path = typer.Argument(..., help="the later run: a trace file or a directory of ranks"),
+    fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown"),
+    out: Optional[Path] = typer.Option(None, "-o", "--output", help="write to FILE"),
+    fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT",
+                                                   help="exit 1 when the step time grew by more than PCT %% "
+                                                        "and the change is outside the noise"),
+    step_regex: Optional[str] = typer.Option(None, "--step-regex", help="regex naming step ranges (both sides)"),
+    whole_trace: bool = typer.Option(False, "--whole-trace", help="one window per rank over all GPU activity"),
+    comm_regex: List[str] = typer.Option([], "--comm-regex", help="extra regex for communication kernels/ops"),
+    config: Optional[Path] = typer.Option(None, "--config", help="traceview.toml with attribution patterns"),
+    top: int = typer.Option(8, "--top", help="explanation items before the remainder line"),
+    noise_floor: float = typer.Option(0.5, "--noise-floor", metavar="PCT",
+                                      help="changes below PCT %% of the base step time are noise "
+                                           "(besides the per-step spread of either side)"),
+    base_also: List[Path] = typer.Option([], "--base-also", help="another file of the base run"),
+    new_also: List[Path] = typer.Option([], "--new-also", help="another file of the new run"),
+    nsys: Optional[str] = typer.Option(None, "--nsys", help="path of the nsys binary for .nsys-rep"),
+    debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
+):
+    """Explain a change in step time between two runs: ranked causes that add up to it."""
+    if fmt not in DIFF_FORMATS:
+        fail(f"unknown --format {fmt!r} (choose from {', '.join(DIFF_FORMATS)})")
+    if top < 1:
+        fail("--top must be at least 1")
+    if noise_floor < 0:
+        fail("--noise-floor must not be negative")
+
+    def run():
+        from .diff.document import DiffOptions, run_diff
+        opts = DiffOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, nsys=nsys,
+                           whole_trace=whole_trace, top=top, noise_floor_pct=noise_floor)
+        doc = run_diff([str(base)] + [str(p) for p in base_also], [str(new)] + [str(p) for p in new_also], opts)
+        write_output(render_diff(doc, fmt), out)
+        return doc
+
+    doc = guarded(debug, run)
+    if slower_than(doc, fail_if_slower):
+        raise typer.Exit(1)

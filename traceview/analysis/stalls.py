@@ -1,0 +1,177 @@
+"""Stalls: the non-compute time on each step's critical path, with a cause and evidence.
+
+Causes: `exposed_a2a` (an all-to-all with no compute beside it; the evidence says how much of it
+compute hid and whether independent work of the same layer — the shared expert — was available),
+`exposed_comm` (another collective, exposed), `peer_wait` (the collective ran on this rank before
+the last rank arrived: the arrival skew), `imbalance` (uneven split sizes), `host_sync` (the GPU
+drained while the host was blocked in a sync; the op that forced it and the sync call are named),
+`launch_bound` (the GPU waited for launches while the host was busy), `idle` (the GPU waited with
+work queued: GPU-side latency or an unrecorded dependency).
+
+The sum of all stalls equals the non-compute part of the critical paths (asserted).
+
+Entry point: `sections(session, doc, top=10)` (needs breakdown.prepare/step_rows and
+layers.prepare to have run in the session).
+"""
+from __future__ import annotations
+
+from ..db import Session
+from . import collectives, critical_path
+
+COMM_CAUSES = ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance")
+INDEPENDENT_STAGES = ("shared_expert",)  # MoE work that does not depend on the dispatch
+CAUSES = ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance", "host_sync", "launch_bound", "idle")
+
+
+def _comm_info(session: Session, coll: dict) -> dict:
+    out = {}
+    for r in session.rows("SELECT id, comm_kind, in_split, out_split FROM coll_instances"):
+        out[r["id"]] = {"kind": r["comm_kind"], "wait_until": coll["wait_until"].get(r["id"]),
+                        "imbalance": collectives.imbalance_of(r["in_split"], r["out_split"])}
+    return out
+
+
+def _attribution(session: Session) -> dict:
+    return {r["id"]: (r["layer"], r["phase"], r["stage"]) for r in
+            session.rows("SELECT id, layer, phase, stage FROM activity_attribution")}
+
+
+def _overlap_compute(segs: list[tuple], a: int, b: int) -> int:
+    return sum(min(b, e) - max(a, s) for s, e, c, _, _ in segs if c > 0 and e > a and s < b)
+
+
+def _ops(h: dict) -> list[str]:
+    return [x for x in (h.get("grandparent_op"), h.get("parent_op"), h.get("op")) if x]
+
+
+def _group_key(seg: dict, rank: int, step: int, attr: tuple) -> tuple:
+    cause = seg["cause"]
+    if cause in COMM_CAUSES or cause == "host_sync":
+        return (rank, step, cause, seg["id"])
+    return (rank, step, cause) + attr
+
+
+def _evidence(cause: str, segs: list[dict], w: dict, data: dict, attr: dict, coll_by_id: dict) -> dict:
+    acts = w["acts"]
+    ref = acts.get(segs[0]["id"])
+    ev: dict = {"activity": ref["name"] if ref else None, "pieces": len(segs)}
+    if cause in COMM_CAUSES and ref is not None:
+        wsegs = data["segments"].get((w["rank"], w["step"]), [])
+        hidden = _overlap_compute(wsegs, ref["start_ns"], ref["end_ns"])
+        ev.update(comm_dur_ns=ref["end_ns"] - ref["start_ns"], hidden_ns=hidden,
+                  hidden_share=hidden / max(1, ref["end_ns"] - ref["start_ns"]))
+        c = coll_by_id.get(ref["id"])
+        if c is not None:
+            ev.update(collective={"kind": c["kind"], "group": c["group"], "index": c["index"]},
+                      straggler=c["straggler"], skew_ns=c["skew_ns"], wait_ns=c["wait_ns"].get(str(w["rank"])))
+            if cause == "imbalance" and c.get("imbalance"):
+                ev.update(splits=c["imbalance"]["splits"], max_over_mean=c["imbalance"]["max_over_mean"])
+        if cause in ("exposed_a2a", "exposed_comm"):
+            layer, phase, _ = attr.get(ref["id"], (None, None, None))
+            indep = [a for a in acts.values() if a["class"] == "compute" and layer is not None
+                     and attr.get(a["id"], (None,) * 3)[:2] == (layer, phase)
+                     and attr.get(a["id"], (None,) * 3)[2] in INDEPENDENT_STAGES
+                     and (a["origin_start_ns"] or 0) >= (ref["origin_start_ns"] or 0)]
+            work = sum(a["end_ns"] - a["start_ns"] for a in indep)
+            after = sum(a["end_ns"] - max(a["start_ns"], ref["end_ns"]) for a in indep if a["end_ns"] > ref["end_ns"])
+            ev.update(independent_work_ns=work, independent_work_available=work > 0,
+                      independent_work_after_ns=after,
+                      independent_stages=sorted({attr[a["id"]][2] for a in indep}))
+    elif cause == "host_sync":
+        ids = segs[0]["extra"] or ()
+        calls = [data["sync_by_id"][i] for i in ids if i in data["sync_by_id"]]
+        if calls:
+            main = max(calls, key=lambda h: (h["dur_ns"], h["end_ns"]))
+            ops = _ops(main)
+            ev.update(sync_call=main["name"], sync_ns=main["dur_ns"], sync_start_ns=main["start_ns"],
+                      op=ops[0] if ops else None, ops=ops,
+                      calls=[{"name": h["name"], "dur_ns": h["dur_ns"], "ops": _ops(h)} for h in calls])
+        ev["resumed_by"] = ev.pop("activity")
+    elif cause in ("launch_bound", "idle"):
+        gaps = [s["end"] - s["start"] for s in segs]
+        ev.update(gaps=len(gaps), max_gap_ns=max(gaps), mean_gap_ns=sum(gaps) // len(gaps),
+                  activities=len({s["id"] for s in segs}))
+        ev.pop("activity")
+        if cause == "launch_bound" and ref is not None:
+            ev["thread"] = ref["tid"]
+    return ev
+
+
+def stall_rows(paths: list[dict], data: dict, attr: dict, coll_by_id: dict) -> list[dict]:
+    out = []
+    for w in paths:
+        groups: dict = {}
+        for seg in w["path"]:
+            if seg["cause"] is None:
+                continue
+            a = attr.get(seg["id"], (None, None, None))
+            groups.setdefault(_group_key(seg, w["rank"], w["step"], a), []).append(seg)
+        for key, segs in groups.items():
+            cause = key[2]
+            a = attr.get(segs[0]["id"], (None, None, None))
+            out.append({"rank": w["rank"], "step": w["step"], "layer": a[0], "phase": a[1], "stage": a[2],
+                        "cause": cause, "start_ns": segs[0]["start"],
+                        "dur_ns": sum(s["end"] - s["start"] for s in segs),
+                        "evidence": _evidence(cause, segs, w, data, attr, coll_by_id)})
+    out.sort(key=lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
+    return out
+
+
+def a2a_exposure(paths: list[dict], data: dict, attr: dict) -> list[dict]:
+    """Per all-to-all in a window: duration, time hidden by compute, exposed time on the critical path."""
+    out = []
+    for w in paths:
+        on_path: dict = {}
+        for s in w["path"]:
+            if s["category"] == "all_to_all_ns":
+                on_path[s["id"]] = on_path.get(s["id"], 0) + s["end"] - s["start"]
+        wsegs = data["segments"].get((w["rank"], w["step"]), [])
+        for a in w["acts"].values():
+            if a["id"] not in data["comm"] or data["comm"][a["id"]]["kind"] != "all_to_all":
+                continue
+            layer, phase, stage = attr.get(a["id"], (None, None, None))
+            dur = a["end_ns"] - a["start_ns"]
+            out.append({"rank": w["rank"], "step": w["step"], "layer": layer, "phase": phase, "stage": stage,
+                        "start_ns": a["start_ns"], "dur_ns": dur,
+                        "hidden_ns": _overlap_compute(wsegs, a["start_ns"], a["end_ns"]),
+                        "exposed_on_path_ns": on_path.get(a["id"], 0)})
+    return sorted(out, key=lambda d: (d["rank"], d["step"], d["start_ns"]))
+
+
+def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
+    """critical_path, stalls, collectives, stragglers, clock (+ stall_summary, a2a) for the report."""
+    session.materialize("comm_ops")
+    coll = collectives.match(session)
+    comm = _comm_info(session, coll)
+    critical_path.prepare(session)
+    data = critical_path.windows_data(session)
+    data["comm"] = comm
+    data["sync_by_id"] = {h["id"]: h for lst in data["syncs"].values() for h in lst[1]}
+    paths = critical_path.paths(session, comm, data)
+    attr = _attribution(session)
+    stalls = stall_rows(paths, data, attr, coll["by_id"])
+    idle = {(r["rank"], r["step"]): r["idle_ns"] for r in (doc or {}).get("steps", [])}
+    cp = []
+    non_compute = 0
+    for w in paths:
+        comp = w["composition"]
+        nc = comp["window_ns"] - comp["compute_ns"]
+        non_compute += nc
+        mine = sum(s["dur_ns"] for s in stalls if s["rank"] == w["rank"] and s["step"] == w["step"])
+        if mine != nc:
+            raise AssertionError(f"stalls ({mine}) != non-compute critical path ({nc}) "
+                                 f"for rank {w['rank']} step {w['step']}")
+        by_cause = {c: sum(s["dur_ns"] for s in stalls if s["rank"] == w["rank"] and s["step"] == w["step"]
+                           and s["cause"] == c) for c in CAUSES}
+        cp.append({"rank": w["rank"], "step": w["step"], "start_ns": w["start_ns"], "end_ns": w["end_ns"],
+                   **comp, "stall_ns": nc, "stalls_by_cause": by_cause,
+                   "gpu_idle_ns": idle.get((w["rank"], w["step"])),
+                   "idle_assigned_ns": comp["host_sync_ns"] + comp["launch_bound_ns"] + comp["idle_ns"]})
+    total = sum(s["dur_ns"] for s in stalls)
+    assert total == non_compute
+    summary = {"top": top, "total_ns": total,
+               "by_cause": {c: sum(s["dur_ns"] for s in stalls if s["cause"] == c) for c in CAUSES}}
+    return {"critical_path": cp, "stalls": stalls, "stall_summary": summary,
+            "a2a": a2a_exposure(paths, data, attr),
+            "collectives": coll["collectives"], "stragglers": coll["stragglers"], "clock": coll["clock"],
+            "collective_warnings": coll["warnings"]}

@@ -66,11 +66,11 @@ def render(doc: dict) -> str:
                else "**What moved** (within the noise; contributions add up to the change):")
     out.append("")
     for it in doc["explanation"]:
-        share = f" ({100 * it['share']:.1f} %)" if it.get("share") is not None else ""
+        share = f" ({100 * it['share']:.1f} %)" if it.get("share") is not None and doc["verdict"] != "noise" else ""
         moved = " *(moved between categories, no step-time effect)*" if it.get("moved") else ""
         out.append(f"{it['rank']}. {esc(it['text'])}{share}{moved}")
     total = sum(it["contribution_ns"] for it in doc["explanation"])
-    out += ["", f"Sum of the items: {sms(total)} ms; step-time change: {sms(d['step_time_ns'])} ms.", ""]
+    out += ["", f"Sum of the items: {total / 1e6:+,.6f} ms; step-time change: {d['step_time_ns'] / 1e6:+,.6f} ms.", ""]
     rows = [["step time (median)", ms(b["step_time_ns"]), ms(n["step_time_ns"]), sms(d["step_time_ns"])]]
     rows += [[lab, ms(b["breakdown"][k]), ms(n["breakdown"][k]), sms(d["breakdown"][k])] for lab, k in PARTS]
     out += table(["ms per step", "base", "new", "change"], rows)

@@ -56,13 +56,14 @@ def render(doc: dict) -> str:
     else:
         out.append("Why (contributions sum to the change):")
     for it in doc["explanation"]:
-        share = f"{100 * it['share']:6.1f}%" if it.get("share") is not None else "      "
+        share = f"{100 * it['share']:6.1f}%" if it.get("share") is not None and doc["verdict"] != "noise" \
+            else "       "
         tag = " [moved between categories]" if it.get("moved") else ""
         lines = textwrap.wrap(one_line(it["text"]) + tag, WIDTH - 13) or [""]
         out.append(f"  {it['rank']:2d}. {share}  {lines[0]}")
         out += [" " * 13 + ln for ln in lines[1:]]
     total = sum(it["contribution_ns"] for it in doc["explanation"])
-    out.append(f"      sum {signed_ms(total)} ms = change {signed_ms(d['step_time_ns'])} ms")
+    out.append(f"      sum of the items {total / 1e6:+,.6f} ms = change {d['step_time_ns'] / 1e6:+,.6f} ms")
     out += ["", "Breakdown of the median step (ms)"]
     rows = [["step time", ms(b["step_time_ns"]), ms(n["step_time_ns"]), signed_ms(d["step_time_ns"])]]
     rows += [[lab, ms(b["breakdown"][k]), ms(n["breakdown"][k]), signed_ms(d["breakdown"][k])] for lab, k in PARTS]

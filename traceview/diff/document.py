@@ -180,7 +180,8 @@ def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
     dT = int(round(new.step_time_ns - base.step_time_ns))
     noise = noise_section(base, new, dT, opts.noise_floor_pct)
     verdict = "noise" if noise["within_noise"] else ("regression" if dT > 0 else "improvement")
-    items, details = explain(base, new, threshold=noise["threshold_ns"], top=opts.top)
+    items, details = explain(base, new, threshold=noise["threshold_ns"], top=opts.top,
+                             moved_min_ns=2 * noise["floor_ns"])
     for i, it in enumerate(items, 1):
         it["rank"] = i
     bsum, nsum = _side_summary(base), _side_summary(new)

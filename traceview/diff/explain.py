@@ -78,8 +78,13 @@ def where(layers, phases, stage: str | None, region: str | None = None) -> str:
         s = " ".join(bits)
     ph = [p for p in ph if p != "other"]
     if ph:
-        s += " (" + " and ".join(ph) + ")"
+        s += ", " + " and ".join(ph)
     return s
+
+
+def cont(loc: str) -> str:
+    """`loc` followed by more words: a comma closes the phases ('layer 1, forward, now run...')."""
+    return loc + "," if loc.endswith(("forward", "backward")) else loc
 
 
 class Cause:
@@ -117,6 +122,10 @@ class Cause:
     @property
     def contribution(self) -> float:
         return sum(self.parts.values())
+
+
+def it_net(c) -> float:
+    return c.contribution
 
 
 def detect_straggler(base: Side, new: Side, dT: float, threshold: float) -> dict | None:
@@ -159,8 +168,12 @@ def _swaps(deltas: dict) -> dict:
     return out
 
 
-def explain(base: Side, new: Side, threshold: float, top: int = 8) -> tuple[list[dict], dict]:
-    """Returns (explanation items, details). Items' contribution_ns sum to ΔT exactly."""
+def explain(base: Side, new: Side, threshold: float, top: int = 8,
+            moved_min_ns: float | None = None) -> tuple[list[dict], dict]:
+    """Returns (explanation items, details). Items' contribution_ns sum to ΔT exactly. A cause
+    that moved at least `moved_min_ns` between categories with little net effect is listed
+    (marked `moved`) even when its net contribution is small."""
+    moved_min_ns = threshold if moved_min_ns is None else moved_min_ns
     dT = new.step_time_ns - base.step_time_ns
     deltas = unit_deltas(base, new)
     strag = detect_straggler(base, new, dT, threshold)
@@ -258,7 +271,7 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8) -> tuple[list
                       "text": describe(c, base, new, strag), "_cause": c})
     items.sort(key=lambda it: (-abs(it["contribution_ns"]), it["text"]))
     floor = max(0.005 * abs(dT), 1.0)
-    kept = [it for it in items if abs(it["contribution_ns"]) >= floor or (it["moved"] and it["gross_ns"] >= threshold)]
+    kept = [it for it in items if abs(it["contribution_ns"]) >= floor or it["moved"]]
     kept = kept[:top]
     for it in kept:
         it.pop("_cause")

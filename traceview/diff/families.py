@@ -143,7 +143,7 @@ _rule(r"^(?:void )?(?:\w+::)*(?:ck::tensor_operation\S*)?kernel_\w*gemm", "gemm:
 _rule(r"_ZN2ck16tensor_operation.*gemm", "gemm:ck", None, re.IGNORECASE)
 # convolutions
 _rule(r"^igemm_(fwd|bwd|wrw)_\w*?_(bf16|fp16|fp32|f16|f32)", lambda m, n: f"conv:miopen-{m.group(1)}",
-      lambda m, n: dtype_in(m.group(2).replace("f16", "fp16").replace("f32", "fp32")))
+      lambda m, n: {"bf16": "bf16", "fp16": "fp16", "f16": "fp16", "fp32": "fp32", "f32": "fp32"}[m.group(2)])
 _rule(r"_ZN2ck16tensor_operation.*conv", "conv:ck", None)
 _rule(r"scudnn", "conv:cudnn", "fp32")
 _rule(r"hcudnn|h884cudnn|h1688cudnn", "conv:cudnn", "fp16")

@@ -18,7 +18,7 @@ def _cat(fam: str) -> str:
 
 
 def describe(c, base, new, strag) -> str:
-    from .explain import fmt_ns, ms, where
+    from .explain import cont, fmt_ns, ms, where
     k = c.kind
     amount = fmt_ns(c.contribution)
     loc = where(c.layers, c.phases, c.key[0] if k not in ("straggler",) else None,
@@ -45,9 +45,9 @@ def describe(c, base, new, strag) -> str:
         names_old = ", ".join(old)
         rtxt = f", {ratio:.1f}x the time of the {names_old} family before" if ratio else ""
         if dts and dts != odts:
-            head = f"{what} in {loc} now run as {'/'.join(sorted(dts))} kernels ({names_new}{rtxt})"
+            head = f"{what} in {cont(loc)} now run as {'/'.join(sorted(dts))} kernels ({names_new}{rtxt})"
         else:
-            head = f"{what} in {loc} now run as {names_new} instead of {names_old}" + (f" ({rtxt[2:]})" if rtxt else "")
+            head = f"{what} in {cont(loc)} now run as {names_new} instead of {names_old}" + (f" ({rtxt[2:]})" if rtxt else "")
         return f"{amount}: {head}{tail}"
     if k == "kernels":
         fam = c.info["family"]
@@ -60,7 +60,7 @@ def describe(c, base, new, strag) -> str:
         else:
             verb = "take longer" if c.parts["compute_ns"] > 0 else "take less time"
         cnt = f", {bc:.0f} -> {nc:.0f} per step" if abs(nc - bc) >= 0.5 else ""
-        return f"{amount}: {fam} kernels in {loc} {verb} (kernel time {ms(b)} -> {ms(n)}{cnt}){tail}"
+        return f"{amount}: {fam} kernels in {cont(loc)} {verb} (kernel time {ms(b)} -> {ms(n)}{cnt}){tail}"
     if k == "comm":
         kind = c.info["ckind"].replace("_", "-")
         eb, en = c.base["exposed_comm_ns"], c.new["exposed_comm_ns"]
@@ -74,7 +74,7 @@ def describe(c, base, new, strag) -> str:
         stage = c.key[0]
         label = f"{stage} {kind}" if stage in ("dispatch", "combine") else kind
         loc2 = where(c.layers, c.phases, None)
-        return (f"{amount}: {label} in {loc2} {verb} (exposed {ms(eb)} -> {ms(en)}, "
+        return (f"{amount}: {label} in {cont(loc2)} {verb} (exposed {ms(eb)} -> {ms(en)}, "
                 f"overlapped {ms(ob)} -> {ms(on)})")
     if k == "memory":
         return (f"{amount}: exposed {c.info['family']} in {loc} "

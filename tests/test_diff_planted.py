@@ -1,0 +1,122 @@
+"""`traceview diff` on fixture pairs with one planted change each (fixtures/scenarios.py
+`regression_pairs()`): the planted cause must come first, with the planted size within 5 %,
+and the noise pair must be called noise. The planted deltas are fixed by construction (the
+fixture simulator's `expected['step_time_ns']`), never read back from traceview."""
+import json
+
+import pytest
+
+from fixtures.scenarios import regression_pairs
+from traceview.diff.decompose import load_side
+from traceview.diff.document import DiffOptions, diff_sides
+
+PAIRS = {p["name"]: p for p in regression_pairs()}
+# planted cause kind -> the explanation item kind that names it, and words its text must hold
+EXPECT = {
+    "kernel_slowdown": ("swap", ["fp32", "gemm:sgemm fp32", "gemm:nvjet bf16", "experts", "layer 1"]),
+    "comm_exposed": ("comm", ["dispatch", "all-to-all", "no longer overlaps"]),
+    "host_sync": ("host_sync", ["new host sync", "experts", "aten::_local_scalar_dense"]),
+    "straggler": ("straggler", ["rank 1", "straggler"]),
+}
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory):
+    out = {}
+    root = tmp_path_factory.mktemp("pairs")
+    for name, p in PAIRS.items():
+        out[name] = (p["base"].write(root / name, "base"), p["new"].write(root / name, "new"))
+    return out
+
+
+@pytest.fixture(scope="module")
+def diffs(written):
+    opts = DiffOptions()
+    res = {}
+    for name, (b, n) in written.items():
+        res[name] = diff_sides(load_side("base", [str(b["kineto"])], opts), load_side("new", [str(n["kineto"])], opts), opts)
+    return res
+
+
+@pytest.mark.parametrize("name", [n for n in PAIRS if n != "noise"])
+def test_planted_cause_first_and_sized(diffs, name):
+    pair, doc = PAIRS[name], diffs[name]
+    planted = pair["step_time_delta_ns"]
+    assert planted > 0
+    assert doc["delta"]["step_time_ns"] == pytest.approx(planted, abs=1)
+    assert doc["verdict"] == "regression"
+    first = doc["explanation"][0]
+    kind, words = EXPECT[pair["cause"]["kind"]]
+    assert first["kind"] == kind, first["text"]
+    for w in words:
+        assert w in first["text"], (w, first["text"])
+    assert abs(first["contribution_ns"] - planted) <= 0.05 * planted, (first["contribution_ns"], planted)
+    assert sum(it["contribution_ns"] for it in doc["explanation"]) == doc["delta"]["step_time_ns"]
+
+
+def test_kernel_swap_details(diffs):
+    doc, cause = diffs["expert_gemm_fp32"], PAIRS["expert_gemm_fp32"]["cause"]
+    first = doc["explanation"][0]
+    assert first["layers"] == [cause["layer"]]
+    assert first["phases"] == ["backward", "forward"]
+    assert f"{cause['factor']:.1f}x the time" in first["text"]
+    fam = doc["delta"]["families"]
+    assert [r["family"] for r in fam["appeared"]] == ["gemm:sgemm fp32"]
+    assert fam["vanished"] == []          # nvjet still runs in the other layers
+
+
+def test_straggler_names_the_late_rank(diffs):
+    s = diffs["straggler"]["delta"]["straggler"]
+    assert s["rank"] == PAIRS["straggler"]["cause"]["rank"]
+    growth = {g["rank"]: g["delta_ns"] for g in s["comm_growth_ns"]}
+    # rank 0 waits `delay` in each of the 8 all-to-alls per step (2 layers x fwd/bwd x dispatch/combine)
+    assert growth[0] == 8 * PAIRS["straggler"]["cause"]["delay_ns"]
+    assert growth[1] == 0
+
+
+def test_noise_pair_is_noise(diffs):
+    doc = diffs["noise"]
+    assert doc["verdict"] == "noise"
+    assert doc["noise"]["within_noise"] is True
+    assert abs(doc["delta"]["step_time_ns"]) <= doc["noise"]["threshold_ns"]
+    assert doc["delta"]["step_time_ns"] == pytest.approx(PAIRS["noise"]["step_time_delta_ns"], abs=1)
+    assert sum(it["contribution_ns"] for it in doc["explanation"]) == doc["delta"]["step_time_ns"]
+
+
+def test_regressions_are_outside_the_noise(diffs):
+    for name, doc in diffs.items():
+        if name != "noise":
+            assert abs(doc["delta"]["step_time_ns"]) > doc["noise"]["threshold_ns"]
+
+
+def test_reverse_direction_is_an_improvement(written):
+    b, n = written["a2a_exposed"]
+    opts = DiffOptions()
+    doc = diff_sides(load_side("base", [str(n["kineto"])], opts), load_side("new", [str(b["kineto"])], opts), opts)
+    planted = PAIRS["a2a_exposed"]["step_time_delta_ns"]
+    assert doc["verdict"] == "improvement"
+    first = doc["explanation"][0]
+    assert first["kind"] == "comm" and "now overlaps compute" in first["text"]
+    assert abs(first["contribution_ns"] + planted) <= 0.05 * planted
+
+
+def test_formats_may_differ(written):
+    """Base from the Kineto file, new from the nsys export of the same scenario."""
+    b, n = written["expert_gemm_fp32"]
+    opts = DiffOptions()
+    doc = diff_sides(load_side("base", [str(b["kineto"])], opts), load_side("new", [str(n["nsys"])], opts), opts)
+    planted = PAIRS["expert_gemm_fp32"]["step_time_delta_ns"]
+    assert {i["format"] for i in doc["base"]["inputs"]} == {"kineto"}
+    assert {i["format"] for i in doc["new"]["inputs"]} == {"nsys"}
+    first = doc["explanation"][0]
+    assert first["kind"] == "swap"
+    assert abs(first["contribution_ns"] - planted) <= 0.05 * planted
+
+
+def test_document_matches_schema(diffs):
+    import jsonschema
+    from importlib import resources
+    schema = json.loads(resources.files("traceview.data").joinpath("diff.schema.json").read_text())
+    jsonschema.Draft202012Validator.check_schema(schema)
+    for doc in diffs.values():
+        jsonschema.validate(json.loads(json.dumps(doc)), schema, cls=jsonschema.Draft202012Validator)

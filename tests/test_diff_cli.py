@@ -1,0 +1,83 @@
+"""`python -m traceview diff BASE NEW`: exit codes for CI (--fail-if-slower), output formats,
+input errors (exit 2, nothing written), and Markdown escaping of trace-derived names."""
+import json
+import subprocess
+import sys
+
+import pytest
+
+from fixtures.scenarios import hostile_names, regression_pairs, tiny_breakdown
+
+PAIRS = {p["name"]: p for p in regression_pairs() if p["name"] in ("expert_gemm_fp32", "noise")}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    out = {}
+    for name, p in PAIRS.items():
+        out[name] = (p["base"].write(root / name, "base")["kineto"], p["new"].write(root / name, "new")["kineto"])
+    out["hostile"] = (tiny_breakdown().write(root / "h", "tiny")["kineto"],
+                      hostile_names().write(root / "h", "hostile")["kineto"])
+    return out
+
+
+def tv(*args):
+    return subprocess.run([sys.executable, "-m", "traceview", "diff", *map(str, args)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_fail_if_slower_exit_codes(files, tmp_path):
+    b, n = files["expert_gemm_fp32"]
+    pair = PAIRS["expert_gemm_fp32"]
+    pct = 100 * pair["step_time_delta_ns"] / pair["base"].expected["step_time_ns"]   # 3.68 %, by construction
+    out = tmp_path / "d.json"
+    r = tv(b, n, "--fail-if-slower", f"{pct * 0.9:.3f}", "-f", "json", "-o", out)
+    assert r.returncode == 1, r.stderr
+    doc = json.loads(out.read_text())                     # the report is still written
+    assert doc["schema"] == "traceview.diff/1" and doc["verdict"] == "regression"
+    assert doc["delta"]["step_time_pct"] == pytest.approx(pct, rel=1e-9)
+    r = tv(b, n, "--fail-if-slower", f"{pct * 1.1:.3f}")
+    assert r.returncode == 0, r.stderr
+    assert "REGRESSION" in r.stdout and "gemm:sgemm fp32" in r.stdout
+
+
+def test_noise_never_fails(files):
+    b, n = files["noise"]
+    r = tv(b, n, "--fail-if-slower", "0", "-f", "markdown")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("### traceview diff: noise")
+
+
+def test_input_errors_exit_2_and_write_nothing(files, tmp_path):
+    b, _ = files["noise"]
+    out = tmp_path / "never.md"
+    r = tv(b, tmp_path / "missing.json", "-f", "markdown", "-o", out, "--fail-if-slower", "1")
+    assert r.returncode == 2
+    assert r.stderr.startswith("traceview: ") and len(r.stderr.strip().splitlines()) == 1
+    assert "missing.json" in r.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+    empty = tmp_path / "empty.json"
+    empty.write_text("")
+    r = tv(empty, b, "-o", out)
+    assert r.returncode == 2 and not out.exists()
+    r = tv(b, b, "--format", "html")
+    assert r.returncode == 2 and "unknown --format" in r.stderr
+
+
+def test_markdown_escapes_trace_names(files):
+    b, n = files["hostile"]
+    r = tv(b, n, "-f", "markdown")
+    assert r.returncode == 0, r.stderr
+    assert "<img" not in r.stdout
+    assert "kernel:&lt;img src=x onerror=alert(1)&gt;" in r.stdout
+
+
+def test_esc_covers_markdown_specials():
+    from traceview.reports.diff_markdown import esc
+    s = esc("a|b\nc <x> `k` *e* _u_ [l](u) ~s~ & d")
+    assert "\n" not in s
+    for raw in ("|", "`", "*", "_", "[", "]", "~"):
+        assert s.count(raw) == s.count("\\" + raw), raw
+    assert "<" not in s and ">" not in s and "&lt;x&gt;" in s and "&amp;" in s
+    assert esc("-1 ms").startswith("\\-") and esc("# h").startswith("\\#")

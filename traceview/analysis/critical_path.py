@@ -186,13 +186,17 @@ def split(pieces: list[dict], segs: list[tuple], acts: dict, comm: dict, comm_li
         c, m, x = (seg[2], seg[3], seg[4]) if seg else (0, 0, 0)
         if p["kind"] == "act":
             act = acts[p["id"]]
-            if act["class"] != "comm" or p["id"] not in comm:
+            if act["class"] == "memory" and c == 0 and m > 0:  # a copy beside a collective: comm time
+                p = {"kind": "gap", "id": p["id"], "cause": "idle", "syncs": []}
+            elif act["class"] != "comm" or p["id"] not in comm:
                 add(a, b, "compute_ns", None, p["id"])
+                continue
             elif c > 0:
                 add(a, b, "compute_ns", None, p["id"], "overlapped comm")
+                continue
             else:
                 comm_part(a, b, p["id"])
-            continue
+                continue
         if c > 0 or (x > 0 and m == 0):
             add(a, b, "compute_ns", None, p["id"], "other stream")
         elif m > 0:

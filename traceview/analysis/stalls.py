@@ -90,7 +90,7 @@ def _evidence(cause: str, segs: list[dict], w: dict, data: dict, attr: dict, col
     elif cause in ("launch_bound", "idle"):
         gaps = [s["end"] - s["start"] for s in segs]
         ev.update(gaps=len(gaps), max_gap_ns=max(gaps), mean_gap_ns=sum(gaps) // len(gaps),
-                  activities=len({s["id"] for s in segs}))
+                  activities=len({s["id"] for s in segs}), last_start_ns=segs[-1]["start"])
         ev.pop("activity")
         if cause == "launch_bound" and ref is not None:
             ev["thread"] = ref["tid"]

@@ -8,7 +8,6 @@ Names from the trace travel as data values; Vega draws them as SVG text (never a
 """
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import altair as alt
@@ -140,10 +139,19 @@ def timeline(doc: dict):
     for rank, w in sorted(windows.items()):
         rows.append({"rank": f"rank {rank}", "lane": "step", "what": "step window", "name": f"step {step}",
                      "start": 0.0, "end": _ms(w["step_time_ns"]), "ms": _ms(w["step_time_ns"]), "detail": ""})
+    offsets = {}
+    for r, info in ((doc.get("clock") or {}).get("ranks") or {}).items():
+        if isinstance(info, dict) and isinstance(info.get("offset_ns"), (int, float)):
+            offsets[int(r)] = info["offset_ns"]
     for c in doc.get("collectives") or []:
+        if c.get("step") is not None and c["step"] != step:
+            continue
         for rank, w in windows.items():
             st, du = _keyed(c.get("start_ns"), rank), _keyed(c.get("dur_ns"), rank)
-            if st is None or du is None or not (w["start_ns"] <= st < w["start_ns"] + w["step_time_ns"]):
+            if st is None or du is None:
+                continue
+            st = st - offsets.get(rank, 0)      # aligned clock -> this rank's own clock
+            if not (w["start_ns"] <= st < w["start_ns"] + w["step_time_ns"]):
                 continue
             off = st - w["start_ns"]
             detail = f"group {c.get('group')}, #{c.get('index')}"
@@ -160,8 +168,8 @@ def timeline(doc: dict):
             continue
         off = s["start_ns"] - w["start_ns"]
         where = " / ".join(str(s[k]) for k in ("layer", "phase", "stage") if s.get(k) is not None)
-        ev = s.get("evidence")
-        ev = json.dumps(ev, sort_keys=True, ensure_ascii=False) if isinstance(ev, (dict, list)) else (ev or "")
+        from .markdown import evidence_text
+        ev = evidence_text(s.get("evidence"))
         rows.append({"rank": f"rank {s['rank']}", "lane": "stall", "what": f"stall: {s.get('cause')}",
                      "name": clip(where or "stall", 80), "start": _ms(off), "end": _ms(off + (s.get("dur_ns") or 0)),
                      "ms": _ms(s.get("dur_ns")), "detail": clip(ev, 160)})
@@ -186,17 +194,32 @@ def timeline(doc: dict):
 
 
 def straggler_ranks(doc: dict) -> dict:
-    """rank -> how often it was named a straggler (the `stragglers` and `collectives` sections)."""
+    """rank -> a short note, for ranks the others waited for.
+
+    Issue 6's `stragglers` lists every rank (times_last, collectives, wait_caused_ns, ...): a rank is
+    marked when it arrived last at least once and made others wait. A list of bare ranks or of
+    {"rank"} items (no counts) marks each rank named. Without the section, `collectives`' `straggler`
+    fields are counted."""
     out: dict = {}
     st = doc.get("stragglers")
     items = st if isinstance(st, list) else (st.get("ranks", []) if isinstance(st, dict) else [])
     for it in items:
-        r = it.get("rank") if isinstance(it, dict) else it
-        if isinstance(r, int):
-            out[r] = out.get(r, 0) + 1
-    for c in doc.get("collectives") or []:
-        if isinstance(c.get("straggler"), int):
-            out[c["straggler"]] = out.get(c["straggler"], 0) + 1
+        if isinstance(it, dict) and isinstance(it.get("rank"), int):
+            if "times_last" in it or "wait_caused_ns" in it:
+                if (it.get("times_last") or 0) > 0 and (it.get("wait_caused_ns") or 0) > 0:
+                    out[it["rank"]] = (f"last in {it['times_last']}"
+                                       + (f"/{it['collectives']}" if it.get("collectives") else "")
+                                       + f", others waited {_ms(it['wait_caused_ns']):,.3f} ms")
+            else:
+                out[it["rank"]] = "straggler"
+        elif isinstance(it, int):
+            out[it] = "straggler"
+    if st is None:
+        counts: dict = {}
+        for c in doc.get("collectives") or []:
+            if isinstance(c.get("straggler"), int) and (c.get("skew_ns") or 0) > 0:
+                counts[c["straggler"]] = counts.get(c["straggler"], 0) + 1
+        out = {r: f"last in {n} collective(s)" for r, n in counts.items()}
     return out
 
 
@@ -207,7 +230,7 @@ def stragglers_chart(doc: dict):
     flagged = straggler_ranks(doc)
     rows, order = [], []
     for r in sorted(per_rank, key=lambda r: r["rank"]):
-        label = f"rank {r['rank']}" + (" ◀ straggler" if r["rank"] in flagged else "")
+        label = f"rank {r['rank']}" + (f" ◀ {flagged[r['rank']]}" if r["rank"] in flagged else "")
         order.append(label)
         busy = (r.get("compute_ns") or 0) + (r.get("exposed_memory_ns") or 0)
         wait = (r.get("exposed_comm_ns") or 0) + (r.get("idle_ns") or 0)

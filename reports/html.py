@@ -160,29 +160,31 @@ def _stalls_html(doc: dict) -> list[str]:
 
 def _collectives_html(doc: dict) -> list[str]:
     out = []
-    st = doc.get("stragglers")
-    if st:
-        items = st if isinstance(st, list) else [st]
-        lis = "".join("<li>" + h("; ".join(f"{k}: {mdr._fmt_val(k, it[k])}" for k in sorted(it))
-                                 if isinstance(it, dict) else it) + "</li>" for it in items)
-        out += ["<h2>Stragglers</h2>", f"<ul>{lis}</ul>"]
+    headers, rows = mdr.straggler_rows(doc)
+    if rows:
+        out += ["<h2>Stragglers (ranks the others waited for)</h2>", _table(headers, rows)]
     cols = doc.get("collectives")
     if cols:
-        top = sorted(cols, key=lambda c: (-(c.get("skew_ns") or 0), str(c.get("kind")), c.get("index") or 0))[:mdr.TOP]
-        rows = [[c.get("kind"), c.get("group", "-"), c.get("index", "-"),
-                 "-" if c.get("straggler") is None else c["straggler"], mdr.ms(c.get("skew_ns"))] for c in top]
+        top = sorted(cols, key=lambda c: (-(c.get("skew_ns") or 0), str(c.get("kind")), str(c.get("group")),
+                                          c.get("index") or 0))[:mdr.TOP]
+        opt = lambda v: "-" if v is None else v  # noqa: E731
+        rows = [[c.get("kind"), opt(c.get("group")), opt(c.get("index")), opt(c.get("step")), opt(c.get("straggler")),
+                 mdr.ms(c.get("skew_ns"))] for c in top]
         out += [f"<h2>Collectives with the most skew ({len(top)} of {len(cols)})</h2>",
-                _table(["collective", "group", "index", "straggler rank", "skew ms"], rows, "llrrr")]
+                _table(["collective", "group", "index", "step", "straggler rank", "skew ms"], rows, "llrrrr")]
     cp = doc.get("critical_path")
     if cp:
-        rows = []
-        for c in sorted(cp, key=lambda c: (c.get("step", 0), c.get("rank", 0)))[:mdr.TOP * 2]:
-            comp = c.get("composition") or {}
-            total = c.get("total_ns") or sum(v for v in comp.values() if isinstance(v, (int, float))) or 0
-            parts = ", ".join(f"{k} {mdr.ms(v)}" for k, v in sorted(comp.items(), key=lambda kv: (-(kv[1] or 0), kv[0]))
-                              if isinstance(v, (int, float)))
-            rows.append([c.get("rank", "-"), c.get("step", "-"), mdr.ms(total), parts])
-        out += ["<h2>Critical path (ms)</h2>", _table(["rank", "step", "length", "composition (ms)"], rows, "rrrl")]
+        sums: dict = {}
+        total = 0.0
+        for c in cp:
+            t, comp = mdr.cp_composition(c)
+            total += t or 0
+            for k, v in comp.items():
+                sums[k] = sums.get(k, 0) + v
+        rows = [[k, mdr.ms(v / len(cp)), mdr.pct(v, total)]
+                for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
+        out += [f"<h2>Critical path composition (mean over {len(cp)} rank-step window(s))</h2>",
+                _table(["part", "ms per step", "% of path"], rows)]
     return out
 
 

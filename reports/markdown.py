@@ -143,14 +143,74 @@ def layer_lines(doc: dict) -> list[str]:
     return lines
 
 
-def _evidence(ev) -> str:
+def _num(key: str, v) -> str:
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, (int, float)) and key.endswith("_ns"):
+        return f"{v / 1e6:,.3f} ms"
+    if isinstance(v, float):
+        return f"{v:.3g}"
+    return str(v)
+
+
+def evidence_text(ev, depth: int = 0) -> str:
+    """A stall's evidence (a string, or a dict/list from issue 6) as one short line: `*_ns` in ms."""
     if ev is None:
         return ""
     if isinstance(ev, dict):
-        return "; ".join(f"{k}: {ev[k]}" for k in sorted(ev))
+        parts = []
+        for k in sorted(ev):
+            v = ev[k]
+            if v is None or v == [] or v == {}:
+                continue
+            label = k[:-3] if k.endswith("_ns") else k
+            if isinstance(v, (dict, list)):
+                parts.append(f"{label}: {{{evidence_text(v, depth + 1)}}}" if depth < 2 else f"{label}: …")
+            else:
+                parts.append(f"{label}: {_num(k, v)}")
+        return "; ".join(parts)
     if isinstance(ev, list):
-        return "; ".join(str(x) for x in ev)
+        items = [evidence_text(x, depth + 1) if isinstance(x, (dict, list)) else str(x) for x in ev[:4]]
+        return ", ".join(items) + (f", … ({len(ev)} in all)" if len(ev) > 4 else "")
     return str(ev)
+
+
+_evidence = evidence_text
+
+CP_NOT_PARTS = {"start_ns", "end_ns", "window_ns", "total_ns", "stall_ns", "gpu_idle_ns", "idle_assigned_ns",
+                "peer_wait_ns", "imbalance_ns", "overlapped_comm_ns"}
+
+
+def cp_composition(entry: dict) -> tuple[float, dict]:
+    """(window length ns, {part: ns}) of one critical_path entry: a `composition` dict, or flat
+    `*_ns` parts (issue 6: compute_ns, all_to_all_ns, other_comm_ns, launch_bound_ns, host_sync_ns, idle_ns)."""
+    comp = entry.get("composition")
+    if not isinstance(comp, dict):
+        comp = {k: v for k, v in entry.items() if k.endswith("_ns") and k not in CP_NOT_PARTS
+                and isinstance(v, (int, float)) and not isinstance(v, bool)}
+    comp = {(k[:-3] if k.endswith("_ns") else k): v for k, v in comp.items() if isinstance(v, (int, float))}
+    total = entry.get("window_ns") or entry.get("total_ns")
+    if total is None and entry.get("end_ns") is not None and entry.get("start_ns") is not None:
+        total = entry["end_ns"] - entry["start_ns"]
+    if total is None:
+        total = sum(comp.values())
+    return total, comp
+
+
+def straggler_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+    """The `stragglers` section as (headers, rows): rank first, `*_ns` as ms, most wait caused first."""
+    st = doc.get("stragglers")
+    items = st if isinstance(st, list) else (st.get("ranks", []) if isinstance(st, dict) else [])
+    items = [it for it in items if isinstance(it, dict)]
+    if not items:
+        return [], []
+    keys = sorted({k for it in items for k in it if not isinstance(it[k], (dict, list))} - {"rank"})
+    headers = ["rank"] + [(k[:-3] + " ms") if k.endswith("_ns") else k for k in keys]
+    rows = []
+    for it in items[:TOP]:
+        rows.append([str(it.get("rank", "-"))] + [
+            ("-" if it.get(k) is None else (ms(it[k]) if k.endswith("_ns") else _num(k, it[k]))) for k in keys])
+    return headers, rows
 
 
 def _opt(v) -> str:
@@ -175,47 +235,36 @@ def stall_lines(doc: dict) -> list[str]:
 
 def collective_lines(doc: dict) -> list[str]:
     lines = []
-    st = doc.get("stragglers")
-    if st:
-        items = st if isinstance(st, list) else [st]
-        lines += ["### Stragglers", ""]
-        for it in items:
-            if isinstance(it, dict):
-                lines.append("- " + "; ".join(f"{md(k)}: {md(_fmt_val(k, it[k]), 200)}" for k in sorted(it)))
-            else:
-                lines.append(f"- {md(it)}")
-        lines.append("")
+    headers, rows = straggler_rows(doc)
+    if rows:
+        lines += ["### Stragglers (ranks the others waited for)", ""]
+        lines += table([md(h) for h in headers], [[md(c) for c in r] for r in rows]) + [""]
     cols = doc.get("collectives")
     if cols:
-        top = sorted(cols, key=lambda c: (-(c.get("skew_ns") or 0), str(c.get("kind")), c.get("index") or 0))[:TOP]
-        rows = [[md(c.get("kind"), 40), _opt(c.get("group")), _opt(c.get("index")), _opt(c.get("straggler")),
-                 ms(c.get("skew_ns"))] for c in top]
+        top = sorted(cols, key=lambda c: (-(c.get("skew_ns") or 0), str(c.get("kind")), str(c.get("group")),
+                                          c.get("index") or 0))[:TOP]
+        rows = [[md(c.get("kind"), 40), _opt(c.get("group")), _opt(c.get("index")), _opt(c.get("step")),
+                 _opt(c.get("straggler")), ms(c.get("skew_ns"))] for c in top]
         lines += [f"### Collectives with the most skew ({len(top)} of {len(cols)})", ""]
-        lines += table(["collective", "group", "index", "straggler rank", "skew ms"], rows, "llrrr") + [""]
+        lines += table(["collective", "group", "index", "step", "straggler rank", "skew ms"], rows, "llrrrr") + [""]
     return lines
-
-
-def _fmt_val(key: str, v) -> str:
-    if isinstance(v, (int, float)) and not isinstance(v, bool) and key.endswith("_ns"):
-        return f"{ms(v)} ms"
-    if isinstance(v, float):
-        return f"{v:.4g}"
-    return str(v)
 
 
 def critical_path_lines(doc: dict) -> list[str]:
     cp = doc.get("critical_path")
     if not cp:
         return []
-    rows = []
-    for c in sorted(cp, key=lambda c: (c.get("step", 0), c.get("rank", 0)))[:TOP * 2]:
-        comp = c.get("composition") or {}
-        total = c.get("total_ns") or sum(v for v in comp.values() if isinstance(v, (int, float))) or 0
-        parts = ", ".join(f"{md(k)} {ms(v)}" for k, v in sorted(comp.items(), key=lambda kv: (-(kv[1] or 0), kv[0]))
-                          if isinstance(v, (int, float)))
-        rows.append([_opt(c.get("rank")), _opt(c.get("step")), ms(total), parts])
-    return ["### Critical path (ms)", ""] + table(["rank", "step", "length", "composition (ms)"], rows,
-                                                   "rrrl") + [""]
+    sums: dict = {}
+    total = 0.0
+    for c in cp:
+        t, comp = cp_composition(c)
+        total += t or 0
+        for k, v in comp.items():
+            sums[k] = sums.get(k, 0) + v
+    n = len(cp)
+    rows = [[md(k), ms(v / n), pct(v, total)] for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
+    return [f"### Critical path composition (mean over {n} rank-step window(s))", ""] + table(
+        ["part", "ms per step", "% of path"], rows) + [""]
 
 
 def comm_lines(doc: dict) -> list[str]:

@@ -39,32 +39,45 @@ def analyze(*paths) -> dict:
 
 
 def with_issue6(doc: dict, stall_evidence: str = "", stall_stage: str = "dispatch") -> dict:
-    """Hand-made issue-6 sections (critical_path, stalls, collectives, stragglers) over doc's own steps.
+    """Hand-made issue-6 sections over doc's own steps, in the shapes traceview/analysis/stalls.py writes.
 
-    Stall 1: rank of the first step window, 0.100 ms into it, 0.250 ms long; stall 2: same rank,
-    0.900 ms in, 0.120 ms long. Collective 0: every rank of that step, 0.050 ms + 1 us * rank in,
-    0.300 ms - 1 us * rank long, straggler = highest rank, skew = 1 us * (ranks - 1)."""
+    Stall 1: the first step window's rank, 0.100 ms into it, 0.250 ms long, cause exposed_a2a;
+    stall 2: same rank, 0.900 ms in, 0.120 ms long, host_sync. Collective 0 of that step: rank r
+    arrives 0.050 ms + 1 us * r into its window and takes 0.300 ms - 1 us * r; the highest rank is
+    the straggler, skew 1 us * (ranks - 1). Critical path per window: compute_ns + idle_ns +
+    all_to_all_ns (the exposed comm) = the step time."""
     doc = copy.deepcopy(doc)
     steps = doc["steps"]
     first = sorted(steps, key=lambda s: (s["step"], s["rank"]))[0]
     ranks = sorted({s["rank"] for s in steps if s["step"] == first["step"]})
     window = {s["rank"]: s for s in steps if s["step"] == first["step"]}
-    doc["critical_path"] = [{"rank": s["rank"], "step": s["step"],
-                             "composition": {"compute": s["compute_ns"], "exposed_comm": s["exposed_comm_ns"],
-                                             "idle": s["idle_ns"]}} for s in steps]
+    doc["critical_path"] = [{"rank": s["rank"], "step": s["step"], "start_ns": s["start_ns"],
+                             "end_ns": s["start_ns"] + s["step_time_ns"], "window_ns": s["step_time_ns"],
+                             "compute_ns": s["compute_ns"] + s["exposed_memory_ns"],
+                             "all_to_all_ns": s["exposed_comm_ns"], "idle_ns": s["idle_ns"],
+                             "stall_ns": s["step_time_ns"] - s["compute_ns"] - s["exposed_memory_ns"]}
+                            for s in steps]
     doc["stalls"] = [
         {"rank": first["rank"], "step": first["step"], "layer": 1, "phase": "forward", "stage": stall_stage,
-         "cause": "all_to_all wait", "start_ns": first["start_ns"] + 100_000, "dur_ns": 250_000,
-         "evidence": stall_evidence or "waited for rank 3"},
+         "cause": "exposed_a2a", "start_ns": first["start_ns"] + 100_000, "dur_ns": 250_000,
+         "evidence": {"activity": stall_evidence or "ncclDevKernel_SendRecv", "pieces": 1, "skew_ns": 2_000,
+                      "collective": {"kind": "all_to_all", "group": "ep", "index": 0}}},
         {"rank": first["rank"], "step": first["step"], "layer": None, "phase": "optimizer", "stage": "other",
-         "cause": "host sync", "start_ns": first["start_ns"] + 900_000, "dur_ns": 120_000,
-         "evidence": {"op": "cudaStreamSynchronize"}},
+         "cause": "host_sync", "start_ns": first["start_ns"] + 900_000, "dur_ns": 120_000,
+         "evidence": {"sync_call": "cudaStreamSynchronize", "sync_ns": 118_000, "ops": ["aten::item"]}},
     ]
-    doc["collectives"] = [{"kind": "all_to_all", "group": "ep", "index": 0,
+    doc["collectives"] = [{"kind": "all_to_all", "group": "ep", "index": 0, "step": first["step"],
+                           "ranks": len(ranks),
                            "start_ns": {str(r): window[r]["start_ns"] + 50_000 + 1_000 * r for r in ranks},
                            "dur_ns": {str(r): 300_000 - 1_000 * r for r in ranks},
                            "straggler": ranks[-1], "skew_ns": 1_000 * (len(ranks) - 1)}]
-    doc["stragglers"] = [{"rank": ranks[-1], "collectives": 1, "skew_ns": 1_000 * (len(ranks) - 1)}]
+    last = ranks[-1]
+    doc["stragglers"] = sorted(
+        [{"rank": r, "times_last": int(r == last and len(ranks) > 1), "collectives": 1,
+          "total_skew_ns": 1_000 * (len(ranks) - 1) if r == last else 0,
+          "wait_caused_ns": sum(1_000 * (last - k) for k in ranks) if r == last else 0,
+          "max_skew_ns": 1_000 * (len(ranks) - 1) if r == last else 0} for r in ranks],
+        key=lambda d: (-d["wait_caused_ns"], d["rank"]))
     return doc
 
 

@@ -282,7 +282,7 @@ def flops_lines(doc: dict) -> list[str]:
     if not f or not f.get("flops_per_step"):
         return []
     lines = ["### FLOPs", "",
-             f"{f['flops_per_step'] / 1e12:,.2f} TFLOP per step per GPU ({md(f['method'])}-based)"
+             f"{f['flops_per_step'] / 1e12:,.2f} TFLOP per step per GPU ({md(f.get('method') or 'unknown')}-based)"
              + (f"; {f['tokens_per_step']:,} tokens per step" if f.get("tokens_per_step") else "") + ".", ""]
     groups = sorted(f.get("by_group") or [], key=lambda g: (-g["flops_per_step"], str(g["layer"]), g["phase"],
                                                               g["stage"]))[:8]

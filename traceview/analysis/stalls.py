@@ -15,6 +15,8 @@ layers.prepare to have run in the session).
 """
 from __future__ import annotations
 
+from bisect import bisect_right
+
 from ..db import Session
 from . import collectives, critical_path
 
@@ -36,8 +38,36 @@ def _attribution(session: Session) -> dict:
             session.rows("SELECT id, layer, phase, stage FROM activity_attribution")}
 
 
-def _overlap_compute(segs: list[tuple], a: int, b: int) -> int:
-    return sum(min(b, e) - max(a, s) for s, e, c, _, _ in segs if c > 0 and e > a and s < b)
+def _overlap_compute(segs: list[tuple], a: int, b: int, starts: list[int] | None = None) -> int:
+    """Time within [a, b) during which a compute kernel ran (segments sorted by start)."""
+    i = max(0, bisect_right(starts if starts is not None else [x[0] for x in segs], a) - 1)
+    tot = 0
+    while i < len(segs) and segs[i][0] < b:
+        s, e, c = segs[i][0], segs[i][1], segs[i][2]
+        if c > 0 and e > a:
+            tot += min(b, e) - max(a, s)
+        i += 1
+    return tot
+
+
+def _starts(data: dict, key: tuple) -> tuple[list, list]:
+    segs = data["segments"].get(key, [])
+    cache = data.setdefault("seg_starts", {})
+    if key not in cache:
+        cache[key] = [x[0] for x in segs]
+    return segs, cache[key]
+
+
+def _independent(w: dict, attr: dict) -> dict:
+    """(layer, phase) -> compute activities of stages that do not depend on the dispatch."""
+    if "_indep" not in w:
+        out: dict = {}
+        for a in w["acts"].values():
+            t = attr.get(a["id"])
+            if a["class"] == "compute" and t and t[0] is not None and t[2] in INDEPENDENT_STAGES:
+                out.setdefault(t[:2], []).append(a)
+        w["_indep"] = out
+    return w["_indep"]
 
 
 def _ops(h: dict) -> list[str]:
@@ -56,8 +86,8 @@ def _evidence(cause: str, segs: list[dict], w: dict, data: dict, attr: dict, col
     ref = acts.get(segs[0]["id"])
     ev: dict = {"activity": ref["name"] if ref else None, "pieces": len(segs)}
     if cause in COMM_CAUSES and ref is not None:
-        wsegs = data["segments"].get((w["rank"], w["step"]), [])
-        hidden = _overlap_compute(wsegs, ref["start_ns"], ref["end_ns"])
+        wsegs, starts = _starts(data, (w["rank"], w["step"]))
+        hidden = _overlap_compute(wsegs, ref["start_ns"], ref["end_ns"], starts)
         ev.update(comm_dur_ns=ref["end_ns"] - ref["start_ns"], hidden_ns=hidden,
                   hidden_share=hidden / max(1, ref["end_ns"] - ref["start_ns"]))
         c = coll_by_id.get(ref["id"])
@@ -68,10 +98,8 @@ def _evidence(cause: str, segs: list[dict], w: dict, data: dict, attr: dict, col
                 ev.update(splits=c["imbalance"]["splits"], max_over_mean=c["imbalance"]["max_over_mean"])
         if cause in ("exposed_a2a", "exposed_comm"):
             layer, phase, _ = attr.get(ref["id"], (None, None, None))
-            indep = [a for a in acts.values() if a["class"] == "compute" and layer is not None
-                     and attr.get(a["id"], (None,) * 3)[:2] == (layer, phase)
-                     and attr.get(a["id"], (None,) * 3)[2] in INDEPENDENT_STAGES
-                     and (a["origin_start_ns"] or 0) >= (ref["origin_start_ns"] or 0)]
+            indep = [a for a in _independent(w, attr).get((layer, phase), [])
+                     if (a["origin_start_ns"] or 0) >= (ref["origin_start_ns"] or 0)]
             work = sum(a["end_ns"] - a["start_ns"] for a in indep)
             after = sum(a["end_ns"] - max(a["start_ns"], ref["end_ns"]) for a in indep if a["end_ns"] > ref["end_ns"])
             ev.update(independent_work_ns=work, independent_work_available=work > 0,
@@ -125,7 +153,7 @@ def a2a_exposure(paths: list[dict], data: dict, attr: dict) -> list[dict]:
         for s in w["path"]:
             if s["category"] == "all_to_all_ns":
                 on_path[s["id"]] = on_path.get(s["id"], 0) + s["end"] - s["start"]
-        wsegs = data["segments"].get((w["rank"], w["step"]), [])
+        wsegs, starts = _starts(data, (w["rank"], w["step"]))
         for a in w["acts"].values():
             if a["id"] not in data["comm"] or data["comm"][a["id"]]["kind"] != "all_to_all":
                 continue
@@ -133,7 +161,7 @@ def a2a_exposure(paths: list[dict], data: dict, attr: dict) -> list[dict]:
             dur = a["end_ns"] - a["start_ns"]
             out.append({"rank": w["rank"], "step": w["step"], "layer": layer, "phase": phase, "stage": stage,
                         "start_ns": a["start_ns"], "dur_ns": dur,
-                        "hidden_ns": _overlap_compute(wsegs, a["start_ns"], a["end_ns"]),
+                        "hidden_ns": _overlap_compute(wsegs, a["start_ns"], a["end_ns"], starts),
                         "exposed_on_path_ns": on_path.get(a["id"], 0)})
     return sorted(out, key=lambda d: (d["rank"], d["step"], d["start_ns"]))
 

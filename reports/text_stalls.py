@@ -39,6 +39,10 @@ def evidence_text(s: dict) -> str:
         return f"rank {ev.get('straggler')} arrived last, skew {us(ev.get('skew_ns', 0))}"
     if cause == "imbalance":
         return f"split sizes max/mean {ev.get('max_over_mean', 0):.2f}"
+    late = ev.get("late_to_collectives")
+    if late and cause in ("launch_bound", "idle"):
+        c = late[0]
+        return f"last to arrive at {c['kind']} #{c['index']}: +{us(c['skew_ns'])}"
     if cause == "launch_bound":
         return f"{ev.get('gaps')} gaps between launches, max {us(ev.get('max_gap_ns', 0))}"
     if cause == "idle":

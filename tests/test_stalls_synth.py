@@ -93,6 +93,17 @@ def test_straggler_peer_wait(straggler, fmt):
 
 
 @pytest.mark.parametrize("fmt", FORMATS)
+def test_straggler_own_gaps(straggler, fmt):
+    # on the straggler, the GPU time lost before each collective it entered late names that collective
+    exp, docs = straggler
+    rank = exp["straggler"]["rank"]
+    late = [c["index"] for s in docs[fmt]["stalls"] if s["rank"] == rank
+            for c in s["evidence"].get("late_to_collectives", [])]
+    assert sorted(late) == list(range(8))
+    assert not any(s["evidence"].get("late_to_collectives") for s in docs[fmt]["stalls"] if s["rank"] != rank)
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
 def test_host_syncs_found(straggler, fmt):
     exp, docs = straggler
     doc = docs[fmt]

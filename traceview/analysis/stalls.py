@@ -122,6 +122,11 @@ def _evidence(cause: str, segs: list[dict], w: dict, data: dict, attr: dict, col
         ev.pop("activity")
         if cause == "launch_bound" and ref is not None:
             ev["thread"] = ref["tid"]
+        late = [coll_by_id[i] for i in dict.fromkeys(x["id"] for x in segs) if i in coll_by_id
+                and coll_by_id[i]["straggler"] == w["rank"] and coll_by_id[i]["skew_ns"] > 0]
+        if late:  # the gap delayed this rank's arrival at a collective where it was the last rank
+            ev["late_to_collectives"] = [{"kind": c["kind"], "group": c["group"], "index": c["index"],
+                                          "skew_ns": c["skew_ns"]} for c in late]
     return ev
 
 

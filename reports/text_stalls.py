@@ -61,6 +61,12 @@ def cp_lines(doc: dict) -> list[str]:
     out += table(["rank", "step", "window", "compute", "a2a", "comm", "launch", "sync", "idle", "peer wt"], rows)
     if len(cps) > MAX_CP_ROWS:
         out.append(f"... and {len(cps) - MAX_CP_ROWS} more windows (JSON: critical_path)")
+    total = sum(c["window_ns"] for c in cps)
+    if total:
+        names = (("compute", "compute_ns"), ("a2a", "all_to_all_ns"), ("comm", "other_comm_ns"),
+                 ("launch", "launch_bound_ns"), ("sync", "host_sync_ns"), ("idle", "idle_ns"))
+        out += textwrap.wrap("share of all windows: " + ", ".join(
+            f"{n} {100 * sum(c[k] for c in cps) / total:.1f}%" for n, k in names), 100)
     return out + [""]
 
 

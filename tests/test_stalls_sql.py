@@ -245,3 +245,37 @@ def test_imbalance_of_untrusted_splits():
     assert collectives.imbalance_of("[1, 1, 2]", None)["max_over_mean"] == 1.5
     for bad in ("not json", "{}", "[]", '["a"]', "[true]", "[0, 0]"):
         assert collectives.imbalance_of(bad, None) is None
+
+
+def test_unaligned_clock_warns():
+    # rank 1: no offset, local times not epoch, and no collective in common with rank 0 (a second
+    # process group name on its collectives) -> offset unknown, a warning
+    p = two_ranks()
+    meta = p.meta.to_pydict()
+    meta["clock_offset_ns"] = [E, None]
+    p.meta = schema.from_pydict("meta", meta)
+    g = p.gpu_activities.to_pydict()
+    g["coll_pg"] = [("other" if r == 1 else None) for r in g["rank"]]
+    p.gpu_activities = schema.from_pydict("gpu_activities", g)
+    s, _ = prepared(p)
+    layers.comm_rows(s)
+    out = collectives.match(s)
+    assert out["clock"]["ranks"]["1"]["method"] == "unknown (not aligned)"
+    assert any("clock offset unknown" in w for w in out["warnings"])
+    assert out["collectives"] == []
+
+
+def test_text_lines(two):
+    from traceview.reports import text_stalls
+    _, sec = two
+    lines = text_stalls.lines(sec)
+    assert max(len(x) for x in lines) <= 100
+    text = "\n".join(lines)
+    assert "share of all windows: compute " in text
+    # rank 0 window 3000: compute 500 -> 16.7%; rank 1 window 3000: compute 500 -> 16.7%
+    assert "compute 16.7%" in text
+    assert "rank 1 arrived last, skew 0.3 us" in text          # rank 0's peer wait at collective A
+    i = lines.index("Stragglers (rank that arrived last at a collective)")
+    # most wait caused first: rank 1 (300 ns imposed on rank 0), then rank 0 (200 ns)
+    assert [x.split() for x in lines[i + 3:i + 5]] == [["1", "1", "2", "0.3", "us", "0.3", "us"],
+                                                        ["0", "1", "2", "0.2", "us", "0.2", "us"]]

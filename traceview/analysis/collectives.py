@@ -102,6 +102,10 @@ def match(session: Session) -> dict:
     _estimate_missing(offsets, by_key)
     clock = {"ranks": {str(k): {"offset_ns": v[0], "method": v[1]} for k, v in sorted(offsets.items())}}
     out = {"collectives": [], "stragglers": [], "clock": clock, "wait_until": {}, "by_id": {}, "warnings": []}
+    unknown = [k for k, v in sorted(offsets.items()) if v[1] == "unknown (not aligned)"]
+    if unknown and len(ranks) > 1:
+        out["warnings"].append(f"ranks {', '.join(map(str, unknown))}: clock offset unknown and no collective to "
+                               f"align with; arrival skews across ranks may be wrong")
     if len(ranks) < 2:
         clock["residual_skew_ns"] = {}
         clock["max_abs_residual_ns"] = 0

@@ -198,6 +198,8 @@ def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
                            and s["cause"] == c) for c in CAUSES}
         cp.append({"rank": w["rank"], "step": w["step"], "start_ns": w["start_ns"], "end_ns": w["end_ns"],
                    **comp, "stall_ns": nc, "stalls_by_cause": by_cause,
+                   "share": {k[:-3]: comp[k] / comp["window_ns"] for k in critical_path.CATEGORIES}
+                   if comp["window_ns"] else {},
                    "gpu_idle_ns": idle.get((w["rank"], w["step"])),
                    "idle_assigned_ns": comp["host_sync_ns"] + comp["launch_bound_ns"] + comp["idle_ns"]})
     total = sum(s["dur_ns"] for s in stalls)

@@ -9,7 +9,6 @@ from traceview import schema
 from traceview.analysis import breakdown, collectives, critical_path, layers, stalls
 from traceview.config import Rules
 from traceview.db import Session
-from traceview.profile import Profile
 
 
 def one_rank():

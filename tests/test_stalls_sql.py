@@ -179,7 +179,8 @@ def two():
 
 def test_coll_instances_golden(two):
     s, _ = two
-    got = [(r["rank"], r["comm_kind"], r["grp"], r["idx"], r["arrival_ns"]) for r in s.rows("SELECT * FROM coll_instances")]
+    got = [(r["rank"], r["comm_kind"], r["grp"], r["idx"], r["arrival_ns"])
+           for r in s.rows("SELECT * FROM coll_instances")]
     assert got == [(0, "all_to_all", "", 0, 1000), (0, "all_to_all", "", 1, 3200),
                    (1, "all_to_all", "", 0, 6300), (1, "all_to_all", "", 1, 8000)]
 

@@ -234,7 +234,8 @@ def windows_data(session: Session) -> dict:
     for r in session.table("cp_preds").to_pylist():
         acts.setdefault((r["rank"], r["step"]), []).append(r)
     segs: dict = {}
-    for r in session.rows("SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL ORDER BY rank, step, t"):
+    for r in session.rows("SELECT rank, step, t, t_end, c, m, x FROM segments "
+                          "WHERE t_end IS NOT NULL ORDER BY rank, step, t"):
         segs.setdefault((r["rank"], r["step"]), []).append((r["t"], r["t_end"], r["c"], r["m"], r["x"]))
     syncs: dict = {}
     for h in session.table("cp_host_syncs").to_pylist():

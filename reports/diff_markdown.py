@@ -48,6 +48,10 @@ def table(headers: list[str], rows: list[list[str]], right_from: int = 1) -> lis
     return out
 
 
+def _layer(x) -> str:
+    return "outside layers" if x is None else f"layer {x}"
+
+
 def render(doc: dict) -> str:
     d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
     pct = d["step_time_pct"]
@@ -98,7 +102,7 @@ def render(doc: dict) -> str:
             out.append("")
     if d.get("stalls"):
         out += table(["stall", "where", "base ms", "new ms", "status"],
-                     [[esc(r["cause"]), esc(f"layer {r['layer']} {r['phase']} {r['stage']}", 60), ms(r["base_ns"]),
+                     [[esc(r["cause"]), esc(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 60), ms(r["base_ns"]),
                        ms(r["new_ns"]), esc(r["status"])] for r in d["stalls"][:12]], right_from=2)
         out.append("")
     out += ["</details>", ""]

@@ -41,6 +41,10 @@ def side_line(label: str, s: dict) -> str:
                        f"{files})", WIDTH - 2)
 
 
+def _layer(x) -> str:
+    return "outside layers" if x is None else f"layer {x}"
+
+
 def render(doc: dict) -> str:
     d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
     pct = d["step_time_pct"]
@@ -93,7 +97,7 @@ def render(doc: dict) -> str:
     if d.get("stalls"):
         out += ["", "Stalls (ms per rank-step)"]
         out += table(["cause", "where", "base", "new", "status"],
-                     [[clip(r["cause"], 16), clip(f"L{r['layer']} {r['phase']} {r['stage']}", 40), ms(r["base_ns"]),
+                     [[clip(r["cause"], 16), clip(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 40), ms(r["base_ns"]),
                        ms(r["new_ns"]), r["status"]] for r in d["stalls"][:10]])
     if d.get("critical_path"):
         out += ["", "Critical path (ms per rank-step)"]

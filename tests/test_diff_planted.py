@@ -69,9 +69,10 @@ def test_straggler_names_the_late_rank(diffs):
     s = diffs["straggler"]["delta"]["straggler"]
     assert s["rank"] == PAIRS["straggler"]["cause"]["rank"]
     growth = {g["rank"]: g["delta_ns"] for g in s["comm_growth_ns"]}
-    # rank 0 waits `delay` in each of the 8 all-to-alls per step (2 layers x fwd/bwd x dispatch/combine)
-    assert growth[0] == 8 * PAIRS["straggler"]["cause"]["delay_ns"]
-    assert growth[1] == 0
+    # from the collectives section: the wait rank 1 causes per step is `delay` in each of the 8
+    # all-to-alls per step (2 layers x forward/backward x dispatch/combine), for the 1 other rank
+    assert s["source"].startswith("collectives")
+    assert growth == {0: 0, 1: 8 * PAIRS["straggler"]["cause"]["delay_ns"]}
 
 
 def test_noise_pair_is_noise(diffs):
@@ -120,3 +121,37 @@ def test_document_matches_schema(diffs):
     jsonschema.Draft202012Validator.check_schema(schema)
     for doc in diffs.values():
         jsonschema.validate(json.loads(json.dumps(doc)), schema, cls=jsonschema.Draft202012Validator)
+
+
+def test_new_stalls_are_named(diffs):
+    """With the stalls section (issue 6): the planted syncs show up as new host_sync stalls in the
+    experts stage of exactly the layers that got a sync, and the first item names them."""
+    doc = diffs["new_host_sync"]
+    planted_layers = sorted({h["layer"] for h in PAIRS["new_host_sync"]["new"].expected["host_syncs"]})
+    rows = [r for r in doc["delta"]["stalls"] if r["cause"] == "host_sync"]
+    assert sorted(r["layer"] for r in rows) == planted_layers
+    assert all(r["status"] == "new" and r["stage"] == "experts" and r["base_ns"] == 0 for r in rows)
+    assert "new host_sync stall" in doc["explanation"][0]["text"]
+    cp = doc["delta"]["critical_path"]
+    assert cp["window_ns"]["delta_ns"] == doc["delta"]["step_time_ns"]
+
+
+def test_works_without_stalls(written, monkeypatch):
+    """Without the stalls section the explanation is the same (it only adds the stall notes)."""
+    import traceview.diff.decompose as dec
+    monkeypatch.setattr(dec, "add_stalls", lambda session, doc: None)
+    for name in ("new_host_sync", "straggler"):
+        b, n = written[name]
+        opts = DiffOptions()
+        doc = diff_sides(load_side("base", [str(b["kineto"])], opts), load_side("new", [str(n["kineto"])], opts), opts)
+        planted = PAIRS[name]["step_time_delta_ns"]
+        assert doc["delta"]["stalls"] is None and doc["delta"]["critical_path"] is None
+        first = doc["explanation"][0]
+        assert first["kind"] == EXPECT[PAIRS[name]["cause"]["kind"]][0]
+        assert "critical path" not in first["text"]
+        if name == "straggler":   # fallback evidence: per-rank comm time; rank 0 waits 8 x delay
+            s = doc["delta"]["straggler"]
+            assert s["rank"] == 1 and s["source"] == "per-rank comm time"
+            assert {g["rank"]: g["delta_ns"] for g in s["comm_growth_ns"]} == {
+                0: 8 * PAIRS[name]["cause"]["delay_ns"], 1: 0}
+        assert abs(first["contribution_ns"] - planted) <= 0.05 * planted

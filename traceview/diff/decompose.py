@@ -86,6 +86,8 @@ class Side:
     family_time: dict = field(default_factory=dict)  # family key -> busy ns per step (mean, all samples)
     family_count: dict = field(default_factory=dict)
     noise: dict = field(default_factory=dict)
+    stalls: dict | None = None      # (cause, layer, phase, stage) -> mean dur_ns over the median set
+    critical_path: dict | None = None   # composition field -> mean ns over the median set
 
 
 def median_set(samples: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
@@ -143,6 +145,7 @@ def build_side(label: str, paths: list[str], doc: dict, session: Session) -> Sid
         fk = key[4]
         side.family_time[fk] = side.family_time.get(fk, 0.0) + (r["busy_ns"] or 0) / nsteps
         side.family_count[fk] = side.family_count.get(fk, 0.0) + (r["count"] or 0) / nsteps
+    _stall_means(side)
     try:
         srows = session.rows(_SYNC_SQL)
     except Exception:  # noqa: BLE001 - a trace without launches/syncs: no sync evidence
@@ -158,6 +161,53 @@ def build_side(label: str, paths: list[str], doc: dict, session: Session) -> Sid
     return side
 
 
+def _entries(sec) -> list[dict] | None:
+    if isinstance(sec, list):
+        return [x for x in sec if isinstance(x, dict)]
+    if isinstance(sec, dict):
+        for k in ("items", "stalls", "steps", "per_step", "rows", "paths"):
+            if isinstance(sec.get(k), list):
+                return [x for x in sec[k] if isinstance(x, dict)]
+    return None
+
+
+def _stall_means(side: Side) -> None:
+    """The stalls and critical-path sections (issue 6), as means over the median set."""
+    ms = set(side.median_set)
+    k = max(1, len(ms))
+    st = _entries(side.doc.get("stalls"))
+    if st is not None:
+        side.stalls = {}
+        for s in st:
+            if (s.get("rank"), s.get("step")) in ms:
+                key = (s.get("cause"), s.get("layer"), s.get("phase"), s.get("stage"))
+                side.stalls[key] = side.stalls.get(key, 0.0) + (s.get("dur_ns") or 0) / k
+    cp = _entries(side.doc.get("critical_path"))
+    if cp is not None:
+        side.critical_path = {}
+        for e in cp:
+            if (e.get("rank"), e.get("step")) not in ms:
+                continue
+            comp = e.get("composition") if isinstance(e.get("composition"), dict) else e
+            for f, v in comp.items():
+                if f.endswith("_ns") and isinstance(v, (int, float)) and f not in ("start_ns", "end_ns"):
+                    side.critical_path[f] = side.critical_path.get(f, 0.0) + v / k
+
+
+def add_stalls(session: Session, doc: dict) -> None:
+    """Add the critical_path/stalls sections when `analyze` does not (yet) produce them."""
+    if "stalls" in doc:
+        return
+    try:
+        from ..analysis import stalls
+    except ImportError:
+        return
+    try:
+        doc.update(stalls.sections(session, doc))
+    except Exception as e:  # noqa: BLE001 - the diff works without them
+        doc.setdefault("warnings", []).append(f"stalls unavailable: {type(e).__name__}: {e}")
+
+
 def load_side(label: str, paths: list[str], opts) -> Side:
     """Load and analyze one run (any input `analyze` accepts), keeping the session for the
     per-family decomposition."""
@@ -171,6 +221,7 @@ def load_side(label: str, paths: list[str], opts) -> Side:
     bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=list(opts.comm_regex) + rules.comm_regex,
                               top=opts.top, whole_trace=opts.whole_trace)
     doc = analyze(profile, bopts, session, rules, {})
+    add_stalls(session, doc)
     return build_side(label, paths, doc, session)
 
 

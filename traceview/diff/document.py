@@ -102,57 +102,33 @@ def _family_rows(base: Side, new: Side, top: int) -> dict:
             "vanished": [r for r in rows if r["base_count"] > 0 and r["new_count"] == 0]}
 
 
-def _entries(sec) -> list[dict]:
-    if isinstance(sec, list):
-        return [x for x in sec if isinstance(x, dict)]
-    if isinstance(sec, dict):
-        for k in ("items", "stalls", "steps", "per_step", "rows", "paths"):
-            if isinstance(sec.get(k), list):
-                return [x for x in sec[k] if isinstance(x, dict)]
-    return []
-
-
 def stall_rows(base: Side, new: Side) -> list[dict] | None:
-    """Stalls (issue 6) per (cause, layer, phase, stage): mean per rank-step, with new/grown/..."""
-    if "stalls" not in base.doc and "stalls" not in new.doc:
+    """Stalls (issue 6) per (cause, layer, phase, stage), mean over the median set, with status
+    new / grown / shrunk / gone."""
+    if base.stalls is None and new.stalls is None:
         return None
-
-    def agg(side):
-        n = max(1, len(side.samples))
-        out: dict = {}
-        for s in _entries(side.doc.get("stalls")):
-            k = (s.get("cause"), s.get("layer"), s.get("phase"), s.get("stage"))
-            out[k] = out.get(k, 0.0) + (s.get("dur_ns") or 0) / n
-        return out
-    b, n = agg(base), agg(new)
+    b, n = base.stalls or {}, new.stalls or {}
     rows = []
     for k in set(b) | set(n):
         bv, nv = b.get(k, 0.0), n.get(k, 0.0)
-        status = "new" if bv == 0 and nv > 0 else "gone" if nv == 0 and bv > 0 else \
-            "grown" if nv > bv else "shrunk" if nv < bv else "same"
-        rows.append({"cause": k[0], "layer": k[1], "phase": k[2], "stage": k[3], "base_ns": int(bv), "new_ns": int(nv),
-                     "delta_ns": int(nv - bv), "status": status})
-    rows.sort(key=lambda r: -abs(r["delta_ns"]))
-    return rows
+        rows.append({"cause": k[0], "layer": k[1], "phase": k[2], "stage": k[3], "base_ns": int(round(bv)),
+                     "new_ns": int(round(nv)), "delta_ns": int(round(nv - bv)), "status": stall_status(bv, nv)})
+    rows.sort(key=lambda r: (-abs(r["delta_ns"]), str(r["cause"]), str(r["stage"]), str(r["layer"])))
+    return [r for r in rows if r["base_ns"] or r["new_ns"]]
+
+
+def stall_status(bv: float, nv: float) -> str:
+    return "new" if bv == 0 and nv > 0 else "gone" if nv == 0 and bv > 0 else \
+        "grown" if nv > bv else "shrunk" if nv < bv else "same"
 
 
 def critical_path_rows(base: Side, new: Side) -> dict | None:
-    """Critical-path composition (issue 6): mean per rank-step of every *_ns field, both sides."""
-    if "critical_path" not in base.doc or "critical_path" not in new.doc:
+    """Critical-path composition (issue 6): mean over the median set of every *_ns field."""
+    if base.critical_path is None or new.critical_path is None:
         return None
-
-    def agg(side):
-        es = _entries(side.doc.get("critical_path"))
-        out: dict = {}
-        for e in es:
-            comp = e.get("composition") if isinstance(e.get("composition"), dict) else e
-            for k, v in comp.items():
-                if k.endswith("_ns") and isinstance(v, (int, float)) and k not in ("start_ns", "end_ns"):
-                    out[k] = out.get(k, 0.0) + v / max(1, len(es))
-        return out
-    b, n = agg(base), agg(new)
-    return {k: {"base_ns": int(b.get(k, 0)), "new_ns": int(n.get(k, 0)), "delta_ns": int(n.get(k, 0) - b.get(k, 0))}
-            for k in sorted(set(b) | set(n))}
+    b, n = base.critical_path, new.critical_path
+    return {k: {"base_ns": int(round(b.get(k, 0))), "new_ns": int(round(n.get(k, 0))),
+                "delta_ns": int(round(n.get(k, 0) - b.get(k, 0)))} for k in sorted(set(b) | set(n))}
 
 
 def _straggler(s: dict | None) -> dict | None:

@@ -130,9 +130,18 @@ def it_net(c) -> float:
 
 def detect_straggler(base: Side, new: Side, dT: float, threshold: float) -> dict | None:
     """Uneven change of per-rank comm time: the waiting ranks' comm grows, the late rank's not."""
-    for st in new.doc.get("stalls") or []:
-        if isinstance(st, dict) and st.get("cause") in ("peer_wait", "imbalance") and st.get("late_rank") is not None:
-            return {"rank": st["late_rank"], "source": "stalls"}
+    bs, ns_ = base.doc.get("stragglers"), new.doc.get("stragglers")
+    if isinstance(ns_, list) and ns_:
+        nsteps = max(1, new.doc["summary"].get("steps", 1))
+        bsteps = max(1, base.doc["summary"].get("steps", 1))
+        bw = {x["rank"]: x.get("wait_caused_ns", 0) / bsteps for x in (bs or []) if isinstance(x, dict)}
+        nw = {x["rank"]: x.get("wait_caused_ns", 0) / nsteps for x in ns_ if isinstance(x, dict)}
+        growth = {r: nw.get(r, 0.0) - bw.get(r, 0.0) for r in set(bw) | set(nw)}
+        if growth:
+            r = max(growth, key=lambda k: (abs(growth[k]), -k))
+            if abs(growth[r]) >= max(threshold, 0.25 * abs(dT)) and (growth[r] > 0) == (dT >= 0):
+                return {"rank": r, "source": "collectives: the rank that arrives last (wait it causes per step)",
+                        "comm_growth_ns": {k: v for k, v in sorted(growth.items())}, "wait": True}
     b = {r["rank"]: r["comm_ns"] for r in base.doc.get("per_rank", [])}
     n = {r["rank"]: r["comm_ns"] for r in new.doc.get("per_rank", [])}
     ranks = sorted(set(b) & set(n))

@@ -59,8 +59,8 @@ def describe(c, base, new, strag) -> str:
             verb = "vanished"
         else:
             verb = "take longer" if c.parts["compute_ns"] > 0 else "take less time"
-        cnt = f", {bc:.0f} -> {nc:.0f} per step" if abs(nc - bc) >= 0.5 else ""
-        return f"{amount}: {fam} kernels in {cont(loc)} {verb} (kernel time {ms(b)} -> {ms(n)}{cnt}){tail}"
+        cnt = f", {bc:.0f} → {nc:.0f} per step" if abs(nc - bc) >= 0.5 else ""
+        return f"{amount}: {fam} kernels in {cont(loc)} {verb} (kernel time {ms(b)} → {ms(n)}{cnt}){tail}"
     if k == "comm":
         kind = c.info["ckind"].replace("_", "-")
         eb, en = c.base["exposed_comm_ns"], c.new["exposed_comm_ns"]
@@ -74,47 +74,62 @@ def describe(c, base, new, strag) -> str:
         stage = c.key[0]
         label = f"{stage} {kind}" if stage in ("dispatch", "combine") else kind
         loc2 = where(c.layers, c.phases, None)
-        return (f"{amount}: {label} in {cont(loc2)} {verb} (exposed {ms(eb)} -> {ms(en)}, "
-                f"overlapped {ms(ob)} -> {ms(on)})")
+        note = stall_note(c, base, new, ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance"))
+        return (f"{amount}: {label} in {cont(loc2)} {verb} (exposed {ms(eb)} → {ms(en)}, "
+                f"overlapped {ms(ob)} → {ms(on)}){note}")
     if k == "memory":
         return (f"{amount}: exposed {c.info['family']} in {loc} "
-                f"({ms(c.base['exposed_memory_ns'])} -> {ms(c.new['exposed_memory_ns'])})")
+                f"({ms(c.base['exposed_memory_ns'])} → {ms(c.new['exposed_memory_ns'])})")
     if k == "host_sync":
         g = [(key, v) for key, v in new.syncs.items() if key[2] == c.key[0]] if c.info.get("sign", 1) > 0 else \
             [(key, v) for key, v in base.syncs.items() if key[2] == c.key[0]]
         ops = sorted({o for _, v in g for o in v.get("ops", ())})
         optxt = f" under {', '.join(ops[:3])}" if ops else ""
+        note = stall_note(c, base, new, ("host_sync", "launch_bound", "idle"))
         if c.info.get("sign", 1) > 0:
             return (f"{amount}: new host sync in {loc} (the host waits for the GPU{optxt}; "
-                    f"the GPU idles until the host launches again)")
-        return f"{amount}: host sync removed from {loc}{optxt}"
+                    f"the GPU idles until the host launches again){note}")
+        return f"{amount}: host sync removed from {loc}{optxt}{note}"
     if k == "straggler":
         r = c.key[0]
         g = (strag or {}).get("comm_growth_ns") or {}
         per = ", ".join(f"{fmt_ns(v)} on rank {rk}" for rk, v in sorted(g.items())[:8])
+        what = "wait it causes per step" if (strag or {}).get("wait") else "comm time per step"
         sign = "is late to" if c.contribution >= 0 else "is no longer late to"
+        note = stall_note(c, base, new, ("peer_wait", "imbalance"), stage=False)
         return (f"{amount}: rank {r} {sign} the collectives (straggler): the other ranks wait for it "
-                f"(peer wait; comm time per step {per})" if per else
-                f"{amount}: rank {r} {sign} the collectives (straggler; peer wait)")
+                f"(peer wait; {what}: {per}){note}" if per else
+                f"{amount}: rank {r} {sign} the collectives (straggler; peer wait){note}")
     if k == "idle":
-        sign = 1 if c.contribution > 0 else -1
-        label = _stall_name(new if sign > 0 else base, c)
-        if sign > 0:
-            return f"{amount}: GPU idle grew in {loc} ({label})"
-        return f"{amount}: GPU idle shrank in {loc} ({label})"
+        note = stall_note(c, base, new, ("host_sync", "launch_bound", "idle"))
+        label = "" if note else " (the GPU waits for the host: host- or launch-bound)"
+        verb = "grew" if c.contribution > 0 else "shrank"
+        return f"{amount}: GPU idle {verb} in {loc}{label}{note}"
     return f"{amount}: {k} {c.key}"
 
 
-def _stall_name(side, c) -> str:
-    """Name idle from the `stalls` section when present (host_sync, launch_bound, ...)."""
-    stalls = side.doc.get("stalls")
-    if isinstance(stalls, list):
-        tot: dict = {}
-        for s in stalls:
-            if not isinstance(s, dict) or s.get("stage") != c.key[0]:
-                continue
-            tot[s.get("cause")] = tot.get(s.get("cause"), 0) + (s.get("dur_ns") or 0)
-        if tot:
-            best = max(tot, key=tot.get)
-            return f"stalls: mostly {best}"
-    return "host-bound: the GPU waits for launches"
+def stall_note(c, base, new, causes: tuple, stage: bool = True) -> str:
+    """'; critical path: new host_sync stall 0 → 35.0 us' for the stalls (issue 6) of this
+    cause's stage and layers that are new or grew (shrank or are gone, for an improvement)."""
+    from .document import stall_status
+    from .explain import fmt_ns
+    if base.stalls is None and new.stalls is None:
+        return ""
+    b, n = base.stalls or {}, new.stalls or {}
+    tot: dict = {}
+    for key in set(b) | set(n):
+        cause, layer, phase, st = key
+        if cause not in causes:
+            continue
+        if stage and (st != c.key[0] or (c.layers and layer not in c.layers)):
+            continue
+        x = tot.setdefault(cause, [0.0, 0.0])
+        x[0] += b.get(key, 0.0)
+        x[1] += n.get(key, 0.0)
+    want = ("new", "grown") if c.contribution >= 0 else ("gone", "shrunk")
+    bits = []
+    for cause, (bv, nv) in sorted(tot.items(), key=lambda kv: -abs(kv[1][1] - kv[1][0])):
+        status = stall_status(bv, nv)
+        if status in want and abs(nv - bv) >= 0.05 * abs(c.contribution or 1):
+            bits.append(f"{status} {cause} stall {fmt_ns(bv, signed=False)} → {fmt_ns(nv, signed=False)}")
+    return f"; critical path: {', '.join(bits[:3])}" if bits else ""

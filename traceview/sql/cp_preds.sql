@@ -7,13 +7,15 @@
 --               it (the call's time is its launch record's start where correlated, else the
 --               record's start). Several waits: the source that ends last;
 --   origin_*    the launch call (a kernel starts no earlier than its launch; the host was late
---               when the call ended after the GPU predecessors had finished);
+--               when the call ended after the GPU predecessors had finished); origin_end_ns is
+--               null where no launch call is linked (the op's end says nothing about the launch);
 --   sync_*      the last host sync (cp_host_syncs) on the launching thread that ended before the
 --               launch call started (the host was blocked there just before launching).
 -- Input: windows, activity_class, activity_origin, syncs, launches, cp_host_syncs.
 WITH acts AS (
     SELECT c.id, c.rank, c.stream, c.start_ns, c.end_ns, c.class, c.kind, c.name,
-           o.tid, o.origin_start_ns, o.origin_end_ns,
+           o.tid, o.origin_start_ns,
+           CASE WHEN o.launch_name IS NOT NULL THEN o.origin_end_ns END AS origin_end_ns,
            lag(c.id) OVER s AS prev_id, lag(c.end_ns) OVER s AS prev_end_ns
     FROM activity_class c JOIN activity_origin o ON o.id = c.id
     WINDOW s AS (PARTITION BY c.rank, c.stream ORDER BY c.start_ns, c.end_ns, c.id)

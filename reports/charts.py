@@ -286,9 +286,17 @@ def waterfall(doc: dict):
         add("new", 0, new, "step time", "new step time")
     if not rows:
         return None
+    # the totals start from a floor below the lowest running total, so that changes of a few % show
+    levels = [r["end"] for r in rows] + [r["start"] for r in rows if r["kind"] != "step time"]
+    lo, hi = min(levels), max(levels)
+    floor = 0.0 if base is None else round(max(0.0, lo - max(0.5 * (hi - lo), 0.02 * hi)), 6)
+    for r in rows:
+        if r["kind"] == "step time":
+            r["start"] = floor
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
         x=alt.X("item:N", sort=order, title=None, axis=alt.Axis(labelAngle=-30, labelLimit=260)),
-        y=alt.Y("start:Q", title="step time, ms", scale=alt.Scale(zero=base is None)),
+        y=alt.Y("start:Q", title="step time, ms" + (f" (axis from {floor:,.3f})" if floor else ""),
+                scale=alt.Scale(zero=False, domain=[floor, round(hi + 0.05 * (hi - floor), 6)], clamp=True)),
         y2="end:Q",
         color=alt.Color("kind:N", title="", sort=["step time", "slower", "faster"],
                         scale=alt.Scale(domain=["step time", "slower", "faster"],

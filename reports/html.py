@@ -292,13 +292,67 @@ def render_diff_html(doc: dict) -> str:
     if expl:
         rows = [[i, f"{(e.get('contribution_ns') or 0) / 1e6:+,.3f}", e.get("text", "")] for i, e in enumerate(expl, 1)]
         body += ["<h2>Explanation</h2>", _table(["#", "contribution ms", "explanation"], rows, "rrl", name_cols=())]
-    delta = doc.get("delta")
-    if isinstance(delta, dict) and delta:
-        rows = []
-        for k in sorted(delta):
-            v = delta[k]
-            bv = base.get(k) if isinstance(base, dict) else None
-            nv = new.get(k) if isinstance(new, dict) else None
-            rows.append([k, _scalar(bv) if bv is not None else "", _scalar(nv) if nv is not None else "", _scalar(v)])
-        body += ["<h2>Delta</h2>", _table(["metric", "base", "new", "delta"], rows, "lrrr")]
+    body += _diff_details(doc)
     return _page(title, body, specs)
+
+
+def _cell(key: str, v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, (int, float)) and key.endswith("_ns"):
+        return f"{v / 1e6:+,.3f}" if key.startswith("delta") else mdr.ms(v)
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    if isinstance(v, (dict, list)):
+        return mdr.evidence_text(v)
+    return str(v)
+
+
+def _dict_rows_table(items: list, limit: int = 12) -> str:
+    """A table of a list of flat dicts: the first string-valued keys first, `*_ns` as ms."""
+    items = [it for it in items if isinstance(it, dict)][:limit]
+    keys: list = []
+    for it in items:
+        for k in it:
+            if k not in keys:
+                keys.append(k)
+    keys.sort(key=lambda k: (not isinstance(items[0].get(k), str), k))
+    headers = [(k[:-3] + " ms") if k.endswith("_ns") else k for k in keys]
+    aligns = "".join("l" if isinstance(items[0].get(k), str) else "r" for k in keys)
+    return _table(headers, [[_cell(k, it.get(k)) for k in keys] for it in items], aligns)
+
+
+def _diff_details(doc: dict) -> list[str]:
+    """The rest of a diff document: noise, breakdown, stages, collectives, kernel families, stalls."""
+    out = []
+    base, new, delta = doc.get("base") or {}, doc.get("new") or {}, doc.get("delta") or {}
+    nz = doc.get("noise")
+    if isinstance(nz, dict) and nz.get("threshold_ns") is not None:
+        out.append(f"<p>Noise: the change is {'within' if nz.get('within_noise') else 'outside'} the noise threshold "
+                   f"of {h(mdr.ms(nz['threshold_ns']))} ms ({h(nz.get('threshold_from', ''))}).</p>")
+    if isinstance(base.get("breakdown"), dict) and isinstance(new.get("breakdown"), dict):
+        rows = [[k[:-3].replace("_", " ") if k.endswith("_ns") else k, mdr.ms(base["breakdown"].get(k)),
+                 mdr.ms(new["breakdown"].get(k)),
+                 f"{((new['breakdown'].get(k) or 0) - (base['breakdown'].get(k) or 0)) / 1e6:+,.3f}"]
+                for k in base["breakdown"]]
+        out += ["<h2>Breakdown (ms per step)</h2>", _table(["part", "base", "new", "change"], rows)]
+    if isinstance(delta.get("flops"), dict):
+        f = delta["flops"]
+        out.append(f"<p>Delivered TFLOP/s per GPU: {_cell('', f.get('base_tflops'))} → {_cell('', f.get('new_tflops'))}"
+                   f" ({_cell('', f.get('delta_tflops'))}).</p>")
+    for key, title in (("stages", "Stages"), ("comm", "Collectives"), ("stalls", "Stalls")):
+        if isinstance(delta.get(key), list) and delta[key]:
+            out += [f"<h2>{title} (per step)</h2>", _dict_rows_table(delta[key])]
+    fam = delta.get("families")
+    if isinstance(fam, dict):
+        for key in ("changed", "appeared", "vanished"):
+            if fam.get(key):
+                out += [f"<h2>Kernel families {key}</h2>", _dict_rows_table(fam[key])]
+    scalars = [[k[:-3] + " (ms)" if k.endswith("_ns") else k,
+                f"{delta[k] / 1e6:+,.3f}" if k.endswith("_ns") else _cell(k, delta[k])] for k in sorted(delta)
+               if not isinstance(delta[k], (dict, list)) and delta[k] is not None]
+    if scalars:
+        out += ["<h2>Change</h2>", _table(["metric", "change"], scalars)]
+    return out

@@ -201,3 +201,20 @@ def test_detection_can_fail(tmp_path):
     assert result["console"], "chromium's log shows no console line"
     with pytest.raises(AssertionError):
         assert_renders_offline(result, sorted(p.charts))
+
+
+def test_diff_report_renders_offline_in_chromium(tmp_path):
+    """The diff report of two corpus traces: the waterfall renders, one bar per explanation item + 2."""
+    document = pytest.importorskip("traceview.diff.document", reason="traceview diff (issue 7) not in the tree")
+    doc = document.run_diff([str(corpus("kineto", "h200_moe", "blocking.json.gz"))],
+                            [str(corpus("kineto", "h200_moe", "overlap.json.gz"))])
+    page = html_report.render_diff_html(doc)
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    (ARTIFACTS / ".gitignore").write_text("*\n")
+    shot = ARTIFACTS / "html_diff_h200_moe_blocking_vs_overlap.png"
+    result = open_page(page, tmp_path, "diff", screenshot=shot)
+    p = assert_renders_offline(result, ["waterfall"])
+    bars = len(re.findall(r'role="graphics-symbol"[^>]*aria-roledescription="bar"', result["dom"]))
+    assert bars == len(doc["explanation"]) + 2
+    assert shot.exists()
+    print(f"screenshot: {shot}")

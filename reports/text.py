@@ -165,7 +165,8 @@ def render(doc: dict) -> str:
     if len(doc["inputs"]) > 8:
         head.append(f"  ... and {len(doc['inputs']) - 8} more")
     head.append("")
-    lines = (head + breakdown_lines(doc) + flops_lines(doc) + layer_lines(doc) + comm_lines(doc)
+    from traceview.budget import text_lines as budget_lines   # issue 8: budget violations, first
+    lines = (head + budget_lines(doc) + breakdown_lines(doc) + flops_lines(doc) + layer_lines(doc) + comm_lines(doc)
              + top_kernel_lines(doc))
     for extra in doc.get("_text_sections", []):
         lines += extra

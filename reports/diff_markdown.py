@@ -87,6 +87,14 @@ def render(doc: dict) -> str:
         out += table(["stage", "base ms", "new ms", "change ms"],
                      [[esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"])] for r in st])
         out.append("")
+    lr = [r for r in d.get("layers", []) if r["delta_ns"]][:10]
+    if lr:
+        out += table(["layer", "phase", "stage", "base ms", "new ms", "change ms", "compute", "exposed comm", "idle"],
+                     [[esc(_layer(r["layer"])), esc(r["phase"]), esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]),
+                       sms(r["delta_ns"]), sms(r["delta_parts_ns"]["compute_ns"]),
+                       sms(r["delta_parts_ns"]["exposed_comm_ns"]), sms(r["delta_parts_ns"]["idle_ns"])] for r in lr],
+                     right_from=3)
+        out.append("")
     if d["comm"]:
         out += table(["collective", "base ms", "new ms", "exposed base ms", "exposed new ms"],
                      [[esc(r["kind"], 30), ms(r["base_total_ns"]), ms(r["new_total_ns"]), ms(r["base_exposed_ns"]),

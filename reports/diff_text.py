@@ -77,6 +77,14 @@ def render(doc: dict) -> str:
         out += ["", "Stages (ms per median step)"]
         out += table(["stage", "base", "new", "change"],
                      [[clip(r["stage"], 30), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"])] for r in st])
+    lr = [r for r in d.get("layers", []) if r["delta_ns"]][:10]
+    if lr:
+        out += ["", "Largest changes by layer, phase and stage (ms per median step)"]
+        out += table(["layer", "phase", "stage", "base", "new", "change", "compute", "exp. comm", "idle"],
+                     [[_layer(r["layer"]), clip(r["phase"], 10), clip(r["stage"], 20), ms(r["base_ns"]),
+                       ms(r["new_ns"]), signed_ms(r["delta_ns"]), signed_ms(r["delta_parts_ns"]["compute_ns"]),
+                       signed_ms(r["delta_parts_ns"]["exposed_comm_ns"]), signed_ms(r["delta_parts_ns"]["idle_ns"])]
+                      for r in lr], aligns="lll" + "r" * 6)
     if d["comm"]:
         out += ["", "Collectives (ms per rank-step)"]
         out += table(["kind", "base", "new", "exposed base", "exposed new"],

@@ -63,6 +63,14 @@ def test_kernel_swap_details(diffs):
     fam = doc["delta"]["families"]
     assert [r["family"] for r in fam["appeared"]] == ["gemm:sgemm fp32"]
     assert fam["vanished"] == []          # nvjet still runs in the other layers
+    # by the simulator's rules: `experts` expert GEMMs of 4 us each, factor x longer; forward one
+    # GEMM per expert, backward two (dgrad, wgrad) of the forward's duration
+    n_exp = PAIRS["expert_gemm_fp32"]["base"].expected["params"]["experts"]
+    extra = int(4_000 * (cause["factor"] - 1))
+    rows = {(r["layer"], r["phase"], r["stage"]): r for r in doc["delta"]["layers"]}
+    assert rows[(1, "forward", "experts")]["delta_parts_ns"]["compute_ns"] == n_exp * extra
+    assert rows[(1, "backward", "experts")]["delta_parts_ns"]["compute_ns"] == 2 * n_exp * extra
+    assert all(r["delta_parts_ns"]["compute_ns"] == 0 for k, r in rows.items() if k[0] != 1 or k[2] != "experts")
 
 
 def test_straggler_names_the_late_rank(diffs):

@@ -73,6 +73,27 @@ def _stage_rows(base: Side, new: Side) -> list[dict]:
     return rows
 
 
+def _group_rows(base: Side, new: Side, top: int) -> list[dict]:
+    """Per (layer, phase, stage, region) group of the median step: base, new, change and its parts."""
+    def by(side):
+        out: dict = {}
+        for key, u in side.units.items():
+            d = out.setdefault(key[:4], {p: 0.0 for p in BREAKDOWN})
+            for p in BREAKDOWN:
+                d[p] += u[p]
+        return out
+    b, n = by(base), by(new)
+    rows = []
+    for g in set(b) | set(n):
+        bb, nn = b.get(g, {}), n.get(g, {})
+        bt, nt = sum(bb.get(p, 0.0) for p in PARTS), sum(nn.get(p, 0.0) for p in PARTS)
+        rows.append({"layer": g[0], "phase": g[1], "stage": g[2], "region": g[3], "base_ns": int(round(bt)),
+                     "new_ns": int(round(nt)), "delta_ns": int(round(nt - bt)),
+                     "delta_parts_ns": {p: int(round(nn.get(p, 0.0) - bb.get(p, 0.0))) for p in BREAKDOWN}})
+    rows.sort(key=lambda r: (-abs(r["delta_ns"]), str(r["layer"]), str(r["phase"]), str(r["stage"])))
+    return rows[:top]
+
+
 def _comm_rows(base: Side, new: Side) -> list[dict]:
     def per(side):
         n = max(1, len(side.samples))
@@ -171,6 +192,7 @@ def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
         "step_time_pct": (100.0 * dT / base.step_time_ns) if base.step_time_ns else None,
         "breakdown": {p: nsum["breakdown"][p] - bsum["breakdown"][p] for p in BREAKDOWN},
         "stages": _stage_rows(base, new),
+        "layers": _group_rows(base, new, 3 * opts.families),
         "comm": _comm_rows(base, new),
         "families": _family_rows(base, new, opts.families),
         "flops": fl,

@@ -8,7 +8,8 @@ import pytest
 
 from fixtures.scenarios import hostile_names, regression_pairs, tiny_breakdown
 
-PAIRS = {p["name"]: p for p in regression_pairs() if p["name"] in ("expert_gemm_fp32", "noise")}
+PAIRS_ALL = {p["name"]: p for p in regression_pairs()}
+PAIRS = {k: v for k, v in PAIRS_ALL.items() if k in ("expert_gemm_fp32", "noise")}
 
 
 @pytest.fixture(scope="module")
@@ -17,6 +18,9 @@ def files(tmp_path_factory):
     out = {}
     for name, p in PAIRS.items():
         out[name] = (p["base"].write(root / name, "base")["kineto"], p["new"].write(root / name, "new")["kineto"])
+    two = PAIRS_ALL["straggler"]["base"]          # 2 ranks
+    assert len(two.ranks) == 2
+    out["two_ranks"] = two.write(root / "two", "job")["kineto"]
     out["hostile"] = (tiny_breakdown().write(root / "h", "tiny")["kineto"],
                       hostile_names().write(root / "h", "hostile")["kineto"])
     return out
@@ -81,3 +85,14 @@ def test_esc_covers_markdown_specials():
         assert s.count(raw) == s.count("\\" + raw), raw
     assert "<" not in s and ">" not in s and "&lt;x&gt;" in s and "&amp;" in s
     assert esc("-1 ms").startswith("\\-") and esc("# h").startswith("\\#")
+
+
+def test_side_from_several_files(files):
+    """`--base-also`: a side made of files named one by one equals the directory of them."""
+    d = files["two_ranks"]
+    r = tv(d / "rank0.json", d, "--base-also", d / "rank1.json", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["base"]["ranks"] == doc["new"]["ranks"] == 2
+    assert doc["delta"]["step_time_ns"] == 0 and doc["verdict"] == "noise"
+    assert doc["base"]["step_time_ns"] == PAIRS_ALL["straggler"]["base"].expected["step_time_ns"]

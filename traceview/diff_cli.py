@@ -46,7 +46,7 @@ def diff_command(
     fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown"),
     out: Optional[Path] = typer.Option(None, "-o", "--output", help="write to FILE"),
     fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT",
-                                                   help="exit 1 when the step time grew by more than PCT %% "
+                                                   help="exit 1 when the step time grew by more than PCT % "
                                                         "and the change is outside the noise"),
     step_regex: Optional[str] = typer.Option(None, "--step-regex", help="regex naming step ranges (both sides)"),
     whole_trace: bool = typer.Option(False, "--whole-trace", help="one window per rank over all GPU activity"),
@@ -54,7 +54,7 @@ def diff_command(
     config: Optional[Path] = typer.Option(None, "--config", help="traceview.toml with attribution patterns"),
     top: int = typer.Option(8, "--top", help="explanation items before the remainder line"),
     noise_floor: float = typer.Option(0.5, "--noise-floor", metavar="PCT",
-                                      help="changes below PCT %% of the base step time are noise "
+                                      help="changes below PCT % of the base step time are noise "
                                            "(besides the per-step spread of either side)"),
     base_also: List[Path] = typer.Option([], "--base-also", help="another file of the base run"),
     new_also: List[Path] = typer.Option([], "--new-also", help="another file of the new run"),

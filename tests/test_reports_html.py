@@ -197,3 +197,33 @@ def test_write_images(tmp_path):
         else:
             assert data.lstrip().startswith(b"<svg") and b"<path" in data and b"http://" not in data.replace(
                 b"http://www.w3.org/", b"")
+
+
+# --- --out-dir (needs reports.write_bundle to write the charts; see the integration notes) ----------
+
+def _bundle_writes_charts() -> bool:
+    import inspect
+
+    from traceview import reports
+    return "write_images" in inspect.getsource(reports.write_bundle)
+
+
+@pytest.mark.skipif(not _bundle_writes_charts(), reason="reports.write_bundle does not write charts yet")
+def test_out_dir_bundle(tmp_path):
+    import subprocess
+    import sys
+
+    from helpers import ROOT
+    out = tmp_path / "perf"
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(GEN / "straggler_4rank"), "--out-dir", str(out),
+                        "-f", "markdown", "-o", str(out / "summary.md")], capture_output=True, text=True, cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+    charts_ = [f"charts/{n}.{e}" for n in ("layer_phase", "step_breakdown", "stragglers", "timeline") for e in ("png", "svg")]
+    assert names == sorted(charts_ + ["report.html", "report.json", "report.md", "summary.md"])
+    md = (out / "report.md").read_text()
+    links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
+    assert sorted(links) == sorted(c for c in charts_ if c.endswith(".png"))
+    assert "![" not in (out / "summary.md").read_text()
+    assert json.loads((out / "report.json").read_text())["schema"] == "traceview.report/1"

@@ -108,10 +108,11 @@ def render(doc: dict) -> str:
                          [[esc(r["family"], 60), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"]),
                            f"{r['base_count']:g} → {r['new_count']:g}"] for r in rows])
             out.append("")
-    if d.get("stalls"):
-        out += table(["stall", "where", "base ms", "new ms", "status"],
+    stalls = [r for r in d.get("stalls") or [] if r["status"] != "same"][:12]
+    if stalls:
+        out += table(["stall (critical path)", "where", "base ms", "new ms", "status"],
                      [[esc(r["cause"]), esc(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 60), ms(r["base_ns"]),
-                       ms(r["new_ns"]), esc(r["status"])] for r in d["stalls"][:12]], right_from=2)
+                       ms(r["new_ns"]), esc(r["status"])] for r in stalls], right_from=2)
         out.append("")
     out += ["</details>", ""]
     return "\n".join(out)

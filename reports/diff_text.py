@@ -51,9 +51,10 @@ def render(doc: dict) -> str:
     out = [f"traceview diff: {doc['verdict'].upper()}  {signed_ms(d['step_time_ns'])} ms per step"
            + (f" ({pct:+.1f}%)" if pct is not None else ""), ""]
     out += [side_line("base", b), side_line("new", n)]
-    out.append("  " + clip(f"noise: |change| {ms(abs(d['step_time_ns']))} ms vs threshold {ms(nz['threshold_ns'])} ms "
-                    f"({nz['threshold_from']}); spread base {ms(nz['base_spread_ns'])} ms, "
-                    f"new {ms(nz['new_spread_ns'])} ms ({nz['method_base']})", 2 * WIDTH))
+    noise = (f"noise: |change| {ms(abs(d['step_time_ns']))} ms vs threshold {ms(nz['threshold_ns'])} ms "
+             f"({nz['threshold_from']}); spread base {ms(nz['base_spread_ns'])} ms, "
+             f"new {ms(nz['new_spread_ns'])} ms ({nz['method_base']})")
+    out += ["  " + ln for ln in textwrap.wrap(one_line(noise), WIDTH - 4, subsequent_indent="  ")]
     out.append("")
     if doc["verdict"] == "noise":
         out.append("The change is within the noise. What moved (contributions sum to the change):")
@@ -63,9 +64,9 @@ def render(doc: dict) -> str:
         share = f"{100 * it['share']:6.1f}%" if it.get("share") is not None and doc["verdict"] != "noise" \
             else "       "
         tag = " [moved between categories]" if it.get("moved") else ""
-        lines = textwrap.wrap(one_line(it["text"]) + tag, WIDTH - 13) or [""]
+        lines = textwrap.wrap(one_line(it["text"]) + tag, WIDTH - 15) or [""]
         out.append(f"  {it['rank']:2d}. {share}  {lines[0]}")
-        out += [" " * 13 + ln for ln in lines[1:]]
+        out += [" " * 15 + ln for ln in lines[1:]]
     total = sum(it["contribution_ns"] for it in doc["explanation"])
     out.append(f"      sum of the items {total / 1e6:+,.6f} ms = change {d['step_time_ns'] / 1e6:+,.6f} ms")
     out += ["", "Breakdown of the median step (ms)"]
@@ -102,16 +103,17 @@ def render(doc: dict) -> str:
         f = d["flops"]
         out += ["", f"Delivered TFLOP/s per GPU: {f['base_tflops']:.1f} -> {f['new_tflops']:.1f} "
                     f"({f['delta_tflops']:+.1f})"]
-    if d.get("stalls"):
-        out += ["", "Stalls (ms per rank-step)"]
+    stalls = [r for r in d.get("stalls") or [] if r["status"] != "same"][:10]
+    if stalls:
+        out += ["", "Stalls that changed (ms per median step)"]
         out += table(["cause", "where", "base", "new", "status"],
                      [[clip(r["cause"], 16), clip(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 40), ms(r["base_ns"]),
-                       ms(r["new_ns"]), r["status"]] for r in d["stalls"][:10]])
+                       ms(r["new_ns"]), r["status"]] for r in stalls], aligns="llrrl")
     if d.get("critical_path"):
-        out += ["", "Critical path (ms per rank-step)"]
+        out += ["", "Critical path (ms per median step)"]
         out += table(["part", "base", "new", "change"],
                      [[k, ms(v["base_ns"]), ms(v["new_ns"]), signed_ms(v["delta_ns"])]
-                      for k, v in d["critical_path"].items()])
+                      for k, v in d["critical_path"].items() if v["base_ns"] or v["new_ns"]])
     for lab, s in (("base", b), ("new", n)):
         for w in s.get("warnings", [])[:5]:
             out.append(clip(f"warning ({lab}): {w}", WIDTH))

@@ -166,3 +166,21 @@ def test_works_without_stalls(written, monkeypatch):
             assert {g["rank"]: g["delta_ns"] for g in s["comm_growth_ns"]} == {
                 0: 8 * PAIRS[name]["cause"]["delay_ns"], 1: 0}
         assert abs(first["contribution_ns"] - planted) <= 0.05 * planted
+
+
+def test_same_explanations_from_nsys_exports(written, diffs):
+    """Both sides from the nsys exports of the same scenarios (the multi-rank pair as one file
+    with a process per rank): the same first cause and size, the noise pair is noise."""
+    opts = DiffOptions()
+    for name, (b, n) in written.items():
+        doc = diff_sides(load_side("base", [str(b["nsys"])], opts), load_side("new", [str(n["nsys"])], opts), opts)
+        planted = PAIRS[name]["step_time_delta_ns"]
+        assert doc["delta"]["step_time_ns"] == pytest.approx(planted, abs=1)
+        assert sum(it["contribution_ns"] for it in doc["explanation"]) == doc["delta"]["step_time_ns"]
+        if name == "noise":
+            assert doc["verdict"] == "noise"
+            continue
+        first = doc["explanation"][0]
+        assert first["kind"] == EXPECT[PAIRS[name]["cause"]["kind"]][0]
+        assert abs(first["contribution_ns"] - planted) <= 0.05 * planted
+        assert first["text"] == diffs[name]["explanation"][0]["text"]

@@ -207,9 +207,9 @@ def straggler_ranks(doc: dict) -> dict:
         if isinstance(it, dict) and isinstance(it.get("rank"), int):
             if "times_last" in it or "wait_caused_ns" in it:
                 if (it.get("times_last") or 0) > 0 and (it.get("wait_caused_ns") or 0) > 0:
-                    out[it["rank"]] = (f"last in {it['times_last']}"
+                    out[it["rank"]] = (f"last {it['times_last']}"
                                        + (f"/{it['collectives']}" if it.get("collectives") else "")
-                                       + f", others waited {_ms(it['wait_caused_ns']):,.3f} ms")
+                                       + f", caused {_ms(it['wait_caused_ns']):,.3f} ms wait")
             else:
                 out[it["rank"]] = "straggler"
         elif isinstance(it, int):
@@ -237,7 +237,7 @@ def stragglers_chart(doc: dict):
         rows += [{"rank": label, "part": "busy (compute + exposed memory)", "order": 0, "ms": _ms(busy)},
                  {"rank": label, "part": "waiting (exposed comm + idle)", "order": 1, "ms": _ms(wait)}]
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
-        y=alt.Y("rank:N", sort=order, title=None, axis=alt.Axis(labelLimit=200)),
+        y=alt.Y("rank:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)),
         x=alt.X("ms:Q", stack="zero", title="ms per step (median over steps)"),
         color=alt.Color("part:N", title="", sort=["busy (compute + exposed memory)", "waiting (exposed comm + idle)"],
                         scale=alt.Scale(range=["#4c78a8", "#e45756"])),

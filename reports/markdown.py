@@ -161,8 +161,8 @@ def evidence_text(ev, depth: int = 0) -> str:
         parts = []
         for k in sorted(ev):
             v = ev[k]
-            if v is None or v == [] or v == {}:
-                continue
+            if v is None or v == "" or v == [] or v == {} or k.endswith(("start_ns", "end_ns")):
+                continue            # absolute times say nothing in a report
             label = k[:-3] if k.endswith("_ns") else k
             if isinstance(v, (dict, list)):
                 parts.append(f"{label}: {{{evidence_text(v, depth + 1)}}}" if depth < 2 else f"{label}: …")

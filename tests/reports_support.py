@@ -47,6 +47,8 @@ def with_issue6(doc: dict, stall_evidence: str = "", stall_stage: str = "dispatc
     the straggler, skew 1 us * (ranks - 1). Critical path per window: compute_ns + idle_ns +
     all_to_all_ns (the exposed comm) = the step time."""
     doc = copy.deepcopy(doc)
+    for key in ("clock", "a2a", "stall_summary", "collective_warnings"):   # the real sections, if any
+        doc.pop(key, None)
     steps = doc["steps"]
     first = sorted(steps, key=lambda s: (s["step"], s["rank"]))[0]
     ranks = sorted({s["rank"] for s in steps if s["step"] == first["step"]})

@@ -158,9 +158,9 @@ def test_timeline_marks_stalls_and_collectives():
 
 def test_straggler_marking():
     doc = with_issue6(analyze(GEN / "straggler_4rank"))
-    assert charts.straggler_ranks(doc) == {3: "last in 1/1, others waited 0.006 ms"}   # 3+2+1 us
+    assert charts.straggler_ranks(doc) == {3: "last 1/1, caused 0.006 ms wait"}   # 3+2+1 us
     labels = {v["rank"] for v in values(charts.stragglers_chart(doc))}
-    assert labels == {"rank 0", "rank 1", "rank 2", "rank 3 ◀ last in 1/1, others waited 0.006 ms"}
+    assert labels == {"rank 0", "rank 1", "rank 2", "rank 3 ◀ last 1/1, caused 0.006 ms wait"}
 
 
 def test_waterfall_steps():

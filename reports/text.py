@@ -166,8 +166,9 @@ def render(doc: dict) -> str:
         head.append(f"  ... and {len(doc['inputs']) - 8} more")
     head.append("")
     from traceview.budget import text_lines as budget_lines   # issue 8: budget violations, first
+    from .text_stalls import lines as stall_lines  # text_stalls imports helpers from this module
     lines = (head + budget_lines(doc) + breakdown_lines(doc) + flops_lines(doc) + layer_lines(doc) + comm_lines(doc)
-             + top_kernel_lines(doc))
+             + stall_lines(doc) + top_kernel_lines(doc))
     for extra in doc.get("_text_sections", []):
         lines += extra
     for w in doc.get("warnings", []):

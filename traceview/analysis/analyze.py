@@ -81,4 +81,8 @@ def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Se
         "warnings": list(profile.warnings),
     }
     doc["flops"] = flops_sections(session, doc, fopts or {})
+    from . import stalls
+    sec = stalls.sections(session, doc, top=opts.top)
+    doc["warnings"] += sec.pop("collective_warnings")
+    doc.update(sec)
     return doc

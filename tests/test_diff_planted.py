@@ -71,6 +71,9 @@ def test_kernel_swap_details(diffs):
     assert rows[(1, "forward", "experts")]["delta_parts_ns"]["compute_ns"] == n_exp * extra
     assert rows[(1, "backward", "experts")]["delta_parts_ns"]["compute_ns"] == 2 * n_exp * extra
     assert all(r["delta_parts_ns"]["compute_ns"] == 0 for k, r in rows.items() if k[0] != 1 or k[2] != "experts")
+    # the extra kernel time beyond the step-time change only filled idle time (the host was slower)
+    filled = 3 * n_exp * extra - PAIRS["expert_gemm_fp32"]["step_time_delta_ns"]
+    assert filled > 0 and f"{filled / 1e3:.1f} us of the extra kernel time only filled idle time" in first["text"]
 
 
 def test_straggler_names_the_late_rank(diffs):

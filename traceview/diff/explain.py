@@ -124,8 +124,12 @@ class Cause:
         return sum(self.parts.values())
 
 
-def it_net(c) -> float:
-    return c.contribution
+def moved_between_categories(c, moved_min_ns: float) -> bool:
+    """Time moved between categories (compute vs idle, comm vs idle...) with little net effect:
+    both the growing and the shrinking parts are large and the net is small against them."""
+    pos = sum(v for v in c.parts.values() if v > 0)
+    neg = -sum(v for v in c.parts.values() if v < 0)
+    return min(pos, neg) >= moved_min_ns / 2 and abs(c.contribution) < 0.25 * max(pos, neg)
 
 
 def detect_straggler(base: Side, new: Side, dT: float, threshold: float) -> dict | None:
@@ -276,7 +280,7 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
                       "parts_ns": {p: round(v) for p, v in c.parts.items()},
                       "layers": sorted(x for x in c.layers if x is not None),
                       "phases": sorted(x for x in c.phases if x),
-                      "moved": c.gross > 0 and abs(c.contribution) < 0.25 * c.gross and c.gross > threshold,
+                      "moved": moved_between_categories(c, moved_min_ns),
                       "text": describe(c, base, new, strag), "_cause": c})
     items.sort(key=lambda it: (-abs(it["contribution_ns"]), it["text"]))
     floor = max(0.005 * abs(dT), 1.0)

@@ -24,10 +24,11 @@ def describe(c, base, new, strag) -> str:
     loc = where(c.layers, c.phases, c.key[0] if k not in ("straggler",) else None,
                 c.key[1] if k not in ("straggler",) else None)
     tail = ""
-    if c.filled_idle < 0:
-        tail = f"; {fmt_ns(-c.filled_idle, signed=False)} of the extra kernel time only filled idle time"
-    elif c.added_idle > 0 and k in ("kernels", "swap"):
-        tail = f"; the GPU now idles {fmt_ns(c.added_idle, signed=False)} more instead (host-bound)"
+    idle, comp = c.parts["idle_ns"], c.parts["compute_ns"]
+    if k in ("kernels", "swap") and comp > 0 and idle < 0:
+        tail = f"; {fmt_ns(min(-idle, comp), signed=False)} of the extra kernel time only filled idle time"
+    elif k in ("kernels", "swap") and comp < 0 and idle > 0:
+        tail = f"; the GPU now idles {fmt_ns(min(idle, -comp), signed=False)} more instead (host-bound)"
     if k == "swap":
         old, newf = c.info["old"], c.info["new"]
         cat = _cat(newf[0])

@@ -14,7 +14,7 @@ PAIRS = {p["name"]: p for p in regression_pairs()}
 # planted cause kind -> the explanation item kind that names it, and words its text must hold
 EXPECT = {
     "kernel_slowdown": ("swap", ["fp32", "gemm:sgemm fp32", "gemm:nvjet bf16", "experts", "layer 1"]),
-    "comm_exposed": ("comm", ["dispatch", "all-to-all", "no longer overlaps"]),
+    "comm_exposed": ("comm", ["dispatch", "all-to-all", "no longer overlaps the shared expert"]),
     "host_sync": ("host_sync", ["new host sync", "experts", "aten::_local_scalar_dense"]),
     "straggler": ("straggler", ["rank 1", "straggler"]),
 }
@@ -108,7 +108,7 @@ def test_reverse_direction_is_an_improvement(written):
     planted = PAIRS["a2a_exposed"]["step_time_delta_ns"]
     assert doc["verdict"] == "improvement"
     first = doc["explanation"][0]
-    assert first["kind"] == "comm" and "now overlaps compute" in first["text"]
+    assert first["kind"] == "comm" and "now overlaps the shared expert" in first["text"]
     assert abs(first["contribution_ns"] + planted) <= 0.05 * planted
 
 

@@ -64,6 +64,27 @@ GROUP BY ALL
 """
 
 
+# what compute ran beside each collective: per (comm group, compute stage) the overlapped ns
+_OVERLAP_SQL = """
+WITH w AS (SELECT rank, step, start_ns AS ws, end_ns AS we FROM windows),
+comm AS (
+    SELECT a.id, a.rank, w.step, greatest(a.start_ns, w.ws) AS s, least(a.end_ns, w.we) AS e
+    FROM activity_class a JOIN w ON a.rank = w.rank AND a.end_ns > w.ws AND a.start_ns < w.we
+    WHERE a.class = 'comm'
+),
+comp AS (
+    SELECT a.id, a.rank, a.start_ns AS s, a.end_ns AS e FROM activity_class a WHERE a.class = 'compute'
+)
+SELECT c.rank, c.step, tc.layer, tc.phase, tc.stage, tk.stage AS with_stage, tk.layer AS with_layer,
+       sum(least(c.e, k.e) - greatest(c.s, k.s))::DOUBLE AS overlap_ns
+FROM comm c
+JOIN comp k ON k.rank = c.rank AND k.s < c.e AND k.e > c.s
+JOIN activity_attribution tc ON tc.id = c.id
+JOIN activity_attribution tk ON tk.id = k.id
+GROUP BY ALL
+"""
+
+
 def unit_sql() -> str:
     """layer_times.sql with its final SELECT replaced by a per-(group, kernel name) one."""
     text = sql_text("layer_times")
@@ -88,6 +109,7 @@ class Side:
     noise: dict = field(default_factory=dict)
     stalls: dict | None = None      # (cause, layer, phase, stage) -> mean dur_ns over the median set
     critical_path: dict | None = None   # composition field -> mean ns over the median set
+    overlaps: dict = field(default_factory=dict)  # comm (layer, phase, stage) -> {compute stage: ns}
 
 
 def median_set(samples: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
@@ -146,6 +168,14 @@ def build_side(label: str, paths: list[str], doc: dict, session: Session) -> Sid
         side.family_time[fk] = side.family_time.get(fk, 0.0) + (r["busy_ns"] or 0) / nsteps
         side.family_count[fk] = side.family_count.get(fk, 0.0) + (r["count"] or 0) / nsteps
     _stall_means(side)
+    try:
+        orows = session.rows(_OVERLAP_SQL) if samples else []
+    except Exception:  # noqa: BLE001 - only used for wording
+        orows = []
+    for r in orows:
+        if (r["rank"], r["step"]) in ms:
+            d = side.overlaps.setdefault((r["layer"], r["phase"], r["stage"]), {})
+            d[r["with_stage"]] = d.get(r["with_stage"], 0.0) + r["overlap_ns"] / k
     try:
         srows = session.rows(_SYNC_SQL)
     except Exception:  # noqa: BLE001 - a trace without launches/syncs: no sync evidence

@@ -67,9 +67,10 @@ def describe(c, base, new, strag) -> str:
         eb, en = c.base["exposed_comm_ns"], c.new["exposed_comm_ns"]
         ob, on = c.base["overlapped_comm_ns"], c.new["overlapped_comm_ns"]
         if c.parts["exposed_comm_ns"] > 0 and ob - on > 0.5 * (en - eb):
-            verb = "no longer overlaps compute" if on < 0.1 * max(ob, 1) else "overlaps compute less"
+            what = _partner(base, c) or "compute"
+            verb = f"no longer overlaps {what}" if on < 0.1 * max(ob, 1) else f"overlaps {what} less"
         elif c.parts["exposed_comm_ns"] < 0 and on - ob > 0.5 * (eb - en):
-            verb = "now overlaps compute"
+            verb = f"now overlaps {_partner(new, c) or 'compute'}"
         else:
             verb = "takes longer" if c.parts["exposed_comm_ns"] > 0 else "takes less time"
         stage = c.key[0]
@@ -107,6 +108,22 @@ def describe(c, base, new, strag) -> str:
         verb = "grew" if c.contribution > 0 else "shrank"
         return f"{amount}: GPU idle {verb} in {loc}{label}{note}"
     return f"{amount}: {k} {c.key}"
+
+
+def _partner(side, c) -> str | None:
+    """The compute stage that ran beside this cause's collectives the most (on `side`)."""
+    tot: dict = {}
+    for (layer, phase, stage), d in side.overlaps.items():
+        if stage != c.key[0] or (c.layers and layer not in c.layers) or (c.phases and phase not in c.phases):
+            continue
+        for st, ns in d.items():
+            tot[st] = tot.get(st, 0.0) + ns
+    if not tot:
+        return None
+    st = max(tot, key=tot.get)
+    words = {"shared_expert": "the shared expert", "experts": "the routed experts", "attention": "attention",
+             "router": "the router"}
+    return words.get(st, f"the {st} compute")
 
 
 def stall_note(c, base, new, causes: tuple, stage: bool = True) -> str:

@@ -102,3 +102,17 @@ def test_markdown_golden(sides):
         GOLDEN.parent.mkdir(exist_ok=True)
         GOLDEN.write_text(text)
     assert text == GOLDEN.read_text()
+
+
+def test_corpus_document_matches_schema(sides):
+    import json
+
+    import jsonschema
+    from importlib import resources
+
+    from traceview.diff_cli import render_diff
+    schema = json.loads(resources.files("traceview.data").joinpath("diff.schema.json").read_text())
+    for a, b in PAIRS:
+        doc = json.loads(render_diff(diff_sides(sides[a], sides[b], DiffOptions()), "json"))
+        jsonschema.validate(doc, schema, cls=jsonschema.Draft202012Validator)
+        assert doc["schema"] == "traceview.diff/1" and doc["verdict"] in ("regression", "improvement", "noise")

@@ -65,7 +65,7 @@ def test_input_errors_exit_2_and_write_nothing(files, tmp_path):
     empty.write_text("")
     r = tv(empty, b, "-o", out)
     assert r.returncode == 2 and not out.exists()
-    r = tv(b, b, "--format", "html")
+    r = tv(b, b, "--format", "pdf")
     assert r.returncode == 2 and "unknown --format" in r.stderr
 
 

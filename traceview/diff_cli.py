@@ -18,7 +18,7 @@ import typer
 
 from .cli import fail, guarded, write_output
 
-DIFF_FORMATS = ("text", "json", "markdown")
+DIFF_FORMATS = ("text", "json", "markdown", "html")
 
 
 def render_diff(doc: dict, fmt: str) -> str:
@@ -28,6 +28,9 @@ def render_diff(doc: dict, fmt: str) -> str:
     if fmt == "markdown":
         from .reports import diff_markdown
         return diff_markdown.render(doc)
+    if fmt == "html":   # the reports' self-contained page (waterfall of the explanation)
+        from .reports import html
+        return html.render_diff_html(doc)
     from .reports import diff_text
     return diff_text.render(doc)
 
@@ -43,7 +46,7 @@ def slower_than(doc: dict, pct: float | None) -> bool:
 def diff_command(
     base: Path = typer.Argument(..., help="the earlier run: a trace file or a directory of ranks"),
     new: Path = typer.Argument(..., help="the later run: a trace file or a directory of ranks"),
-    fmt: str = typer.Option("text", "--format", "-f", help="text, json or markdown"),
+    fmt: str = typer.Option("text", "--format", "-f", help="text, json, markdown or html"),
     out: Optional[Path] = typer.Option(None, "-o", "--output", help="write to FILE"),
     fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT",
                                                    help="exit 1 when the step time grew by more than PCT % "

@@ -32,7 +32,9 @@ def _side_summary(side: Side) -> dict:
         for p in BREAKDOWN:
             bd[p] += u[p]
     fl = doc.get("flops") or {}
+    first = str(side.paths[0]).rstrip("/\\") if side.paths else side.label
     return {
+        "label": os.path.basename(first) + (f" (+{len(side.paths) - 1} files)" if len(side.paths) > 1 else ""),
         "paths": [str(p) for p in side.paths],
         "inputs": [{"file": os.path.basename(i["file"]), "format": i["format"], "rank": i["rank"], "gpu": i["gpu"]}
                    for i in doc.get("inputs", [])],

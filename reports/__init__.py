@@ -19,12 +19,12 @@ def render(doc: dict, fmt: str) -> str:
 
 
 def write_bundle(doc: dict, out_dir) -> None:
+    """report.json, report.md (linking the charts), report.html and charts/*.svg|png into out_dir."""
     from pathlib import Path
     from traceview.cli import write_output
+    from . import charts, html, json_report, markdown
     out_dir = Path(out_dir)
-    for name, fmt in (("report.json", "json"), ("report.md", "markdown"), ("report.html", "html")):
-        try:
-            text = render(doc, fmt)
-        except ImportError:
-            continue
-        write_output(text, out_dir / name)
+    images = charts.write_images(doc, out_dir)
+    write_output(json_report.render(doc), out_dir / "report.json")
+    write_output(markdown.render(doc, images=images), out_dir / "report.md")
+    write_output(html.render(doc), out_dir / "report.html")

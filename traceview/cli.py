@@ -40,6 +40,9 @@ def write_output(text: str, out: Optional[Path]) -> None:
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=directory)
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
             fh.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
     except OSError as e:
         raise UsageError(out, f"cannot write output ({e.strerror or e})") from e
@@ -108,6 +111,10 @@ def analyze(
             from .reports import write_bundle
             write_bundle(doc, out_dir)
         text = render(doc, fmt)
+        if fmt == "text" and out is None:
+            from .reports.tty import colorize, want_color
+            if want_color(sys.stdout):
+                text = colorize(text)
         if out_dir is None or out is not None or fmt == "text":
             write_output(text, out)
         return doc

@@ -35,7 +35,7 @@ def _side_summary(side: Side) -> dict:
     first = str(side.paths[0]).rstrip("/\\") if side.paths else side.label
     return {
         "label": os.path.basename(first) + (f" (+{len(side.paths) - 1} files)" if len(side.paths) > 1 else ""),
-        "paths": [str(p) for p in side.paths],
+        "paths": [os.path.basename(str(p).rstrip("/\\")) for p in side.paths],  # no absolute paths in reports
         "inputs": [{"file": os.path.basename(i["file"]), "format": i["format"], "rank": i["rank"], "gpu": i["gpu"]}
                    for i in doc.get("inputs", [])],
         "world_size": doc.get("world_size"),

@@ -38,8 +38,9 @@ def sniff(path: Path) -> bool:
 
 
 def _open_bytes(path: Path, limit: int | None = None):
-    """The file's bytes; gzip is inflated in chunks into one buffer of the size the gzip
-    trailer records, so peak memory is the JSON's size, not twice it."""
+    """The file's bytes. gzip is inflated in one call into a buffer of the size the gzip trailer
+    records (no regrowth: peak memory is the JSON's size, not twice it); a multi-member file or a
+    wrong trailer falls back to the gzip module."""
     try:
         with open(path, "rb") as fh:
             data = fh.read()
@@ -48,29 +49,15 @@ def _open_bytes(path: Path, limit: int | None = None):
     if data[:2] != b"\x1f\x8b":
         return data[:limit] if limit else data
     try:
-        d = zlib.decompressobj(31)
         if limit:
-            return d.decompress(data, limit)
+            return zlib.decompressobj(31).decompress(data, limit)
         size = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
-        out = bytearray(size)
-        pos = 0
-        chunk = 1 << 22
-        buf = data
-        while not d.eof:
-            piece = d.decompress(buf, chunk)
-            buf = d.unconsumed_tail
-            if not piece and not buf:
-                break
-            end = pos + len(piece)
-            if end > len(out):  # the trailer's size is mod 2**32
-                out.extend(b"\0" * (end - len(out)))
-            out[pos:end] = piece
-            pos = end
-        if not d.eof:
-            raise EOFError("compressed stream ends early")
-        del out[pos:]
+        out = zlib.decompress(data, 31, max(size, 1 << 16))
+        if len(out) != size:
+            import gzip
+            out = gzip.decompress(data)
         return out
-    except (EOFError, zlib.error) as e:
+    except (EOFError, zlib.error, OSError) as e:
         raise TraceError(path, f"truncated or corrupt gzip ({e})") from e
 
 
@@ -113,6 +100,10 @@ def _ints(vals: list):
         return pa.array(vals, type=pa.int64())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, OverflowError):
         return pa.array([_int(v) for v in vals], type=pa.int64())
+
+
+def _raws(vals: list) -> list:
+    return [bytes(r).decode("utf-8", "replace") if r is not None and len(r) else None for r in vals]
 
 
 def _raw(r) -> str | None:
@@ -235,16 +226,16 @@ def read(path: Path) -> Profile:
            "stream": [_int(x) if x is not None else _int(e.tid) for x, e in zip(_col(ga, "stream"), gpu_ev)]}
     gpu["start_ns"], gpu["end_ns"] = times(gpu_ev)
     _colls(gpu, ga)
-    gpu_ext = [_ext(x) for x in ga]
+    gpu_ext = _exts(ga)
     del gpu_ev, ga
 
     lau_ev = groups.pop("launch")
     la = _args(lau_ev, LaunchArgs)
-    lau = {"id": ids(len(lau_ev)), "pid": _ints([e.pid for e in lau_ev]), "tid": [_tid(e.tid) for e in lau_ev],
+    lau = {"id": ids(len(lau_ev)), "pid": _ints([e.pid for e in lau_ev]), "tid": [e.tid if type(e.tid) is int else _tid(e.tid) for e in lau_ev],
            "name": [str(e.name) for e in lau_ev], "api": [_LAUNCH[e.cat.lower()] for e in lau_ev],
-           "correlation": [_int(x) for x in _col(la, "correlation")]}
+           "correlation": _ints(_col(la, "correlation"))}
     lau["start_ns"], lau["end_ns"] = times(lau_ev)
-    lau_ext = [_ext(x) for x in la]
+    lau_ext = _exts(la)
     del lau_ev, la
 
     syn_ev = groups.pop("sync")
@@ -261,15 +252,14 @@ def read(path: Path) -> Profile:
 
     cpu_ev = groups.pop("cpu")
     ca = _args(cpu_ev, CpuArgs)
-    cpu = {"id": ids(len(cpu_ev)), "pid": _ints([e.pid for e in cpu_ev]), "tid": [_tid(e.tid) for e in cpu_ev],
+    cpu = {"id": ids(len(cpu_ev)), "pid": _ints([e.pid for e in cpu_ev]), "tid": [e.tid if type(e.tid) is int else _tid(e.tid) for e in cpu_ev],
            "kind": [_CPU_KIND[e.cat.lower()] for e in cpu_ev], "name": [str(e.name) for e in cpu_ev],
            "seq": _ints(_col(ca, "seq")),
-           "input_dims": [_raw(x) for x in _col(ca, "input_dims")],
-           "input_types": [_raw(x) for x in _col(ca, "input_types")],
-           "concrete_inputs": [_raw(x) for x in _col(ca, "concrete")]}
+           "input_dims": _raws(_col(ca, "input_dims")), "input_types": _raws(_col(ca, "input_types")),
+           "concrete_inputs": _raws(_col(ca, "concrete"))}
     cpu["start_ns"], cpu["end_ns"] = times(cpu_ev)
     _colls(cpu, ca)
-    cpu_ext = [_ext(x) for x in ca]
+    cpu_ext = _exts(ca)
     del cpu_ev, ca
 
     # --- links -------------------------------------------------------------------------
@@ -288,7 +278,7 @@ def read(path: Path) -> Profile:
         for i, op in zip(missing, found):
             op_of_launch[i] = op
     launch_of_corr: dict = {}
-    for i, c in enumerate(lau["correlation"]):
+    for i, c in enumerate(lau["correlation"].to_pylist()):
         if c is not None and c not in launch_of_corr:
             launch_of_corr[c] = i
     g_launch, g_op = [], []
@@ -341,6 +331,10 @@ def _tid(t):
     if v is None and t is not None:
         return abs(hash(str(t))) % (1 << 31)
     return v if v is not None else 0
+
+
+def _exts(args: list) -> list:
+    return [a.external_id if a is not None and type(a.external_id) is int else _ext(a) for a in args]
 
 
 def _ext(a):

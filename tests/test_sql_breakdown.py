@@ -103,3 +103,17 @@ def test_summary_medians_and_overlap_ratio():
     s = breakdown.summarize(rows)
     assert s["step_time_ns"] == 200 and s["compute_ns"] == 100 and s["exposed_comm_ns"] == 10
     assert abs(s["overlap_ratio"] - 40 / 70) < 1e-12
+
+
+def test_segments_and_activity_spans_golden():
+    s = run(golden_profile())
+    breakdown.step_rows(s)
+    pts = s.rows("SELECT t, seg, t_end, c, m, x FROM segments WHERE step = 1 ORDER BY seg")
+    # boundaries of step 1 by hand: 100 250 300 400 500 600 640 650 700 800 900
+    assert [p["t"] for p in pts] == [100, 250, 300, 400, 500, 600, 640, 650, 700, 800, 900]
+    assert [(int(p["c"]), int(p["m"]), int(p["x"])) for p in pts[:-1]] == [
+        (1, 0, 0), (1, 1, 0), (1, 1, 0), (0, 1, 0), (0, 0, 0), (0, 0, 1), (0, 1, 1), (0, 1, 0), (0, 0, 0), (1, 0, 0)]
+    assert pts[-1]["t_end"] is None
+    spans = {r["id"]: (r["i0"], r["i1"]) for r in s.rows("SELECT id, i0, i1 FROM activity_spans WHERE step = 1")}
+    # K1 [100,300) -> segments 0..1; NCCL [250,500) -> 1..3; M2 [640,700) -> 6..7; K4 [800,900) -> 9
+    assert spans == {21: (0, 2), 22: (2, 3), 23: (1, 4), 24: (5, 7), 25: (6, 8), 26: (9, 10)}

@@ -54,6 +54,7 @@ def prepare(session: Session, opts: Options) -> dict:
 def step_rows(session: Session) -> list[dict]:
     """Per (rank, step) breakdown; the four parts are checked to add up to the window exactly."""
     session.materialize("segments")
+    session.materialize("activity_spans")
     rows = session.query("breakdown").to_pylist()
     for r in rows:
         parts = r["compute_ns"] + r["exposed_comm_ns"] + r["exposed_memory_ns"] + r["idle_ns"]

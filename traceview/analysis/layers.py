@@ -89,20 +89,7 @@ GROUP BY o.comm_kind ORDER BY total_ns DESC
 """
 
 COMM_EXPOSURE_SQL = """
-WITH w AS (SELECT rank, step, start_ns AS ws, end_ns AS we FROM windows),
-clipped AS (
-    SELECT w.rank, w.step, a.id, greatest(a.start_ns, w.ws) AS s, least(a.end_ns, w.we) AS e
-    FROM activity_class a JOIN w ON a.rank = w.rank AND a.end_ns > w.ws AND a.start_ns < w.we
-    WHERE a.class = 'comm'
-),
-spans AS (
-    SELECT c.rank, c.step, c.id, p0.seg AS i0, p1.seg AS i1
-    FROM clipped c
-    JOIN segments p0 ON p0.rank = c.rank AND p0.step = c.step AND p0.t = c.s
-    JOIN segments p1 ON p1.rank = c.rank AND p1.step = c.step AND p1.t = c.e
-    WHERE c.e > c.s
-),
-cover AS (SELECT rank, step, id, unnest(range(i0, i1)) AS seg FROM spans)
+WITH cover AS (SELECT rank, step, id, unnest(range(i0, i1)) AS seg FROM activity_spans WHERE class = 'comm')
 SELECT v.id, sum(CASE WHEN s.c = 0 THEN (s.t_end - s.t) / s.m ELSE 0 END) AS exposed
 FROM cover v JOIN segments s ON s.rank = v.rank AND s.step = v.step AND s.seg = v.seg
 GROUP BY v.id

@@ -27,7 +27,7 @@ EXTRA = ("overlapped_comm_ns", "busy_ns", "count")
 
 _UNIT_SELECT = """
 , dur AS (
-    SELECT c.id, sum(c.e - c.s)::DOUBLE AS busy_ns FROM clipped c GROUP BY c.id
+    SELECT c.id, sum(c.e - c.s)::DOUBLE AS busy_ns FROM activity_spans c GROUP BY c.id
 )
 SELECT p.rank, p.step, t.layer, t.phase, t.stage, t.region, a.name, ac.class, co.comm_kind,
        sum(p.compute_ns)::DOUBLE AS compute_ns,

@@ -5,21 +5,9 @@
 -- activities, memory-only segments among memory ops. An idle segment is charged to the
 -- activity that ends it (the next one to start), whose launch the GPU was waiting for.
 -- The parts of all groups add up to the step window (up to rounding of the shares).
--- Input: windows, segments, activity_class, activity_attribution.
-WITH w AS (SELECT rank, step, start_ns AS ws, end_ns AS we FROM windows),
-clipped AS (
-    SELECT w.rank, w.step, a.id, a.class, greatest(a.start_ns, w.ws) AS s, least(a.end_ns, w.we) AS e
-    FROM activity_class a JOIN w ON a.rank = w.rank AND a.end_ns > w.ws AND a.start_ns < w.we
-),
-spans AS (  -- segment index range [i0, i1) of each clipped activity
-    SELECT c.rank, c.step, c.id, c.class, p0.seg AS i0, p1.seg AS i1
-    FROM clipped c
-    JOIN segments p0 ON p0.rank = c.rank AND p0.step = c.step AND p0.t = c.s
-    JOIN segments p1 ON p1.rank = c.rank AND p1.step = c.step AND p1.t = c.e
-    WHERE c.e > c.s
-),
-cover AS (
-    SELECT rank, step, id, class, unnest(range(i0, i1)) AS seg FROM spans
+-- Input: segments, activity_spans, activity_attribution.
+WITH cover AS (
+    SELECT rank, step, id, class, unnest(range(i0, i1)) AS seg FROM activity_spans
 ),
 shares AS (
     SELECT v.id, v.rank, v.step,
@@ -35,7 +23,7 @@ shares AS (
 idle AS (   -- idle segments, charged to the activity (lowest id) that starts where the gap ends
     SELECT s.rank, s.step, arg_min(c.id, c.id) AS id, any_value(s.t_end - s.t)::DOUBLE AS idle_ns
     FROM segments s
-    JOIN clipped c ON c.rank = s.rank AND c.step = s.step AND c.s = s.t_end
+    JOIN activity_spans c ON c.rank = s.rank AND c.step = s.step AND c.s = s.t_end
     WHERE s.t_end IS NOT NULL AND s.c = 0 AND s.m = 0 AND s.x = 0
     GROUP BY s.rank, s.step, s.t
 ),

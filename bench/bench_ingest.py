@@ -22,6 +22,8 @@ t0 = time.perf_counter()
 variant, path = sys.argv[1], sys.argv[2]
 out = {}
 if variant == "traceview":
+    from traceview.cli import _skip_pyarrow_pandas_probe  # as `traceview analyze` does
+    _skip_pyarrow_pandas_probe()
     from traceview.load import load
     from traceview.db import Session
     from traceview.analysis import breakdown

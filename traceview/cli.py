@@ -141,7 +141,32 @@ def _register_optional() -> None:
 _register_optional()
 
 
+def _skip_pyarrow_pandas_probe() -> None:
+    """When pandas is installed, pyarrow imports it (0.2-0.3 s) on its first conversion of a Python
+    list. traceview never needs pandas (its tables are Arrow, DuckDB and polars; Altair takes plain
+    values), so the command line marks pandas absent for its own process: pyarrow's Python-side
+    probe is answered once by a stub that raises ImportError, and `import pandas` from C++ then
+    fails at once on the None entry. Library users are not affected."""
+    if "pandas" in sys.modules:
+        return
+    import types
+
+    import pyarrow as pa
+
+    class _Absent(types.ModuleType):
+        def __getattr__(self, name):
+            raise ImportError("pandas is not used by traceview's command line")
+
+    sys.modules["pandas"] = _Absent("pandas")
+    try:
+        pa.lib._pandas_api.have_pandas  # the probe runs once per process and remembers the answer
+    except ImportError:
+        pass
+    sys.modules["pandas"] = None  # type: ignore[assignment]
+
+
 def main() -> None:
+    _skip_pyarrow_pandas_probe()
     app()
 
 

@@ -132,3 +132,27 @@ def test_multi_process_nsys_files_get_distinct_ranks(tmp_path):
     assert [(i["rank"], i["file"]) for i in doc["inputs"]] == [(0, "a.sqlite"), (1, "a.sqlite"), (2, "b.sqlite"),
                                                                (3, "b.sqlite")]
     assert any("renumbered" in w for w in doc["warnings"])
+
+
+def test_ranks_from_file_names_then_order(tmp_path):
+    """A directory of Kineto files without distributedInfo: ranks from the file names where they
+    say (rank3, rank5), else by order with a warning."""
+    from fixtures.scenarios import tiny_breakdown
+    from fixtures.synth_writers import kineto_doc
+    doc = kineto_doc(tiny_breakdown().ranks[0])
+    doc.pop("distributedInfo", None)
+    named = tmp_path / "named"
+    named.mkdir()
+    for r in (3, 5):
+        (named / f"trace_rank{r}.json").write_text(json.dumps(doc))
+    got = json.loads(tv("analyze", named, "-f", "json").stdout)
+    assert [(i["rank"], i["file"], i["rank_source"]) for i in got["inputs"]] == [
+        (3, "trace_rank3.json", "file name"), (5, "trace_rank5.json", "file name")]
+    plain = tmp_path / "plain"
+    plain.mkdir()
+    for n in ("a.json", "b.json"):
+        (plain / n).write_text(json.dumps(doc))
+    got = json.loads(tv("analyze", plain, "-f", "json").stdout)
+    assert [(i["rank"], i["file"], i["rank_source"]) for i in got["inputs"]] == [(0, "a.json", "order"),
+                                                                                 (1, "b.json", "order")]
+    assert sum("assigned rank" in w for w in got["warnings"]) == 2

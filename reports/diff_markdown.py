@@ -1,36 +1,21 @@
 """GitHub-flavoured Markdown for a `traceview.diff/1` document (a PR comment or CI step summary).
 
 Every string that comes from a trace or a path (kernel families, stage and collective names, file
-names, the explanation texts that quote them) goes through `esc`: one line, and `\\ | ` * _ [ ] ~`
-backslash-escaped, `& < >` as entities, so no name can open a table cell, a link, emphasis, code or
-raw HTML.
+names, the explanation texts that quote them) goes through `esc` (reports/escape.py `md`): one line,
+Markdown punctuation backslash-escaped, `& < >` as entities, so no name can open a table cell, a
+link, emphasis, code or raw HTML.
 """
 from __future__ import annotations
 
-import re
+from .escape import md
 
-_WS = re.compile(r"\s+")
-_ESC = set("\\`*_[]|~")
-_ENT = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
          ("idle", "idle_ns"), ("overlapped comm", "overlapped_comm_ns"))
 
 
 def esc(s, limit: int | None = None) -> str:
-    s = _WS.sub(" ", str(s)).strip()
-    if limit and len(s) > limit:
-        s = s[: limit - 1] + "…"
-    out = []
-    for i, ch in enumerate(s):
-        if ch in _ENT:
-            out.append(_ENT[ch])
-        elif ch in _ESC:
-            out.append("\\" + ch)
-        elif ch in "#+-!" and i == 0:
-            out.append("\\" + ch)
-        else:
-            out.append(ch)
-    return "".join(out)
+    """One line of Markdown-safe text (the shared escaper of reports/escape.py)."""
+    return md(s, limit)
 
 
 def ms(ns) -> str:

@@ -98,25 +98,9 @@ def breakdown_lines(doc: dict) -> list[str]:
 
 
 def _layer_groups(doc: dict) -> list[dict]:
-    n = max(1, len(doc.get("steps") or []))
-    fields = ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "idle_ns")
-    groups: dict = {}
-    for r in doc.get("layers") or []:
-        key = (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"], r["phase"])
-        g = groups.setdefault(key, {"stages": {}, **{f: 0.0 for f in fields}})
-        for f in fields:
-            g[f] += (r.get(f) or 0) / n
-        g["stages"][r["stage"]] = g["stages"].get(r["stage"], 0) + (r.get("step_time_ns") or 0)
-    out = []
-    for key in sorted(groups):
-        g = groups[key]
-        region, layer, phase = key[2], key[1], key[3]
-        g["label"] = f"layer {layer}" if region == "layer" else ("outside layers" if region == "outside"
-                                                                  else "unattributed")
-        g["phase"] = phase
-        g["top_stage"] = max(g["stages"].items(), key=lambda kv: (kv[1], kv[0]))[0] if g["stages"] else "-"
-        out.append(g)
-    return out
+    """Layer x phase groups (mean per rank-step window), shared with the text report."""
+    from .text import group_layers
+    return group_layers(doc)
 
 
 def layer_lines(doc: dict) -> list[str]:

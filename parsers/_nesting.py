@@ -15,37 +15,46 @@ def _order(*keys) -> list[int]:
     return pc.sort_indices(t, sort_keys=[(f"k{i}", "ascending") for i in range(len(keys))]).to_pylist()
 
 
-def nest(tids, starts, ends, ids):
-    """Depth and parent id of each range among ranges on the same thread (by containment)."""
-    n = len(ids)
-    depth = [0] * n
-    parent = [None] * n
-    order = _order(tids, starts, [-e for e in ends], range(n))
+def nest(tids, starts, ends, ids, qtids=(), qstarts=(), qends=()):
+    """Depth and parent id of each range among ranges on the same thread (by containment).
+    With query intervals (q*), also returns, in the same sweep, the innermost range that
+    contains each query (see innermost_container)."""
+    n, nq = len(ids), len(qtids)
+    parent_ix = [-1] * n
+    found = [None] * nq
+    all_t = list(tids) + list(qtids) if nq else tids
+    all_s = list(starts) + list(qstarts) if nq else starts
+    neg_e = [-e for e in ends] + ([-e for e in qends] if nq else [])
+    typ = [0] * n + [1] * nq
+    order = _order(all_t, all_s, typ, neg_e) if nq else _order(tids, starts, neg_e, range(n))
     stack: list[int] = []
     cur_tid = object()
     for i in order:
-        t, s, e = tids[i], starts[i], ends[i]
+        t, s = all_t[i], all_s[i]
         if t != cur_tid:
             stack.clear()
             cur_tid = t
-        while stack and ends[stack[-1]] <= s and not (ends[stack[-1]] == s == starts[stack[-1]]):
-            stack.pop()
-        for j in range(len(stack) - 1, -1, -1):
-            if ends[stack[j]] >= e:
-                parent[i] = ids[stack[j]]
-                depth[i] = j + 1 if j == len(stack) - 1 else _depth_of(stack, j)
-                break
-        stack.append(i)
-    # recompute depths from parents (robust to skipped non-containing stack entries)
-    pos = {ids[i]: i for i in range(n)}
-    for i in order:
-        p = parent[i]
-        depth[i] = 0 if p is None else depth[pos[p]] + 1
-    return depth, parent
-
-
-def _depth_of(stack, j):
-    return j + 1
+        if i < n:
+            e = ends[i]
+            while stack and ends[stack[-1]] <= s and not (ends[stack[-1]] == s == starts[stack[-1]]):
+                stack.pop()
+            for j in range(len(stack) - 1, -1, -1):
+                if ends[stack[j]] >= e:
+                    parent_ix[i] = stack[j]
+                    break
+            stack.append(i)
+        else:  # a query: no popping; ranges that ended before it fail the containment test
+            e = qends[i - n]
+            for j in range(len(stack) - 1, -1, -1):
+                if ends[stack[j]] >= e and starts[stack[j]] <= s:
+                    found[i - n] = ids[stack[j]]
+                    break
+    depth = [0] * n
+    for i in order:  # parents come before their children in sweep order
+        if i < n and parent_ix[i] >= 0:
+            depth[i] = depth[parent_ix[i]] + 1
+    parent = [ids[p] if p >= 0 else None for p in parent_ix]
+    return (depth, parent, found) if nq else (depth, parent)
 
 
 def innermost_container(ctids, cstarts, cends, cids, qtids, qstarts, qends):

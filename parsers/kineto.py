@@ -264,19 +264,18 @@ def read(path: Path) -> Profile:
 
     # --- links -------------------------------------------------------------------------
     c_start, c_end = cpu["start_ns"].to_pylist(), cpu["end_ns"].to_pylist()
-    depth, parent = nest(cpu["tid"], c_start, c_end, cpu["id"])
     by_ext: dict = {}
     for cid, x in zip(cpu["id"], cpu_ext):
         if x is not None and x not in by_ext:
             by_ext[x] = cid
     op_of_launch = [by_ext.get(x) if x else None for x in lau_ext]
+    # launches whose External id names no op: the innermost range around them, found in the same sweep
     missing = [i for i, op in enumerate(op_of_launch) if op is None]
-    if missing:
-        l_start, l_end = lau["start_ns"].to_pylist(), lau["end_ns"].to_pylist()
-        found = innermost_container(cpu["tid"], c_start, c_end, cpu["id"], [lau["tid"][i] for i in missing],
-                                    [l_start[i] for i in missing], [l_end[i] for i in missing])
-        for i, op in zip(missing, found):
-            op_of_launch[i] = op
+    l_start, l_end = (lau["start_ns"].to_pylist(), lau["end_ns"].to_pylist()) if missing else ([], [])
+    depth, parent, *rest = nest(cpu["tid"], c_start, c_end, cpu["id"], [lau["tid"][i] for i in missing],
+                                [l_start[i] for i in missing], [l_end[i] for i in missing])
+    for i, op in zip(missing, rest[0] if rest else []):
+        op_of_launch[i] = op
     launch_of_corr: dict = {}
     for i, c in enumerate(lau["correlation"].to_pylist()):
         if c is not None and c not in launch_of_corr:

@@ -24,3 +24,13 @@ def test_innermost_container():
     q = [(1, 20, 22), (1, 55, 56), (1, 70, 71), (3, 1, 2), (2, 1, 2), (1, 45, 55)]
     got = innermost_container(ctids, cs, ce, cids, [t for t, _, _ in q], [s for _, s, _ in q], [e for _, _, e in q])
     assert got == [11, 10, 13, None, 20, 10]
+
+
+def test_nest_with_queries_matches_innermost_container():
+    """The combined sweep (ranges and queries together) gives the same containers as the separate one."""
+    ctids, cs, ce, cids = [1, 1, 1, 2, 1], [0, 10, 60, 0, 10], [100, 50, 90, 5, 10], [10, 11, 13, 20, 14]
+    q = [(1, 20, 22), (1, 55, 56), (1, 70, 71), (3, 1, 2), (2, 1, 2), (1, 45, 55), (1, 10, 10), (1, 0, 100)]
+    qt, qs, qe = [t for t, _, _ in q], [s for _, s, _ in q], [e for _, _, e in q]
+    depth, parent, found = nest(ctids, cs, ce, cids, qt, qs, qe)
+    assert (depth, parent) == nest(ctids, cs, ce, cids)
+    assert found == innermost_container(ctids, cs, ce, cids, qt, qs, qe) == [11, 10, 13, None, 20, 10, 14, 10]

@@ -158,8 +158,9 @@ def flops_lines(doc: dict) -> list[str]:
 
 def render(doc: dict) -> str:
     s = doc["summary"]
-    head = [f"traceview {doc['tool']['version']} — {len(doc['inputs'])} input(s), "
-            f"{s['ranks']} rank(s), {s['steps']} step(s); steps: {doc['steps_source']}"]
+    head = textwrap.wrap(f"traceview {doc['tool']['version']} — {len(doc['inputs'])} input(s), "
+                         f"{s['ranks']} rank(s), {s['steps']} step(s); steps: {clip(doc['steps_source'], 120)}",
+                         100, subsequent_indent="  ")
     for i in doc["inputs"][:8]:
         head.append(f"  rank {i['rank']}: {clip(i['file'], 50)} ({i['format']}, {i['gpu'] or 'GPU unknown'})")
     if len(doc["inputs"]) > 8:

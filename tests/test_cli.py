@@ -92,6 +92,8 @@ def test_text_summary(tmp_path):
     out = r.stdout
     assert "median step" in out and "overlap ratio" in out and "Top kernels" in out
     assert all(len(line) <= 100 for line in out.splitlines())
+    many = tv("analyze", TRACES / "kineto" / "dlrm_8rank_v100")
+    assert many.returncode == 0 and all(len(line) <= 100 for line in many.stdout.splitlines())
 
 
 def test_unknown_format_option():

@@ -18,13 +18,8 @@ def _f(name: str, default=None):
     return msgspec.field(default=default, name=name)
 
 
-class CpuArgs(msgspec.Struct, gc=False):
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-    seq: Any = _f("Sequence number")
-    input_dims: _RawOpt = _f("Input Dims", _EMPTY)
-    input_types: _RawOpt = _f("Input type", _EMPTY)
-    concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
+class _CollArgs(msgspec.Struct, gc=False):
+    """Collective metadata (PyTorch >= 2.1 writes it on NCCL kernels and record_param_comms)."""
     coll_name: Any = _f("Collective name")
     in_nelems: Any = _f("In msg nelems")
     out_nelems: Any = _f("Out msg nelems")
@@ -33,6 +28,15 @@ class CpuArgs(msgspec.Struct, gc=False):
     in_split: _RawOpt = _f("In split size", _EMPTY)
     out_split: _RawOpt = _f("Out split size", _EMPTY)
     pg_name: Any = _f("Process Group Name")
+
+
+class CpuArgs(_CollArgs, gc=False):
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+    seq: Any = _f("Sequence number")
+    input_dims: _RawOpt = _f("Input Dims", _EMPTY)
+    input_types: _RawOpt = _f("Input type", _EMPTY)
+    concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
 
 
 class LaunchArgs(msgspec.Struct, gc=False):
@@ -41,7 +45,7 @@ class LaunchArgs(msgspec.Struct, gc=False):
     external_id_old: Any = _f("external id")
 
 
-class GpuArgs(msgspec.Struct, gc=False):
+class GpuArgs(_CollArgs, gc=False):
     correlation: Any = None
     external_id: Any = _f("External id")
     external_id_old: Any = _f("external id")
@@ -50,14 +54,6 @@ class GpuArgs(msgspec.Struct, gc=False):
     bytes: Any = None
     grid: _RawOpt = _EMPTY
     block: _RawOpt = _EMPTY
-    coll_name: Any = _f("Collective name")
-    in_nelems: Any = _f("In msg nelems")
-    out_nelems: Any = _f("Out msg nelems")
-    group_size: Any = _f("Group size")
-    dtype: Any = None
-    in_split: _RawOpt = _f("In split size", _EMPTY)
-    out_split: _RawOpt = _f("Out split size", _EMPTY)
-    pg_name: Any = _f("Process Group Name")
 
 
 class SyncArgs(msgspec.Struct, gc=False):

@@ -32,3 +32,12 @@ def make_profile(cpu=(), launches=(), gpu=(), syncs=(), ranks=(0,), gpu_name="NV
                    {"world_size": len(ranks), "source_format": "test", "source_file": "hand-made",
                     "gpu_name": gpu_name, "device": 0, "rank_source": "test"}),
     )
+
+
+def analyze_paths(paths) -> dict:
+    """The analyze document (critical path, stalls and collectives included) for trace paths."""
+    from traceview.analysis.analyze import analyze
+    from traceview.db import Session
+    from traceview.load import load
+    p = load([str(x) for x in paths])
+    return analyze(p, session=Session(p))

@@ -9,12 +9,8 @@ import json
 from collections import defaultdict
 
 import pytest
-from helpers import TRACES
+from helpers import TRACES, analyze_paths
 
-from traceview.analysis import stalls
-from traceview.analysis.analyze import analyze
-from traceview.db import Session
-from traceview.load import load
 from traceview.reports import text_stalls
 
 H200 = TRACES / "kineto" / "h200_moe"
@@ -23,11 +19,7 @@ pytestmark = pytest.mark.skipif(not H200.exists() or not DLRM.exists(), reason="
 
 
 def run(paths) -> dict:
-    p = load([str(x) for x in paths])
-    s = Session(p)
-    doc = analyze(p, session=s)
-    doc.update(stalls.sections(s, doc))
-    return doc
+    return analyze_paths(paths)
 
 
 @pytest.fixture(scope="module")

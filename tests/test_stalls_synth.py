@@ -13,13 +13,10 @@ if str(ROOT) not in sys.path:  # `fixtures` is a top-level folder of the reposit
     sys.path.insert(0, str(ROOT))
 
 from fixtures import scenarios  # noqa: E402
+from helpers import analyze_paths  # noqa: E402
 from fixtures.synth import STRAGGLER_4RANK  # noqa: E402
 from fixtures.synth_writers import write_nsys_per_rank  # noqa: E402
 
-from traceview.analysis import stalls  # noqa: E402
-from traceview.analysis.analyze import analyze  # noqa: E402
-from traceview.db import Session  # noqa: E402
-from traceview.load import load  # noqa: E402
 
 PHASE = {"fwd": "forward", "bwd": "backward"}
 # GPU idle after each planted aten::item sync, by the simulator's rules: the sync returns 1000 ns
@@ -29,11 +26,7 @@ SYNC_GAP = 1000 + 500 + 2 * scenarios.CLOSE + scenarios.EXPERT_HOST_NS + scenari
 
 
 def run(paths) -> dict:
-    p = load([str(x) for x in paths])
-    s = Session(p)
-    doc = analyze(p, session=s)
-    doc.update(stalls.sections(s, doc))
-    return doc
+    return analyze_paths(paths)
 
 
 @pytest.fixture(scope="module")

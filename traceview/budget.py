@@ -28,10 +28,10 @@ from __future__ import annotations
 
 import math
 import os
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .config import read_toml
 from .errors import UsageError
 
 METRICS = {
@@ -69,16 +69,7 @@ def _limits(path, table: dict, where: str) -> dict:
 def load(path) -> Budget:
     """Read and validate a budget TOML file (UsageError naming the file and problem otherwise)."""
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError as e:
-        raise UsageError(path, "budget file not found") from e
-    except IsADirectoryError as e:
-        raise UsageError(path, "budget file is a directory") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(path, f"cannot read budget file ({e})") from e
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(path, f"budget file is not valid TOML ({e})") from e
+    data = read_toml(path, "budget file")
     b = Budget(file=os.path.basename(str(path)))
     top = {k: v for k, v in data.items() if k not in ("per_rank", "rank")}
     b.overall = _limits(path, top, "")

@@ -56,19 +56,27 @@ class Rules:
     comm_regex: list[str] = field(default_factory=list)
 
 
+def read_toml(path: Path, what: str) -> dict:
+    """A TOML file's table; any problem is a one-line UsageError naming the file (`what`: e.g. 'config file')."""
+    path = Path(path)
+    try:
+        return tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as e:
+        raise UsageError(path, f"{what} not found") from e
+    except IsADirectoryError as e:
+        raise UsageError(path, f"{what} is a directory") from e
+    except (OSError, UnicodeDecodeError) as e:
+        raise UsageError(path, f"cannot read {what} ({e})") from e
+    except tomllib.TOMLDecodeError as e:
+        raise UsageError(path, f"{what} is not valid TOML ({e})") from e
+
+
 def load_rules(path: Path | None) -> Rules:
     rules = Rules()
     if path is None:
         return rules
     path = Path(path)
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError as e:
-        raise UsageError(path, "config file not found") from e
-    except (OSError, UnicodeDecodeError) as e:
-        raise UsageError(path, f"cannot read config file ({e})") from e
-    except tomllib.TOMLDecodeError as e:
-        raise UsageError(path, f"not valid TOML ({e})") from e
+    data = read_toml(path, "config file")
     att = data.get("attribution", {})
     if not isinstance(att, dict):
         raise UsageError(path, "[attribution] must be a table")

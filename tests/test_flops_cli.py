@@ -94,3 +94,19 @@ def test_model_config_file(tmp_path):
     bad.write_text("layers = [")
     res, _ = run("--model-config", str(bad), "--tflops-per-gpu", "1")
     assert res.exit_code == 2 and "bad.toml" in res.stderr
+
+
+def test_docs_example_is_the_real_output():
+    """docs/FLOPS.md shows the GB300 record conversion; it must be what the command prints."""
+    from pathlib import Path
+    doc = (Path(__file__).parents[1] / "docs" / "FLOPS.md").read_text().splitlines()
+    start = doc.index("    $ traceview mfu --model deepseek-v3 --gpu GB300 --tflops-per-gpu 1648") + 1
+    shown = []
+    for line in doc[start:]:
+        if not line.startswith("    "):
+            break
+        shown.append(line[4:])
+    res = runner.invoke(app, ["mfu", "--model", "deepseek-v3", "--gpu", "GB300", "--tflops-per-gpu", "1648"])
+    assert res.exit_code == 0
+    assert res.stdout.splitlines() == shown
+    assert "36.63B without the embedding table" in shown[0]

@@ -84,7 +84,7 @@ def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, 
     pc = param_counts(cfg)
     return [
         f"model: {cfg.name} (seq_len {cfg.seq_len}, {pc['total'] / 1e9:.2f}B params, "
-        f"{pc['active'] / 1e9:.2f}B active)",
+        f"{pc['active'] / 1e9:.2f}B active, {pc['active_excl_embedding'] / 1e9:.2f}B without the embedding table)",
         f"flops_per_token: {decimal_str(fpt, 40)} (training = 3 x forward; "
         f"{float(fpt) / 1e9:.2f} GFLOP)",
         f"peak_tflops: {decimal_str(peak, 40) + ' (' + peak_note + ')' if peak else 'unknown'}",

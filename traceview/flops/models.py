@@ -174,6 +174,11 @@ PRESETS: dict[str, ModelConfig] = {
         q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
         dense_ffn=18432, first_k_dense=3, moe_ffn=2048, n_routed_experts=256, n_shared_experts=1, top_k=8,
         source="deepseek-ai/DeepSeek-V3 config.json; seq_len 4096 = pre-training length (tech report)"),
+    "deepseek-v2": ModelConfig(
+        name="DeepSeek-V2", layers=60, hidden=5120, vocab=102400, seq_len=4096, heads=128,
+        q_lora_rank=1536, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
+        dense_ffn=12288, first_k_dense=1, moe_ffn=1536, n_routed_experts=160, n_shared_experts=2, top_k=6,
+        source="deepseek-ai/DeepSeek-V2 config.json"),
     "deepseek-v2-lite": ModelConfig(
         name="DeepSeek-V2-Lite", layers=27, hidden=2048, vocab=102400, seq_len=4096, heads=16,
         q_lora_rank=None, kv_lora_rank=512, qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128,
@@ -193,6 +198,7 @@ PRESETS: dict[str, ModelConfig] = {
         source="meta-llama/Meta-Llama-3-8B config.json"),
 }
 _ALIASES = {"deepseek-v3-671b": "deepseek-v3", "dsv3": "deepseek-v3", "deepseek-v2lite": "deepseek-v2-lite",
+            "deepseek-v2-236b": "deepseek-v2", "dsv2": "deepseek-v2",
             "mixtral": "mixtral-8x7b", "mixtral-8x7b-v0.1": "mixtral-8x7b", "qwen3-30b": "qwen3-30b-a3b",
             "llama3-8b": "llama-3-8b", "llama-3.1-8b": "llama-3-8b", "meta-llama-3-8b": "llama-3-8b"}
 

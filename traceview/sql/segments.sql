@@ -29,7 +29,7 @@ points AS (
 SELECT rank, step, t,
        (row_number() OVER win - 1)::BIGINT AS seg,
        lead(t) OVER win AS t_end,
-       sum(dc) OVER run AS c, sum(dm) OVER run AS m, sum(dx) OVER run AS x
+       (sum(dc) OVER run)::INTEGER AS c, (sum(dm) OVER run)::INTEGER AS m, (sum(dx) OVER run)::INTEGER AS x
 FROM points
 WINDOW win AS (PARTITION BY rank, step ORDER BY t),
        run AS (PARTITION BY rank, step ORDER BY t ROWS BETWEEN UNBOUNDED PRECEDING AND CURRENT ROW)

@@ -234,8 +234,8 @@ def test_missing_offset_estimated_from_collectives():
 
 
 def test_walk_empty_and_no_activity():
-    assert critical_path.walk([], 0, 100) == [{"start": 0, "end": 100, "kind": "gap", "id": None,
-                                                "cause": "idle", "syncs": []}]
+    assert critical_path.walk(critical_path.Acts(), 0, 100) == [(0, 100, None, "idle", [])]
+    assert critical_path.walk(critical_path.Acts(), 100, 100) == []
     s, rows = prepared(make_profile())
     sec = stalls.sections(s, {"steps": rows})
     assert sec["critical_path"] == [] and sec["stalls"] == [] and sec["collectives"] == []

@@ -22,10 +22,15 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+import pyarrow as pa
+
 from ..db import Session
 
 CATEGORIES = ("compute_ns", "all_to_all_ns", "other_comm_ns", "launch_bound_ns", "host_sync_ns", "idle_ns")
 IMBALANCE_MIN = 1.05  # max/mean split size above which part of an exposed all-to-all is imbalance
+_ACT_COLUMNS = ("id", "rank", "stream", "start_ns", "end_ns", "class", "kind", "name", "tid",
+                "origin_start_ns", "origin_end_ns", "prev_id", "prev_end_ns", "wait_src_id", "wait_src_end_ns",
+                "sync_id", "sync_end_ns")
 
 
 def prepare(session: Session) -> None:
@@ -33,90 +38,133 @@ def prepare(session: Session) -> None:
     session.materialize("cp_preds")
 
 
-def walk(acts: list[dict], ws: int, we: int, syncs_by_tid: dict | None = None,
-         infer_waits: bool = False) -> list[dict]:
-    """Backward walk over one window's activities (cp_preds rows). Returns pieces in time order:
-    {"start", "end", "kind": "act"|"gap", "id", "cause" (gaps), "syncs" (host_sync gaps)}."""
-    if not acts or we <= ws:
-        return [] if we <= ws else [{"start": ws, "end": we, "kind": "gap", "id": None, "cause": "idle", "syncs": []}]
-    by_id = {a["id"]: a for a in acts}
-    order = sorted(acts, key=lambda a: (a["end_ns"], a["start_ns"], a["id"]))
-    ends = [a["end_ns"] for a in order]
-    cur = max(acts, key=lambda a: (a["end_ns"], -a["start_ns"], -a["id"]))
-    t, pieces, seen = we, [], set()
+class Acts:
+    """One window's activities (cp_preds rows) as column lists in (end, start, id) order; `pos`
+    maps an activity id to its index. Rows as dicts only on request (`get`, `row`): a window of a
+    large export holds hundreds of thousands of activities."""
+
+    def __init__(self, table: pa.Table | None = None):
+        cols = {n: (table.column(n).to_pylist() if table is not None else []) for n in _ACT_COLUMNS}
+        self.cols = cols
+        self.id, self.rank, self.stream = cols["id"], cols["rank"], cols["stream"]
+        self.start, self.end, self.cls = cols["start_ns"], cols["end_ns"], cols["class"]
+        self.tid, self.ostart, self.oend = cols["tid"], cols["origin_start_ns"], cols["origin_end_ns"]
+        self.pos = {i: k for k, i in enumerate(self.id)}
+
+    def __len__(self) -> int:
+        return len(self.id)
+
+    def row(self, k: int) -> dict:
+        return {n: v[k] for n, v in self.cols.items()}
+
+    def get(self, i) -> dict | None:
+        k = self.pos.get(i)
+        return None if k is None else self.row(k)
+
+
+class Segments:
+    """One window's timeline segments (`segments` rows) as column lists, sorted by start:
+    t, t_end and the number of compute (c), comm (m) and memory (x) activities running."""
+
+    def __init__(self, table: pa.Table | None = None):
+        col = (lambda n: table.column(n).to_pylist()) if table is not None else (lambda n: [])
+        self.t, self.e, self.c, self.m, self.x = (col(n) for n in ("t", "t_end", "c", "m", "x"))
+
+    def __len__(self) -> int:
+        return len(self.t)
+
+
+def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
+         infer_waits: bool = False) -> list[tuple]:
+    """Backward walk over one window's activities. Returns pieces in time order, as tuples
+    (start, end, k, cause, syncs): k the activity's index in `acts` (None for window-level gaps),
+    cause None for an activity on the path, else the gap's reason (syncs: the host syncs of a
+    `host_sync` gap)."""
+    if we <= ws:
+        return []
+    n = len(acts)
+    if n == 0:
+        return [(ws, we, None, "idle", [])]
+    pos, start, end, ostart, oend = acts.pos, acts.start, acts.end, acts.ostart, acts.oend
+    ids, prev_id, prev_end = acts.id, acts.cols["prev_id"], acts.cols["prev_end_ns"]
+    wsrc_id, wsrc_end = acts.cols["wait_src_id"], acts.cols["wait_src_end_ns"]
+    cur = n - 1  # the activity ending last (earliest start, then lowest id, among ties)
+    while cur > 0 and end[cur - 1] == end[n - 1]:
+        cur -= 1
+    t, pieces, seen = we, [], bytearray(n)
     while t > ws:
-        if cur is None or cur["id"] in seen:
-            pieces.append({"start": ws, "end": t, "kind": "gap", "id": None, "cause": "idle", "syncs": []})
+        if cur is None or seen[cur]:
+            pieces.append((ws, t, None, "idle", []))
             break
-        seen.add(cur["id"])
-        s, e = max(cur["start_ns"], ws), min(cur["end_ns"], t)
+        seen[cur] = 1
+        s, e = max(start[cur], ws), min(end[cur], t)
         if e > s:
-            pieces.append({"start": s, "end": e, "kind": "act", "id": cur["id"]})
+            pieces.append((s, e, cur, None, None))
         t = min(t, max(s, ws))
         if t <= ws:
             break
-        cands = [(cur["prev_end_ns"], cur["prev_id"]), (cur["wait_src_end_ns"], cur["wait_src_id"])]
-        cands = [(min(end, t), i) for end, i in cands if end is not None and i in by_id]
+        cands = []
+        for pe, pi in ((prev_end[cur], prev_id[cur]), (wsrc_end[cur], wsrc_id[cur])):
+            if pe is not None:
+                k = pos.get(pi)
+                if k is not None:
+                    cands.append((min(pe, t), pi, k))
         if infer_waits:  # no stream-wait records: the other stream's work that ended last before cur
             lo = max([ws - 1] + [c[0] for c in cands])
-            inf = _inferred(order, ends, cur, lo, t, launched_before=cur["origin_start_ns"])
+            inf = _inferred(acts, cur, lo, t, launched_before=ostart[cur])
             if inf is not None:
-                cands.append((inf["end_ns"], inf["id"]))
-        g, pred = max(cands) if cands else (None, None)
+                cands.append((end[inf], ids[inf], inf))
+        g, _, pred = max(cands) if cands else (None, None, None)
         g_eff = ws if g is None else max(g, ws)
         if g_eff < t:
-            le = cur["origin_end_ns"]
+            le = oend[cur]
             if le is not None and le > g_eff:
-                ls = cur["origin_start_ns"]
-                found = _syncs_in(syncs_by_tid, cur, g_eff, ls)
-                cause = "host_sync" if found else "launch_bound"
-                pieces.append({"start": g_eff, "end": t, "kind": "gap", "id": cur["id"], "cause": cause,
-                               "syncs": found})
+                found = _syncs_in(syncs_by_tid, acts, cur, g_eff, ostart[cur])
+                pieces.append((g_eff, t, cur, "host_sync" if found else "launch_bound", found))
             else:
-                inf = _inferred(order, ends, cur, g_eff, t)
+                inf = _inferred(acts, cur, g_eff, t)
                 if inf is not None:
-                    if inf["end_ns"] < t:
-                        pieces.append({"start": inf["end_ns"], "end": t, "kind": "gap", "id": cur["id"],
-                                       "cause": "idle", "syncs": []})
-                    t, cur = inf["end_ns"], inf
+                    if end[inf] < t:
+                        pieces.append((end[inf], t, cur, "idle", []))
+                    t, cur = end[inf], inf
                     continue
-                pieces.append({"start": g_eff, "end": t, "kind": "gap", "id": cur["id"], "cause": "idle", "syncs": []})
+                pieces.append((g_eff, t, cur, "idle", []))
             t = g_eff
-        cur = by_id.get(pred) if pred is not None and g is not None and g > ws - 1 else None
+        cur = pred if pred is not None and g > ws - 1 else None
         if cur is None and t > ws:
             # no recorded predecessor inside the window: the latest activity that ended by now
-            inf = _inferred(order, ends, None, ws - 1, t)
+            inf = _inferred(acts, None, ws - 1, t)
             if inf is None:
-                pieces.append({"start": ws, "end": t, "kind": "gap", "id": None, "cause": "idle", "syncs": []})
+                pieces.append((ws, t, None, "idle", []))
                 break
-            if inf["end_ns"] < t:
-                pieces.append({"start": inf["end_ns"], "end": t, "kind": "gap", "id": None, "cause": "idle",
-                               "syncs": []})
-            t, cur = inf["end_ns"], inf
+            if end[inf] < t:
+                pieces.append((end[inf], t, None, "idle", []))
+            t, cur = end[inf], inf
     pieces.reverse()
     return pieces
 
 
-def _inferred(order: list[dict], ends: list[int], cur: dict | None, lo: int, hi: int,
-              launched_before: int | None = None) -> dict | None:
+def _inferred(acts: Acts, cur: int | None, lo: int, hi: int, launched_before: int | None = None) -> int | None:
     """The activity (another stream than cur's; launched before `launched_before` if given) that
     ended last within (lo, hi]."""
+    ends = acts.end
     i = bisect_right(ends, hi) - 1
+    if cur is None:
+        return i if i >= 0 and ends[i] > lo else None
+    stream, ostart, cs = acts.stream, acts.ostart, acts.stream[cur]
     while i >= 0 and ends[i] > lo:
-        a = order[i]
-        if cur is None or (a["id"] != cur["id"] and a["stream"] != cur["stream"]
-                           and (launched_before is None or a["origin_start_ns"] is None
-                                or a["origin_start_ns"] < launched_before)):
-            return a
+        if i != cur and stream[i] != cs and (launched_before is None or ostart[i] is None
+                                             or ostart[i] < launched_before):
+            return i
         i -= 1
     return None
 
 
-def _syncs_in(syncs_by_tid: dict | None, cur: dict, lo: int, hi: int | None) -> list[dict]:
+def _syncs_in(syncs_by_tid: dict | None, acts: Acts, cur: int, lo: int, hi: int | None) -> list[dict]:
     """Host syncs on the launching thread that returned after the GPU was ready (lo) and before the launch."""
     if not syncs_by_tid or hi is None:
         return []
-    lst = syncs_by_tid.get((cur["rank"], cur["tid"]))
+    lst = syncs_by_tid.get((acts.rank[cur], acts.tid[cur]))
     if not lst:
         return []
     ends = lst[0]
@@ -128,40 +176,23 @@ def _syncs_in(syncs_by_tid: dict | None, cur: dict, lo: int, hi: int | None) -> 
     return out[::-1]
 
 
-def _overlay(pieces: list[dict], segs: list[tuple]):
-    """Yield (a, b, piece, seg) for every intersection of the pieces with the timeline segments."""
-    j = 0
-    for p in pieces:
-        a = p["start"]
-        while j < len(segs) and segs[j][1] <= a:
-            j += 1
-        k = j
-        while a < p["end"]:
-            if k >= len(segs) or segs[k][0] > a:  # not covered by a segment (cannot happen in a window)
-                b = min(p["end"], segs[k][0]) if k < len(segs) else p["end"]
-                yield a, b, p, None
-                a = b
-                continue
-            b = min(p["end"], segs[k][1])
-            yield a, b, p, segs[k]
-            a = b
-            if a >= segs[k][1]:
-                k += 1
-
-
-def split(pieces: list[dict], segs: list[tuple], acts: dict, comm: dict, comm_list: list[dict]) -> list[dict]:
-    """Path segments: {start, end, category, cause, id} in time order (adjacent equal ones merged).
+def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> list[dict]:
+    """Path segments: {start, end, category, cause, id, extra} in time order, adjacent equal ones
+    merged; compute segments carry no id (they merge across activities: only their sums are used).
     comm: id -> {"kind", "wait_until", "imbalance"} for communication activities."""
     out: list[dict] = []
+    ids, cls = acts.id, acts.cls
+    comm_list = [(acts.start[k], i, acts.end[k]) for k, i in enumerate(ids) if cls[k] == "comm" and i in comm]
 
     def add(a, b, category, cause, ref, extra=None):
         if b <= a:
             return
-        last = out[-1] if out else None
-        if last and last["end"] == a and last["category"] == category and last["cause"] == cause \
-                and last["id"] == ref and last.get("extra") == extra:
-            last["end"] = b
-            return
+        if out:
+            last = out[-1]
+            if last["end"] == a and last["category"] == category and last["cause"] == cause \
+                    and last["id"] == ref and last["extra"] == extra:
+                last["end"] = b
+                return
         out.append({"start": a, "end": b, "category": category, "cause": cause, "id": ref, "extra": extra})
 
     def comm_part(a, b, cid):
@@ -182,33 +213,47 @@ def split(pieces: list[dict], segs: list[tuple], acts: dict, comm: dict, comm_li
             a += imb
         add(a, b, cat, exposed, cid)
 
-    for a, b, p, seg in _overlay(pieces, segs):
-        c, m, x = (seg[2], seg[3], seg[4]) if seg else (0, 0, 0)
-        if p["kind"] == "act":
-            act = acts[p["id"]]
-            if act["class"] == "memory" and c == 0 and m > 0:  # a copy beside a collective: comm time
-                p = {"kind": "gap", "id": p["id"], "cause": "idle", "syncs": []}
-            elif act["class"] != "comm" or p["id"] not in comm:
-                add(a, b, "compute_ns", None, p["id"])
-                continue
-            elif c > 0:
-                add(a, b, "compute_ns", None, p["id"], "overlapped comm")
-                continue
+    st, se, sc, sm, sx = segs.t, segs.e, segs.c, segs.m, segs.x
+    nseg, j = len(st), 0
+    for ps, pe, k, cause, syncs in pieces:
+        ref = ids[k] if k is not None else None
+        while j < nseg and se[j] <= ps:
+            j += 1
+        q, a = j, ps
+        while a < pe:
+            if q >= nseg or st[q] > a:  # not covered by a segment (cannot happen in a window)
+                b = min(pe, st[q]) if q < nseg else pe
+                c = m = x = 0
             else:
-                comm_part(a, b, p["id"])
-                continue
-        if c > 0 or (x > 0 and m == 0):
-            add(a, b, "compute_ns", None, p["id"], "other stream")
-        elif m > 0:
-            running = [q for q in comm_list if q["start_ns"] <= a and q["end_ns"] >= b and q["id"] in comm]
-            if running:
-                comm_part(a, b, max(running, key=lambda q: (q["start_ns"], q["id"]))["id"])
-            else:
-                add(a, b, "other_comm_ns", "exposed_comm", p["id"])
-        else:
-            cat = {"host_sync": "host_sync_ns", "launch_bound": "launch_bound_ns"}.get(p["cause"], "idle_ns")
-            extra = tuple(s["id"] for s in p["syncs"]) if p["cause"] == "host_sync" else None
-            add(a, b, cat, p["cause"], p["id"], extra)
+                b = min(pe, se[q])
+                c, m, x = sc[q], sm[q], sx[q]
+                if b >= se[q]:
+                    q += 1
+            gap, gcause = cause is not None, cause
+            if not gap:
+                kc = cls[k]
+                if kc == "memory" and c == 0 and m > 0:  # a copy beside a collective: comm time
+                    gap, gcause = True, "idle"
+                elif kc != "comm" or ref not in comm:
+                    add(a, b, "compute_ns", None, None)
+                elif c > 0:
+                    add(a, b, "compute_ns", None, None, "overlapped comm")
+                else:
+                    comm_part(a, b, ref)
+            if gap:
+                if c > 0 or (x > 0 and m == 0):
+                    add(a, b, "compute_ns", None, None, "other stream")
+                elif m > 0:
+                    running = [r for r in comm_list if r[0] <= a and r[2] >= b]
+                    if running:
+                        comm_part(a, b, max(running)[1])
+                    else:
+                        add(a, b, "other_comm_ns", "exposed_comm", ref)
+                else:
+                    cat = {"host_sync": "host_sync_ns", "launch_bound": "launch_bound_ns"}.get(gcause, "idle_ns")
+                    extra = tuple(h["id"] for h in syncs) if gcause == "host_sync" else None
+                    add(a, b, cat, gcause, ref, extra)
+            a = b
     return out
 
 
@@ -226,36 +271,45 @@ def composition(path: list[dict], ws: int, we: int) -> dict:
     return comp
 
 
+def _by_window(table: pa.Table) -> dict:
+    """Slices of a table sorted by (rank, step), keyed by (rank, step)."""
+    keys = list(zip(table.column("rank").to_pylist(), table.column("step").to_pylist()))
+    out, first = {}, 0
+    for i in range(1, len(keys) + 1):
+        if i == len(keys) or keys[i] != keys[first]:
+            out[keys[first]] = table.slice(first, i - first)
+            first = i
+    return out
+
+
 def windows_data(session: Session) -> dict:
-    """Everything the walks need, fetched once: per (rank, step) activities, segments, window."""
+    """Everything the walks need, fetched once: per (rank, step) activities (Acts), timeline
+    segments (Segments), window bounds and host syncs."""
     win = {(w["rank"], w["step"]): (w["start_ns"], w["end_ns"]) for w in
            session.rows("SELECT rank, step, start_ns, end_ns FROM windows")}
-    acts: dict = {}
-    for r in session.table("cp_preds").to_pylist():
-        acts.setdefault((r["rank"], r["step"]), []).append(r)
-    segs: dict = {}
-    for r in session.rows("SELECT rank, step, t, t_end, c, m, x FROM segments "
-                          "WHERE t_end IS NOT NULL ORDER BY rank, step, t"):
-        segs.setdefault((r["rank"], r["step"]), []).append((r["t"], r["t_end"], r["c"], r["m"], r["x"]))
+    acts = session.sql("SELECT * FROM cp_preds ORDER BY rank, step, end_ns, start_ns, id")
+    segs = session.sql("SELECT rank, step, t, t_end, c, m, x FROM segments "
+                       "WHERE t_end IS NOT NULL ORDER BY rank, step, t")
     syncs: dict = {}
     for h in session.table("cp_host_syncs").to_pylist():
         e = syncs.setdefault((h["rank"], h["tid"]), ([], []))
         e[0].append(h["end_ns"])
         e[1].append(h)
     wait_ranks = {r["rank"] for r in session.rows("SELECT DISTINCT rank FROM syncs WHERE kind = 'stream_wait_event'")}
-    return {"windows": win, "acts": acts, "segments": segs, "syncs": syncs, "wait_ranks": wait_ranks}
+    return {"windows": win, "acts": _by_window(acts), "segments": _by_window(segs), "syncs": syncs,
+            "wait_ranks": wait_ranks}
 
 
 def paths(session: Session, comm: dict, data: dict | None = None) -> list[dict]:
-    """Critical path of every (rank, step) window: {rank, step, start_ns, end_ns, composition, path, acts}."""
+    """Critical path of every (rank, step) window: {rank, step, start_ns, end_ns, composition, path,
+    acts (Acts), segments (Segments)}. Each window's columns are built when it is walked."""
     data = data or windows_data(session)
     out = []
     for (rank, step), (ws, we) in sorted(data["windows"].items()):
-        acts = data["acts"].get((rank, step), [])
+        acts = Acts(data["acts"].get((rank, step)))
+        segs = Segments(data["segments"].get((rank, step)))
         pieces = walk(acts, ws, we, data["syncs"], infer_waits=rank not in data["wait_ranks"])
-        by_id = {a["id"]: a for a in acts}
-        comm_list = [a for a in acts if a["class"] == "comm"]
-        path = split(pieces, data["segments"].get((rank, step), []), by_id, comm, comm_list)
+        path = split(pieces, segs, acts, comm)
         out.append({"rank": rank, "step": step, "start_ns": ws, "end_ns": we,
-                    "composition": composition(path, ws, we), "path": path, "acts": by_id})
+                    "composition": composition(path, ws, we), "path": path, "acts": acts, "segments": segs})
     return out

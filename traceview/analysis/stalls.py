@@ -34,38 +34,32 @@ def _comm_info(session: Session, coll: dict) -> dict:
 
 
 def _attribution(session: Session) -> dict:
-    return {r["id"]: (r["layer"], r["phase"], r["stage"]) for r in
-            session.rows("SELECT id, layer, phase, stage FROM activity_attribution")}
+    t = session.sql("SELECT id, layer, phase, stage FROM activity_attribution")
+    cols = [t.column(n).to_pylist() for n in ("layer", "phase", "stage")]
+    return dict(zip(t.column("id").to_pylist(), zip(*cols)))
 
 
-def _overlap_compute(segs: list[tuple], a: int, b: int, starts: list[int] | None = None) -> int:
+def _overlap_compute(segs: critical_path.Segments, a: int, b: int) -> int:
     """Time within [a, b) during which a compute kernel ran (segments sorted by start)."""
-    i = max(0, bisect_right(starts if starts is not None else [x[0] for x in segs], a) - 1)
+    st, se, sc = segs.t, segs.e, segs.c
+    i = max(0, bisect_right(st, a) - 1)
     tot = 0
-    while i < len(segs) and segs[i][0] < b:
-        s, e, c = segs[i][0], segs[i][1], segs[i][2]
-        if c > 0 and e > a:
-            tot += min(b, e) - max(a, s)
+    while i < len(st) and st[i] < b:
+        if sc[i] > 0 and se[i] > a:
+            tot += min(b, se[i]) - max(a, st[i])
         i += 1
     return tot
-
-
-def _starts(data: dict, key: tuple) -> tuple[list, list]:
-    segs = data["segments"].get(key, [])
-    cache = data.setdefault("seg_starts", {})
-    if key not in cache:
-        cache[key] = [x[0] for x in segs]
-    return segs, cache[key]
 
 
 def _independent(w: dict, attr: dict) -> dict:
     """(layer, phase) -> compute activities of stages that do not depend on the dispatch."""
     if "_indep" not in w:
         out: dict = {}
-        for a in w["acts"].values():
-            t = attr.get(a["id"])
-            if a["class"] == "compute" and t and t[0] is not None and t[2] in INDEPENDENT_STAGES:
-                out.setdefault(t[:2], []).append(a)
+        acts = w["acts"]
+        for k, (i, c) in enumerate(zip(acts.id, acts.cls)):
+            t = attr.get(i) if c == "compute" else None
+            if t and t[0] is not None and t[2] in INDEPENDENT_STAGES:
+                out.setdefault(t[:2], []).append(acts.row(k))
         w["_indep"] = out
     return w["_indep"]
 
@@ -86,8 +80,7 @@ def _evidence(cause: str, segs: list[dict], w: dict, data: dict, attr: dict, col
     ref = acts.get(segs[0]["id"])
     ev: dict = {"activity": ref["name"] if ref else None, "pieces": len(segs)}
     if cause in COMM_CAUSES and ref is not None:
-        wsegs, starts = _starts(data, (w["rank"], w["step"]))
-        hidden = _overlap_compute(wsegs, ref["start_ns"], ref["end_ns"], starts)
+        hidden = _overlap_compute(w["segments"], ref["start_ns"], ref["end_ns"])
         ev.update(comm_dur_ns=ref["end_ns"] - ref["start_ns"], hidden_ns=hidden,
                   hidden_share=hidden / max(1, ref["end_ns"] - ref["start_ns"]))
         c = coll_by_id.get(ref["id"])
@@ -158,16 +151,15 @@ def a2a_exposure(paths: list[dict], data: dict, attr: dict) -> list[dict]:
         for s in w["path"]:
             if s["category"] == "all_to_all_ns":
                 on_path[s["id"]] = on_path.get(s["id"], 0) + s["end"] - s["start"]
-        wsegs, starts = _starts(data, (w["rank"], w["step"]))
-        for a in w["acts"].values():
-            if a["id"] not in data["comm"] or data["comm"][a["id"]]["kind"] != "all_to_all":
+        acts, comm = w["acts"], data["comm"]
+        for k, i in enumerate(acts.id):
+            if i not in comm or comm[i]["kind"] != "all_to_all":
                 continue
-            layer, phase, stage = attr.get(a["id"], (None, None, None))
-            dur = a["end_ns"] - a["start_ns"]
+            layer, phase, stage = attr.get(i, (None, None, None))
+            a, b = acts.start[k], acts.end[k]
             out.append({"rank": w["rank"], "step": w["step"], "layer": layer, "phase": phase, "stage": stage,
-                        "start_ns": a["start_ns"], "dur_ns": dur,
-                        "hidden_ns": _overlap_compute(wsegs, a["start_ns"], a["end_ns"], starts),
-                        "exposed_on_path_ns": on_path.get(a["id"], 0)})
+                        "start_ns": a, "dur_ns": b - a, "hidden_ns": _overlap_compute(w["segments"], a, b),
+                        "exposed_on_path_ns": on_path.get(i, 0)})
     return sorted(out, key=lambda d: (d["rank"], d["step"], d["start_ns"]))
 
 

@@ -178,16 +178,19 @@ def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
     idle = {(r["rank"], r["step"]): r["idle_ns"] for r in (doc or {}).get("steps", [])}
     cp = []
     non_compute = 0
+    per_window: dict = {}
+    for s in stalls:
+        d = per_window.setdefault((s["rank"], s["step"]), dict.fromkeys(CAUSES, 0))
+        d[s["cause"]] += s["dur_ns"]
     for w in paths:
         comp = w["composition"]
         nc = comp["window_ns"] - comp["compute_ns"]
         non_compute += nc
-        mine = sum(s["dur_ns"] for s in stalls if s["rank"] == w["rank"] and s["step"] == w["step"])
+        by_cause = per_window.get((w["rank"], w["step"]), dict.fromkeys(CAUSES, 0))
+        mine = sum(by_cause.values())
         if mine != nc:
             raise AssertionError(f"stalls ({mine}) != non-compute critical path ({nc}) "
                                  f"for rank {w['rank']} step {w['step']}")
-        by_cause = {c: sum(s["dur_ns"] for s in stalls if s["rank"] == w["rank"] and s["step"] == w["step"]
-                           and s["cause"] == c) for c in CAUSES}
         cp.append({"rank": w["rank"], "step": w["step"], "start_ns": w["start_ns"], "end_ns": w["end_ns"],
                    **comp, "stall_ns": nc, "stalls_by_cause": by_cause,
                    "share": {k[:-3]: comp[k] / comp["window_ns"] for k in critical_path.CATEGORIES}

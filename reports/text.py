@@ -141,6 +141,10 @@ def flops_lines(doc: dict) -> list[str]:
         mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a"
         lines.append(f"  delivered {f['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU; peak {peak} "
                      f"({f.get('gpu') or f.get('gpu_name') or 'GPU unknown'}, {f['dtype']} dense); MFU {mfu}")
+    if f.get("model_params"):
+        mp = f["model_params"]
+        lines.append(f"  model {f.get('model')}: {mp['total'] / 1e9:,.2f}B parameters, {mp['active'] / 1e9:,.2f}B active "
+                     f"({mp['active_excl_embedding'] / 1e9:,.2f}B without the embedding table)")
     if f.get("trace_flops_per_step") and f.get("model_flops_per_step"):
         lines.append(f"  trace {f['trace_flops_per_step'] / 1e12:,.2f} vs model {f['model_flops_per_step'] / 1e12:,.2f}"
                      f" TFLOP per step (ratio {f['trace_to_model_ratio']:.3f})")

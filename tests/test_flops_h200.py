@@ -87,3 +87,7 @@ def test_analyze_with_model_config_end_to_end():
     assert f["peak_tflops"] == 989.5 and f["dtype"] == "bf16"
     step = json.loads(r.stdout)["summary"]["step_time_ns"]
     assert f["mfu"] == pytest.approx(TRACE_PER_STEP / (step * 1e-9) / 1e12 / 989.5, rel=1e-9)
+    # parameter counts of the model: torch's own count from the recording (overlap.meta.json)
+    meta = json.loads((ROOT / "fixtures" / "h200_moe_overlap.meta.json").read_text())
+    assert (f["model_params"]["total"], f["model_params"]["active"]) == (meta["params"], meta["active_params"])
+    assert f["model_params"]["active_excl_embedding"] == meta["active_params"] - 32000 * 2048

@@ -172,3 +172,19 @@ def test_missing_file_and_unknown_model(tmp_path):
 
 def test_exact_fractions():
     assert isinstance(training_flops_per_token(preset("deepseek-v3")), Fraction)
+
+
+@pytest.mark.parametrize("recording", ["h200_moe", "h200_moe_hostbound"])
+def test_h200_model_config_counts_what_torch_counted(recording):
+    """The recording script stored torch's own counts in the .meta.json: sum of numel() over the
+    model's parameters, and active = all but the routed experts + top-k experts per layer."""
+    from dataclasses import replace
+    from pathlib import Path
+    from tests.helpers import TRACES
+    meta = json.loads((TRACES / "kineto" / recording / "overlap.meta.json").read_text())
+    cfg = load_config(Path(__file__).parents[1] / "fixtures" / "h200_moe.model.toml")
+    cfg = replace(cfg, moe_ffn=meta["ffn"], shared_ffn=2 * meta["ffn"], layers=meta["layers"],
+                  n_routed_experts=meta["experts"], top_k=meta["topk"], hidden=meta["d_model"], heads=meta["heads"])
+    pc = param_counts(cfg)
+    assert pc["total"] == meta["params"]
+    assert pc["active"] == meta["active_params"]

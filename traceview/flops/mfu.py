@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from ..errors import UsageError
 from . import trace_flops as tf
-from .models import ModelConfig, training_flops_per_token
+from .models import ModelConfig, param_counts, training_flops_per_token
 from .peaks import match_gpu, normalize_dtype, peak_tflops as lookup_peak
 
 TERA = 10**12
@@ -154,6 +154,8 @@ def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
         fpt = training_flops_per_token(model)
         out["model"] = model.name
         out["model_flops_per_token"] = float(fpt)
+        pc = param_counts(model)
+        out["model_params"] = {k: pc[k] for k in ("total", "active", "active_excl_embedding")}
         if tokens_per_step:
             model_fps = float(fpt * tokens_per_step)
         else:

@@ -49,6 +49,7 @@ class ModelConfig:
     tied_embeddings: bool = False
     gated_ffn: bool = True               # SwiGLU: 3 matrices (gate, up, down); else 2
     causal: bool = True
+    final_norm: bool = True              # an RMSNorm before the output head (most models)
     source: str = field(default="", compare=False)  # where the numbers come from
 
     # ---- derived -------------------------------------------------------------------------
@@ -130,7 +131,7 @@ def param_counts(c: ModelConfig) -> dict[str, int]:
     router = d * c.n_routed_experts
     emb = c.vocab * d
     head = 0 if c.tied_embeddings else c.vocab * d
-    norms = c.layers * (2 * d + attn_norm) + d  # two RMSNorms per layer (+ MLA/qk norms), final norm
+    norms = c.layers * (2 * d + attn_norm) + (d if c.final_norm else 0)  # two per layer (+ MLA/qk), final
     parts = {
         "embedding": emb,
         "attention": c.layers * attn_mm,

@@ -300,16 +300,16 @@ def windows_data(session: Session) -> dict:
             "wait_ranks": wait_ranks}
 
 
-def paths(session: Session, comm: dict, data: dict | None = None) -> list[dict]:
-    """Critical path of every (rank, step) window: {rank, step, start_ns, end_ns, composition, path,
-    acts (Acts), segments (Segments)}. Each window's columns are built when it is walked."""
+def iter_paths(session: Session, comm: dict, data: dict | None = None):
+    """Critical path of each (rank, step) window in order, one at a time: {rank, step, start_ns,
+    end_ns, composition, path, acts (Acts), segments (Segments)}. A window's columns are built when
+    it is walked, so only one window's Python objects live at once."""
     data = data or windows_data(session)
-    out = []
     for (rank, step), (ws, we) in sorted(data["windows"].items()):
         acts = Acts(data["acts"].get((rank, step)))
         segs = Segments(data["segments"].get((rank, step)))
         pieces = walk(acts, ws, we, data["syncs"], infer_waits=rank not in data["wait_ranks"])
         path = split(pieces, segs, acts, comm)
-        out.append({"rank": rank, "step": step, "start_ns": ws, "end_ns": we,
-                    "composition": composition(path, ws, we), "path": path, "acts": acts, "segments": segs})
-    return out
+        del pieces
+        yield {"rank": rank, "step": step, "start_ns": ws, "end_ns": we,
+               "composition": composition(path, ws, we), "path": path, "acts": acts, "segments": segs}

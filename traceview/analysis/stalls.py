@@ -172,24 +172,23 @@ def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
     data = critical_path.windows_data(session)
     data["comm"] = comm
     data["sync_by_id"] = {h["id"]: h for lst in data["syncs"].values() for h in lst[1]}
-    paths = critical_path.paths(session, comm, data)
     attr = _attribution(session)
-    stalls = stall_rows(paths, data, attr, coll["by_id"])
     idle = {(r["rank"], r["step"]): r["idle_ns"] for r in (doc or {}).get("steps", [])}
-    cp = []
+    cp, stalls, a2a = [], [], []
     non_compute = 0
-    per_window: dict = {}
-    for s in stalls:
-        d = per_window.setdefault((s["rank"], s["step"]), dict.fromkeys(CAUSES, 0))
-        d[s["cause"]] += s["dur_ns"]
-    for w in paths:
+    # one window at a time: its activity columns and path are dropped before the next is walked
+    for w in critical_path.iter_paths(session, comm, data):
+        mine = stall_rows([w], data, attr, coll["by_id"])
+        a2a += a2a_exposure([w], data, attr)
+        stalls += mine
         comp = w["composition"]
         nc = comp["window_ns"] - comp["compute_ns"]
         non_compute += nc
-        by_cause = per_window.get((w["rank"], w["step"]), dict.fromkeys(CAUSES, 0))
-        mine = sum(by_cause.values())
-        if mine != nc:
-            raise AssertionError(f"stalls ({mine}) != non-compute critical path ({nc}) "
+        by_cause = dict.fromkeys(CAUSES, 0)
+        for st in mine:
+            by_cause[st["cause"]] += st["dur_ns"]
+        if sum(by_cause.values()) != nc:
+            raise AssertionError(f"stalls ({sum(by_cause.values())}) != non-compute critical path ({nc}) "
                                  f"for rank {w['rank']} step {w['step']}")
         cp.append({"rank": w["rank"], "step": w["step"], "start_ns": w["start_ns"], "end_ns": w["end_ns"],
                    **comp, "stall_ns": nc, "stalls_by_cause": by_cause,
@@ -197,11 +196,14 @@ def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
                    if comp["window_ns"] else {},
                    "gpu_idle_ns": idle.get((w["rank"], w["step"])),
                    "idle_assigned_ns": comp["host_sync_ns"] + comp["launch_bound_ns"] + comp["idle_ns"]})
+        del w, mine
+    stalls.sort(key=lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
+    a2a.sort(key=lambda d: (d["rank"], d["step"], d["start_ns"]))
     total = sum(s["dur_ns"] for s in stalls)
     assert total == non_compute
     summary = {"top": top, "total_ns": total,
                "by_cause": {c: sum(s["dur_ns"] for s in stalls if s["cause"] == c) for c in CAUSES}}
     return {"critical_path": cp, "stalls": stalls, "stall_summary": summary,
-            "a2a": a2a_exposure(paths, data, attr),
+            "a2a": a2a,
             "collectives": coll["collectives"], "stragglers": coll["stragglers"], "clock": coll["clock"],
             "collective_warnings": coll["warnings"]}

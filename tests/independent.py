@@ -88,3 +88,18 @@ def breakdown(path, step_prefix="ProfilerStep#"):
                          overlapped_comm_ns=overlapped, exposed_comm_ns=length(comm) - overlapped,
                          exposed_memory_ns=length(busy) - length(comm_or_comp), idle_ns=(hi - lo) - length(busy))
     return result
+
+
+BREAKDOWN_FIELDS = ("compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memory_ns", "idle_ns", "comm_ns")
+
+
+def assert_steps_match(doc: dict, ref: dict, steps: list[int], tol: float = 0.001) -> None:
+    """traceview's per-step breakdown (doc["steps"]) against this module's, each part within
+    tol x the step's window."""
+    got = {s["step"]: s for s in doc["steps"]}
+    assert sorted(got) == sorted(ref) == steps
+    for n, r in ref.items():
+        window = r["step_time_ns"]
+        assert abs(got[n]["step_time_ns"] - window) <= tol * window
+        for f in BREAKDOWN_FIELDS:
+            assert abs(got[n][f] - r[f]) <= tol * window, (n, f, got[n][f], r[f])

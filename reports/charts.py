@@ -19,6 +19,7 @@ PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"),
 PART_COLORS = ("#4c78a8", "#e45756", "#f58518", "#bab0ac")
 STAGE_ORDER = ("attention", "router", "dispatch", "experts", "shared_expert", "combine", "other")
 WIDTH = 720
+TIMELINE_MAX_MARKS = 400  # per lane (collectives, stalls): the longest; the rest are sub-pixel at this width
 
 
 def _ms(ns) -> float:
@@ -173,6 +174,7 @@ def timeline(doc: dict):
         rows.append({"rank": f"rank {s['rank']}", "lane": "stall", "what": f"stall: {s.get('cause')}",
                      "name": clip(where or "stall", 80), "start": _ms(off), "end": _ms(off + (s.get("dur_ns") or 0)),
                      "ms": _ms(s.get("dur_ns")), "detail": clip(ev, 160)})
+    rows, note = _longest_marks(rows)
     ranks = [f"rank {r}" for r in sorted(windows)]
     base = alt.Chart(alt.Data(values=rows)).encode(
         y=alt.Y("rank:N", sort=ranks, title=None),
@@ -190,7 +192,22 @@ def timeline(doc: dict):
         layers.append(base.transform_filter(alt.datum.lane == "stall").mark_bar(size=6, stroke="black",
                                                                               strokeWidth=0.5))
     title = f"Timeline of step {step} ({why}): " + (f"{n_stalls} stall(s) marked" if n_stalls else "no stalls found")
-    return alt.layer(*layers).properties(width=WIDTH, height=max(60, 34 * len(ranks)), title=title)
+    return alt.layer(*layers).properties(width=WIDTH, height=max(60, 34 * len(ranks)), title=title + note)
+
+
+def _longest_marks(rows: list[dict]) -> tuple[list[dict], str]:
+    """At most TIMELINE_MAX_MARKS collectives and as many stalls (the longest, then the earliest):
+    a capture with thousands of them would draw bars narrower than a pixel and make the chart
+    slow to render and the page large. Returns the rows kept and a note for the title."""
+    keep, dropped = [], []
+    for lane in ("step", "collective", "stall"):
+        mine = [r for r in rows if r["lane"] == lane]
+        if lane != "step" and len(mine) > TIMELINE_MAX_MARKS:
+            mine.sort(key=lambda r: (-r["ms"], r["start"], r["rank"]))
+            dropped.append(f"{TIMELINE_MAX_MARKS} longest of {len(mine)} {lane}s shown")
+            mine = mine[:TIMELINE_MAX_MARKS]
+        keep += mine
+    return keep, (" (" + "; ".join(dropped) + ")" if dropped else "")
 
 
 def straggler_ranks(doc: dict) -> dict:

@@ -227,3 +227,21 @@ def test_out_dir_bundle(tmp_path):
     assert sorted(links) == sorted(c for c in charts_ if c.endswith(".png"))
     assert "![" not in (out / "summary.md").read_text()
     assert json.loads((out / "report.json").read_text())["schema"] == "traceview.report/1"
+
+
+def test_timeline_keeps_the_longest_marks():
+    """A capture with thousands of stalls: the chart keeps the TIMELINE_MAX_MARKS longest."""
+    import copy
+    doc = with_issue6(analyze(GEN / "straggler_4rank"))
+    step, _ = charts.timeline_step(doc)
+    w = next(s for s in doc["steps"] if s["step"] == step and s["rank"] == 0)
+    many = copy.deepcopy(doc)
+    n = charts.TIMELINE_MAX_MARKS + 100
+    many["stalls"] = [{"rank": 0, "step": step, "layer": None, "phase": None, "stage": None, "cause": "idle",
+                       "start_ns": w["start_ns"] + 10 * i, "dur_ns": 1 + (i * 7919) % n, "evidence": {}}
+                      for i in range(n)]                      # durations 1..n, each once
+    chart = charts.timeline(many)
+    vals = values(chart)
+    kept = sorted(round(v["ms"] * 1e6) for v in vals if v["lane"] == "stall")
+    assert kept == list(range(n - charts.TIMELINE_MAX_MARKS + 1, n + 1))
+    assert f"{charts.TIMELINE_MAX_MARKS} longest of {n} stalls shown" in chart.to_dict()["title"]

@@ -169,12 +169,14 @@ def timeline(doc: dict):
             continue
         off = s["start_ns"] - w["start_ns"]
         where = " / ".join(str(s[k]) for k in ("layer", "phase", "stage") if s.get(k) is not None)
-        from .markdown import evidence_text
-        ev = evidence_text(s.get("evidence"))
         rows.append({"rank": f"rank {s['rank']}", "lane": "stall", "what": f"stall: {s.get('cause')}",
                      "name": clip(where or "stall", 80), "start": _ms(off), "end": _ms(off + (s.get("dur_ns") or 0)),
-                     "ms": _ms(s.get("dur_ns")), "detail": clip(ev, 160)})
+                     "ms": _ms(s.get("dur_ns")), "detail": s.get("evidence")})
     rows, note = _longest_marks(rows)
+    from .markdown import evidence_text
+    for r in rows:
+        if r["lane"] == "stall":
+            r["detail"] = clip(evidence_text(r["detail"]), 160)
     ranks = [f"rank {r}" for r in sorted(windows)]
     base = alt.Chart(alt.Data(values=rows)).encode(
         y=alt.Y("rank:N", sort=ranks, title=None),

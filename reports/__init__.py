@@ -19,12 +19,16 @@ def render(doc: dict, fmt: str) -> str:
 
 
 def write_bundle(doc: dict, out_dir) -> None:
-    """report.json, report.md (linking the charts), report.html and charts/*.svg|png into out_dir."""
+    """report.json, report.md (linking the charts), report.html and charts/*.svg|png into out_dir.
+    Everything is rendered before anything is written; each file is written atomically, and a
+    directory that cannot be written is a usage error naming it."""
     from pathlib import Path
     from traceview.cli import write_output
     from . import charts, html, json_report, markdown
     out_dir = Path(out_dir)
-    images = charts.write_images(doc, out_dir)
-    write_output(json_report.render(doc), out_dir / "report.json")
-    write_output(markdown.render(doc, images=images), out_dir / "report.md")
-    write_output(html.render(doc), out_dir / "report.html")
+    images = charts.render_images(doc)
+    files = images + [("report.json", json_report.render(doc)),
+                      ("report.md", markdown.render(doc, images=[rel for rel, _ in images])),
+                      ("report.html", html.render(doc))]
+    for rel, data in files:
+        write_output(data, out_dir / rel)

@@ -351,18 +351,24 @@ def specs(doc: dict) -> list[tuple[str, dict]]:
     return [(name, ch.to_dict(validate=False)) for name, ch in charts(doc)]
 
 
+def render_images(doc: dict, formats=("svg", "png")) -> list[tuple[str, bytes]]:
+    """Each chart as (charts/<name>.<fmt>, bytes), rendered with vl-convert; nothing written."""
+    import vl_convert as vlc
+    out = []
+    for name, spec in specs(doc):
+        for fmt in formats:
+            data = (vlc.vegalite_to_svg(spec).encode("utf-8") if fmt == "svg"
+                    else vlc.vegalite_to_png(spec, scale=1))
+            out.append((f"charts/{name}.{fmt}", data))
+    return out
+
+
 def write_images(doc: dict, out_dir, formats=("svg", "png")) -> list[str]:
     """Write each chart as charts/<name>.svg and .png under out_dir; returns the relative paths."""
-    import vl_convert as vlc
     out_dir = Path(out_dir)
     (out_dir / "charts").mkdir(parents=True, exist_ok=True)
     written = []
-    for name, spec in specs(doc):
-        for fmt in formats:
-            rel = f"charts/{name}.{fmt}"
-            if fmt == "svg":
-                (out_dir / rel).write_text(vlc.vegalite_to_svg(spec), encoding="utf-8")
-            else:
-                (out_dir / rel).write_bytes(vlc.vegalite_to_png(spec, scale=1))
-            written.append(rel)
+    for rel, data in render_images(doc, formats):
+        (out_dir / rel).write_bytes(data)
+        written.append(rel)
     return written

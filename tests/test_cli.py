@@ -158,3 +158,16 @@ def test_ranks_from_file_names_then_order(tmp_path):
     assert [(i["rank"], i["file"], i["rank_source"]) for i in got["inputs"]] == [(0, "a.json", "order"),
                                                                                  (1, "b.json", "order")]
     assert sum("assigned rank" in w for w in got["warnings"]) == 2
+
+
+def test_out_dir_that_cannot_be_a_directory(tmp_path):
+    """--out-dir naming a file (or a path below one): one line naming it, exit 2, before any work."""
+    f = tmp_path / "taken"
+    f.write_text("x")
+    for target in (f, f / "sub"):
+        r = tv("analyze", SMALL, "--out-dir", target)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and str(target) in lines[0] and "not a directory" in lines[0], r.stderr
+        assert "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"] and f.read_text() == "x"

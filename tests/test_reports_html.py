@@ -199,16 +199,8 @@ def test_write_images(tmp_path):
                 b"http://www.w3.org/", b"")
 
 
-# --- --out-dir (needs reports.write_bundle to write the charts; see the integration notes) ----------
+# --- --out-dir ---------------------------------------------------------------------------------------
 
-def _bundle_writes_charts() -> bool:
-    import inspect
-
-    from traceview import reports
-    return "write_images" in inspect.getsource(reports.write_bundle)
-
-
-@pytest.mark.skipif(not _bundle_writes_charts(), reason="reports.write_bundle does not write charts yet")
 def test_out_dir_bundle(tmp_path):
     import subprocess
     import sys

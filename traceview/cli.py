@@ -28,24 +28,38 @@ def fail(message: str, code: int = EXIT_INPUT) -> None:
     raise typer.Exit(code)
 
 
-def write_output(text: str, out: Optional[Path]) -> None:
+def write_output(text: str | bytes, out: Optional[Path]) -> None:
     """Print, or write atomically to `out` (nothing is left behind on failure)."""
     if out is None:
         sys.stdout.write(text)
         return
     out = Path(out)
     directory = out.parent if str(out.parent) else Path(".")
+    tmp = None
     try:
         directory.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=directory)
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as fh:
             fh.write(text)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(tmp, 0o666 & ~umask)
         os.replace(tmp, out)
     except OSError as e:
+        if tmp is not None and os.path.exists(tmp):
+            os.unlink(tmp)
         raise UsageError(out, f"cannot write output ({e.strerror or e})") from e
+
+
+def check_out_dir(out_dir: Path) -> None:
+    """Refuse an --out-dir that cannot become a directory before any work is done."""
+    p = Path(out_dir)
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        raise UsageError(out_dir, f"--out-dir: {p} is not a directory")
+    if not os.access(p, os.W_OK | os.X_OK):
+        raise UsageError(out_dir, f"--out-dir: {p} is not writable")
 
 
 def guarded(debug: bool, fn, *args, **kwargs):
@@ -101,6 +115,8 @@ def analyze(
         fail(f"unknown --format {fmt!r} (choose from {', '.join(FORMATS)})")
 
     def run():
+        if out_dir is not None:
+            check_out_dir(out_dir)
         from .analysis.pipeline import AnalyzeOptions, run_analyze
         opts = AnalyzeOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
                               model=model, model_config=model_config, tokens_per_step=tokens_per_step,

@@ -171,3 +171,30 @@ def test_out_dir_that_cannot_be_a_directory(tmp_path):
         assert len(lines) == 1 and str(target) in lines[0] and "not a directory" in lines[0], r.stderr
         assert "Traceback" not in r.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"] and f.read_text() == "x"
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--tokens-per-step", "-5"], "--tokens-per-step must be positive"),
+    (["--peak-tflops", "0"], "--peak-tflops must be positive"),
+    (["--top", "-1"], "--top must be 0 or more"),
+    (["--step-regex", "("], "--step-regex: invalid regex '('"),
+    (["--comm-regex", "["], "--comm-regex: invalid regex '['"),
+])
+def test_bad_options_give_one_line_and_exit_2(tmp_path, args, words):
+    out = tmp_path / "r.json"
+    r = tv("analyze", SMALL, *args, "-f", "json", "-o", out)
+    assert r.returncode == 2, r.stderr
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"traceview: {words}"), r.stderr
+    assert "Traceback" not in r.stderr and not out.exists()
+
+
+def test_bad_regexes_in_diff_and_config(tmp_path):
+    other = TRACES / "kineto" / "hta_trace_compare_test"
+    r = tv("diff", SMALL, other, "--step-regex", "(")
+    assert r.returncode == 2 and r.stderr.strip().splitlines()[0].startswith("traceview: --step-regex: invalid regex")
+    cfg = tmp_path / "traceview.toml"
+    cfg.write_text('[comm]\nregex = ["("]\n')
+    r = tv("analyze", SMALL, "--config", cfg)
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
+    assert str(cfg) in r.stderr and "invalid regex '('" in r.stderr

@@ -93,21 +93,24 @@ def load_rules(path: Path | None) -> Rules:
     for _, p in phase:
         if p not in PHASES:
             raise UsageError(path, f"unknown phase {p!r} (choose from {', '.join(PHASES)})")
-    _check_regexes(path, layer + [r for r, _ in stage] + [r for r, _ in phase])
+    check_regexes(path, layer + [r for r, _ in stage] + [r for r, _ in phase])
     if att.get("replace_defaults"):
         rules.layer, rules.stage, rules.phase = layer, stage, phase
     else:  # user patterns first: they win over the defaults
         rules.layer, rules.stage, rules.phase = layer + rules.layer, stage + rules.stage, phase + rules.phase
     comm = data.get("comm", {}).get("regex", [])
     rules.comm_regex = [str(x) for x in comm]
+    check_regexes(path, rules.comm_regex)
     return rules
 
 
-def _check_regexes(path: Path, regexes: list[str]) -> None:
+def check_regexes(path: Path | None, regexes: list[str], option: str = "") -> None:
+    """Each regex must compile in DuckDB (RE2), where it will run: a usage error naming it if not."""
     import duckdb
     con = duckdb.connect()
     for rx in regexes:
         try:
             con.execute("SELECT regexp_matches('x', $rx)", {"rx": rx}).fetchall()
         except duckdb.Error as e:
-            raise UsageError(path, f"invalid regex {rx!r} ({str(e).splitlines()[0]})") from e
+            raise UsageError(path, f"{option + ': ' if option else ''}invalid regex {rx!r} "
+                                   f"({str(e).splitlines()[0]})") from e

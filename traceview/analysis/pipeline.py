@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..budget import evaluate as evaluate_budget, load as load_budget
-from ..config import load_rules
+from ..config import check_regexes, load_rules
+from ..errors import UsageError
 from ..db import Session
 from ..load import load
 from . import breakdown
@@ -28,7 +29,21 @@ class AnalyzeOptions:
     whole_trace: bool = False
 
 
+def check_options(opts: AnalyzeOptions) -> None:
+    """Usage errors in the options, before any work."""
+    if opts.top < 0:
+        raise UsageError(None, "--top must be 0 or more")
+    if opts.tokens_per_step is not None and opts.tokens_per_step <= 0:
+        raise UsageError(None, "--tokens-per-step must be positive")
+    if opts.peak_tflops is not None and not opts.peak_tflops > 0:
+        raise UsageError(None, "--peak-tflops must be positive")
+    if opts.step_regex is not None:
+        check_regexes(None, [opts.step_regex], "--step-regex")
+    check_regexes(None, list(opts.comm_regex), "--comm-regex")
+
+
 def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
+    check_options(opts)
     rules = load_rules(opts.config)
     budget = load_budget(opts.budget) if opts.budget is not None else None   # a bad file fails before the work
     profile = load(paths, nsys_bin=opts.nsys)

@@ -31,10 +31,10 @@ _SYNC = {"Stream Wait Event": "stream_wait_event", "Event Sync": "event_sync",
 
 def sniff(path: Path) -> bool:
     try:
-        head = _open_bytes(path, limit=4096).lstrip()
+        head = _open_bytes(path, limit=4096).removeprefix(b"\xef\xbb\xbf").lstrip()
     except TraceError:
         return False
-    return head[:1] == b"{" and b"traceEvents" in head or head[:1] == b"{"
+    return head[:1] == b"{"
 
 
 def _open_bytes(path: Path, limit: int | None = None):
@@ -62,6 +62,8 @@ def _open_bytes(path: Path, limit: int | None = None):
 
 
 def _decode(path: Path, raw) -> Trace:
+    if bytes(raw[:3]) == b"\xef\xbb\xbf":  # a UTF-8 byte-order mark (some editors and tools write one)
+        raw = memoryview(raw)[3:]
     if not bytes(raw[:4096]).strip():
         raise TraceError(path, "file is empty")
     try:
@@ -172,6 +174,15 @@ def _col(args: list, attr: str) -> list:
 
 def read(path: Path) -> Profile:
     path = Path(path)
+    try:
+        return _read(path)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
+        # values of the wrong type or out of range (e.g. "ts": "abc", or a timestamp past int64 ns)
+        msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise TraceError(path, f"event fields of the wrong type or out of range ({msg})") from None
+
+
+def _read(path: Path) -> Profile:
     trace = _decode(path, _open_bytes(path))
     events = trace.traceEvents
     if events is None:

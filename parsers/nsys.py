@@ -113,7 +113,12 @@ class _Reader:
 
     # ---------------------------------------------------------------- raw rows from SQLite
     def load_raw(self) -> None:
-        s, types = self.src, self.event_types()
+        s = self.src
+        if not s.tables & {"StringIds", "TARGET_INFO_SESSION_START_TIME", "CUPTI_ACTIVITY_KIND_KERNEL",
+                           "NVTX_EVENTS", "ThreadNames"}:
+            raise TraceError(self.path, "not an Nsight Systems export (none of its tables, e.g. StringIds, "
+                                        "is in this SQLite file)")
+        types = self.event_types()
         k = s.table("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU, "name_id": "demangledName", "short_id": "shortName",
                     "gx": "gridX", "gy": "gridY", "gz": "gridZ", "bx": "blockX", "by": "blockY", "bz": "blockZ"})
         if not k.num_rows:

@@ -41,6 +41,20 @@ def bad_inputs(tmp_path):
     cases["legacy list"] = (f, "legacy")
     cases["cpu only"] = (TRACES / "kineto" / "hta_cpu_only" / "rank-34.Jul_15_10_52_41.1074.pt.trace.json.gz",
                          "no GPU activity")
+    kernel = {"ph": "X", "cat": "kernel", "name": "k", "ts": 1, "dur": 5, "pid": 0, "tid": 7, "args": {}}
+    f = tmp_path / "text_ts.json"
+    f.write_text(json.dumps({"traceEvents": [{**kernel, "ts": "abc"}]}))
+    cases["timestamp not a number"] = (f, "wrong type or out of range")
+    f = tmp_path / "huge_ts.json"
+    f.write_text(json.dumps({"traceEvents": [{**kernel, "ts": 1e20}]}))
+    cases["timestamp out of range"] = (f, "wrong type or out of range")
+    import sqlite3
+    f = tmp_path / "other.sqlite"
+    con = sqlite3.connect(f)
+    con.execute("CREATE TABLE t (x)")
+    con.commit()
+    con.close()
+    cases["sqlite, not nsys"] = (f, "not an Nsight Systems export")
     return cases
 
 
@@ -198,3 +212,14 @@ def test_bad_regexes_in_diff_and_config(tmp_path):
     r = tv("analyze", SMALL, "--config", cfg)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1
     assert str(cfg) in r.stderr and "invalid regex '('" in r.stderr
+
+
+def test_utf8_byte_order_mark_is_read(tmp_path):
+    """Some tools write a BOM before the JSON: read as the same trace (also when sniffed by content)."""
+    plain = gzip.decompress(SMALL.read_bytes())
+    f = tmp_path / "bom.trace"
+    f.write_bytes(b"\xef\xbb\xbf" + plain)
+    a, b = tv("analyze", SMALL, "-f", "json"), tv("analyze", f, "-f", "json")
+    assert a.returncode == b.returncode == 0, b.stderr
+    da, db = json.loads(a.stdout), json.loads(b.stdout)
+    assert da["steps"] == db["steps"] and da["summary"] == db["summary"]

@@ -77,6 +77,9 @@ def test_peak_override_and_seq_len():
     (["--model", "deepseek-v3", "--tflops-per-gpu", "fast"], "not a number"),
     (["--model", "deepseek-v3", "--step-time", "1"], "go together"),
     (["--tflops-per-gpu", "1"], "--model"),
+    (["--model", "deepseek-v3", "--gpu", "H200", "--step-time", "1", "--tokens-per-step", "0"],
+     "--tokens-per-step must be positive"),
+    (["--model", "deepseek-v3", "--gpu", "H200", "--seq-len", "0", "--tflops-per-gpu", "5"], "--seq-len must be positive"),
 ])
 def test_bad_usage_exits_2_with_one_line(args, fragment):
     res, _ = run(*args)

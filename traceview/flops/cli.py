@@ -35,6 +35,8 @@ def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, 
     cfg = resolve(model, model_config, seq_len)
     if cfg is None:
         raise UsageError(None, "give --model NAME or --model-config FILE")
+    if tokens_per_step is not None and tokens_per_step <= 0:
+        raise UsageError(None, "--tokens-per-step must be positive")
     given = [n for n, v in (("--step-time/--tokens-per-step", step_time or tokens_per_step),
                             ("--tokens-per-second-per-gpu", tokens_per_second_per_gpu),
                             ("--tflops-per-gpu", tflops_per_gpu), ("--mfu", mfu)) if v]

@@ -292,6 +292,8 @@ def resolve(model: str | None = None, model_config: str | Path | None = None,
     """The model of --model NAME / --model-config FILE (not both), with an optional --seq-len."""
     if model and model_config:
         raise UsageError(None, "give --model or --model-config, not both")
+    if seq_len is not None and seq_len <= 0:
+        raise UsageError(None, "--seq-len must be positive")
     if model_config:
         return load_config(model_config, seq_len)
     if model:

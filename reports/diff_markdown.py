@@ -46,6 +46,8 @@ def render(doc: dict) -> str:
         (f" and {len(s['inputs']) - 4} more" if len(s["inputs"]) > 4 else "")  # noqa: E731
     out += [f"Base: {files(b)}, {b['steps']} steps x {b['ranks']} ranks.  ",
             f"New: {files(n)}, {n['steps']} steps x {n['ranks']} ranks.", ""]
+    if doc.get("setup_differences"):
+        out += ["> **Different setups**: " + "; ".join(esc(w) for w in doc["setup_differences"]) + ".", ""]
     out.append(f"> Noise: the change ({ms(abs(d['step_time_ns']))} ms) is "
                f"{'within' if nz['within_noise'] else 'outside'} the noise threshold of {ms(nz['threshold_ns'])} ms "
                f"({esc(nz['threshold_from'])}; per-step spread: base {ms(nz['base_spread_ns'])} ms, "

@@ -51,6 +51,8 @@ def render(doc: dict) -> str:
     out = [f"traceview diff: {doc['verdict'].upper()}  {signed_ms(d['step_time_ns'])} ms per step"
            + (f" ({pct:+.1f}%)" if pct is not None else ""), ""]
     out += [side_line("base", b), side_line("new", n)]
+    for w in doc.get("setup_differences") or []:
+        out += ["  " + ln for ln in textwrap.wrap(one_line(f"note: {w}"), WIDTH - 4, subsequent_indent="  ")]
     noise = (f"noise: |change| {ms(abs(d['step_time_ns']))} ms vs threshold {ms(nz['threshold_ns'])} ms "
              f"({nz['threshold_from']}); spread base {ms(nz['base_spread_ns'])} ms, "
              f"new {ms(nz['new_spread_ns'])} ms ({nz['method_base']})")

@@ -96,3 +96,16 @@ def test_side_from_several_files(files):
     assert doc["base"]["ranks"] == doc["new"]["ranks"] == 2
     assert doc["delta"]["step_time_ns"] == 0 and doc["verdict"] == "noise"
     assert doc["base"]["step_time_ns"] == PAIRS_ALL["straggler"]["base"].expected["step_time_ns"]
+
+
+def test_different_setups_are_named(files):
+    """Comparing runs of different world sizes says so (in JSON, text and Markdown); a pair of the
+    same setup has none."""
+    base, _ = files["expert_gemm_fp32"]          # 1 rank
+    r = tv(base, files["two_ranks"], "-f", "json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["setup_differences"] == ["world size differs: base 1 rank(s), new 2"]
+    assert "note: world size differs: base 1 rank(s), new 2" in tv(base, files["two_ranks"]).stdout
+    assert "**Different setups**: world size differs" in tv(base, files["two_ranks"], "-f", "markdown").stdout
+    b, n = files["expert_gemm_fp32"]
+    assert json.loads(tv(b, n, "-f", "json").stdout)["setup_differences"] == []

@@ -205,6 +205,7 @@ def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
     return {
         "schema": SCHEMA,
         "tool": {"name": "traceview", "version": __version__},
+        "setup_differences": setup_differences(bsum, nsum),
         "method": ("step time = median over (rank, step) samples; the explanation decomposes the change of the "
                    "median set's mean (the middle sample, or the two middle ones) over layer x phase x stage x "
                    "kernel family x part, so the items sum to delta.step_time_ns exactly"),
@@ -215,6 +216,21 @@ def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
         "verdict": verdict,
         "explanation": items,
     }
+
+
+def setup_differences(b: dict, n: dict) -> list[str]:
+    """What differs between the two runs besides their performance (world size, GPU model, how
+    steps were found): the explanation then compares different setups, not a regression."""
+    out = []
+    if b.get("world_size") != n.get("world_size"):
+        out.append(f"world size differs: base {b.get('world_size')} rank(s), new {n.get('world_size')}")
+    gb = sorted({str(i["gpu"]) for i in b["inputs"] if i.get("gpu")})
+    gn = sorted({str(i["gpu"]) for i in n["inputs"] if i.get("gpu")})
+    if gb and gn and gb != gn:
+        out.append(f"GPU differs: base {', '.join(gb)}; new {', '.join(gn)}")
+    if b.get("steps_source") != n.get("steps_source"):
+        out.append(f"steps found differently: base {b.get('steps_source')}; new {n.get('steps_source')}")
+    return out
 
 
 def run_diff(base_paths: list[str], new_paths: list[str], opts: DiffOptions | None = None) -> dict:

@@ -425,3 +425,24 @@ def test_missing_nsys_explains_how_to_proceed(tmp_path, monkeypatch):
     msg = _one_line(e.value)
     assert "not installed" in msg and "install Nsight Systems" in msg and ".sqlite" in msg
     assert list((tmp_path / ".traceview-cache").iterdir()) == []
+
+
+def test_kernels_ending_before_they_start_become_zero_length(tmp_path):
+    """A broken export: every third kernel's end is 100 ns before its start. They load as
+    zero-length (warned, with the count), and the whole analysis runs, its parts adding up."""
+    from helpers import analyze_paths
+    db = tmp_path / "reversed.sqlite"
+    shutil.copyfile(A2A, db)
+    con = sqlite3.connect(db)
+    n = con.execute('SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL WHERE rowid % 3 = 0').fetchone()[0]
+    con.execute('UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end" = start - 100 WHERE rowid % 3 = 0')
+    con.commit()
+    con.close()
+    assert n > 100
+    doc = analyze_paths([db])
+    assert f"{db}: {n} GPU activities end before they start: taken as zero-length" in doc["warnings"]
+    for s in doc["steps"]:
+        assert s["compute_ns"] + s["exposed_comm_ns"] + s["exposed_memory_ns"] + s["idle_ns"] == s["step_time_ns"]
+    for cp in doc["critical_path"]:
+        assert sum(cp[k] for k in ("compute_ns", "all_to_all_ns", "other_comm_ns", "launch_bound_ns",
+                                   "host_sync_ns", "idle_ns")) == cp["window_ns"]

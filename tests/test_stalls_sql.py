@@ -279,3 +279,18 @@ def test_text_lines(two):
     # most wait caused first: rank 1 (300 ns imposed on rank 0), then rank 0 (200 ns)
     assert [x.split() for x in lines[i + 3:i + 5]] == [["1", "1", "2", "0.3", "us", "0.3", "us"],
                                                         ["0", "1", "2", "0.2", "us", "0.2", "us"]]
+
+
+def test_window_ending_with_a_zero_length_activity():
+    """A zero-length kernel (start = end) last in the step sets the window's end but runs in no
+    segment: the path ends with idle from the last real activity to the window's end."""
+    cpu = [dict(id=1, tid=1, start_ns=0, end_ns=10_000, name="ProfilerStep#1")]
+    launches = [dict(id=11, tid=1, start_ns=100, end_ns=200, correlation=1),
+                dict(id=12, tid=1, start_ns=300, end_ns=400, correlation=2)]
+    gpu = [dict(id=21, start_ns=1000, end_ns=2000, name="gemm", stream=7, correlation=1, launch_id=11),
+           dict(id=22, start_ns=3000, end_ns=3000, name="empty", stream=7, correlation=2, launch_id=12)]
+    s, rows = prepared(make_profile(cpu=cpu, launches=launches, gpu=gpu))
+    (row,) = rows
+    assert row["step_time_ns"] == 2000 and row["compute_ns"] == 1000 and row["idle_ns"] == 1000
+    (cp,) = stalls.sections(s, {"steps": rows})["critical_path"]
+    assert (cp["window_ns"], cp["compute_ns"], cp["idle_ns"]) == (2000, 1000, 1000)

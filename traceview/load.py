@@ -61,10 +61,30 @@ def read_one(path: Path, nsys_bin: str | None = None) -> Profile:
     raise TraceError(path, "unknown trace format (expected Kineto .json/.json.gz or Nsight Systems .sqlite/.nsys-rep)")
 
 
+_REVERSED = {"gpu_activities": "GPU activities", "cpu_ranges": "CPU ranges", "launches": "API calls",
+             "syncs": "sync records"}
+
+
+def clamp_reversed(prof: Profile, path: Path) -> Profile:
+    """Rows that end before they start (a broken export or clock glitch) become zero-length at their
+    start, with a warning: the interval algebra after the parsers needs end >= start."""
+    import pyarrow.compute as pc
+    for name, label in _REVERSED.items():
+        t = getattr(prof, name)
+        start, end = t.column("start_ns"), t.column("end_ns")
+        bad = pc.less(end, start)
+        n = pc.sum(bad).as_py() or 0
+        if n:
+            i = t.schema.get_field_index("end_ns")
+            setattr(prof, name, t.set_column(i, t.schema.field(i), pc.if_else(bad, start, end)))
+            prof.warnings.append(f"{path}: {n} {label} end before they start: taken as zero-length")
+    return prof
+
+
 def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
     """Read every file and merge them into one job, assigning ranks where files do not record them."""
     files = expand(paths)
-    profiles = [read_one(f, nsys_bin=nsys_bin) for f in files]
+    profiles = [clamp_reversed(read_one(f, nsys_bin=nsys_bin), f) for f in files]
     if len(profiles) > 1 or any(-1 in p.ranks for p in profiles):
         profiles = _assign_ranks(files, profiles)
         profiles = _separate_pid_order_ranks(files, profiles)

@@ -92,6 +92,9 @@ def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     while cur > 0 and end[cur - 1] == end[n - 1]:
         cur -= 1
     t, pieces, seen = we, [], bytearray(n)
+    if ws < end[cur] < we:  # the window ends with zero-length work (not among acts): nothing ran after cur
+        pieces.append((end[cur], we, None, "idle", []))
+        t = end[cur]
     while t > ws:
         if cur is None or seen[cur]:
             pieces.append((ws, t, None, "idle", []))

@@ -223,3 +223,14 @@ def test_utf8_byte_order_mark_is_read(tmp_path):
     assert a.returncode == b.returncode == 0, b.stderr
     da, db = json.loads(a.stdout), json.loads(b.stdout)
     assert da["steps"] == db["steps"] and da["summary"] == db["summary"]
+
+
+def test_step_regex_matching_nothing_is_warned():
+    r = tv("analyze", SMALL, "--step-regex", r"nomatch_(\d+)", "-f", "json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["steps_source"] == "whole trace (no step ranges found)"
+    assert "--step-regex 'nomatch_(\\d+)' matched no step range with GPU work: the whole trace is one window " \
+           "per rank" in doc["warnings"]
+    default = json.loads(tv("analyze", SMALL, "-f", "json").stdout)
+    assert not any("--step-regex" in w for w in default["warnings"])

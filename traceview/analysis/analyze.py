@@ -80,6 +80,9 @@ def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Se
         "comm": layers.comm_rows(session),
         "warnings": list(profile.warnings),
     }
+    if opts.step_regex and info["whole_trace"] and not opts.whole_trace:
+        doc["warnings"].append(f"--step-regex '{opts.step_regex}' matched no step range with GPU work: "
+                               "the whole trace is one window per rank")
     doc["flops"] = flops_sections(session, doc, fopts or {})
     from . import stalls
     sec = stalls.sections(session, doc, top=opts.top)

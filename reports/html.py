@@ -286,6 +286,9 @@ def render_diff_html(doc: dict) -> str:
         body[-1] += (f'<div class="card"><div class="k">step time</div><div class="v">{mdr.ms(b_ns)} → {mdr.ms(n_ns)} ms'
                      f'</div><div class="d">{(n_ns - b_ns) / 1e6:+,.3f} ms ({mdr.pct(n_ns - b_ns, b_ns)})</div></div>')
     body[-1] += "</div>"
+    setup = [w for w in doc.get("setup_differences") or [] if isinstance(w, str)]
+    if setup:
+        body.append("<p><strong>Different setups</strong>: " + "; ".join(h(w) for w in setup) + ".</p>")
     body += _budget_html(doc)
     body += _chart_divs(specs)
     expl = doc.get("explanation") or []

@@ -107,5 +107,6 @@ def test_different_setups_are_named(files):
     assert json.loads(r.stdout)["setup_differences"] == ["world size differs: base 1 rank(s), new 2"]
     assert "note: world size differs: base 1 rank(s), new 2" in tv(base, files["two_ranks"]).stdout
     assert "**Different setups**: world size differs" in tv(base, files["two_ranks"], "-f", "markdown").stdout
+    assert "<strong>Different setups</strong>: world size differs" in tv(base, files["two_ranks"], "-f", "html").stdout
     b, n = files["expert_gemm_fp32"]
     assert json.loads(tv(b, n, "-f", "json").stdout)["setup_differences"] == []

@@ -234,3 +234,22 @@ def test_step_regex_matching_nothing_is_warned():
            "per rank" in doc["warnings"]
     default = json.loads(tv("analyze", SMALL, "-f", "json").stdout)
     assert not any("--step-regex" in w for w in default["warnings"])
+
+
+def test_one_process_on_two_devices_is_warned(tmp_path):
+    """A trace whose process drove two GPUs is still one rank; the report says its breakdown is
+    one timeline over both devices."""
+    d = json.loads(gzip.decompress(SMALL.read_bytes()))
+    kernels = [e for e in d["traceEvents"] if e.get("cat") == "kernel"]
+    devices = {e["args"]["device"] for e in kernels}
+    assert len(devices) == 1 and len(kernels) >= 2
+    other = max(devices) + 1
+    for e in kernels[1::2]:
+        e["pid"], e["args"]["device"] = other, other
+    f = tmp_path / "two_devices.json"
+    f.write_text(json.dumps(d))
+    r = tv("analyze", f, "-f", "json")
+    assert r.returncode == 0, r.stderr
+    devs = ", ".join(map(str, sorted(devices | {other})))
+    assert json.loads(r.stdout)["warnings"] == [
+        f"{f}: GPU activity on 2 devices ({devs}) in one process: its step breakdown is one timeline over all of them"]

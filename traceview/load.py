@@ -81,10 +81,25 @@ def clamp_reversed(prof: Profile, path: Path) -> Profile:
     return prof
 
 
+def _warn_several_devices(prof: Profile, path: Path) -> Profile:
+    """One rank's GPU work on several devices (one process driving two GPUs): analyzed as one
+    timeline over all of them, which the report should say."""
+    g = prof.gpu_activities
+    per_rank: dict = {}
+    for r, d in set(zip(g.column("rank").to_pylist(), g.column("device").to_pylist())):
+        if d is not None:
+            per_rank.setdefault(r, set()).add(d)
+    for r, devs in sorted(per_rank.items(), key=lambda kv: (kv[0] is None, kv[0])):
+        if len(devs) > 1:
+            prof.warnings.append(f"{path}: GPU activity on {len(devs)} devices ({', '.join(map(str, sorted(devs)))}) "
+                                 "in one process: its step breakdown is one timeline over all of them")
+    return prof
+
+
 def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
     """Read every file and merge them into one job, assigning ranks where files do not record them."""
     files = expand(paths)
-    profiles = [clamp_reversed(read_one(f, nsys_bin=nsys_bin), f) for f in files]
+    profiles = [_warn_several_devices(clamp_reversed(read_one(f, nsys_bin=nsys_bin), f), f) for f in files]
     if len(profiles) > 1 or any(-1 in p.ranks for p in profiles):
         profiles = _assign_ranks(files, profiles)
         profiles = _separate_pid_order_ranks(files, profiles)

@@ -104,6 +104,13 @@ def load_rules(path: Path | None) -> Rules:
     return rules
 
 
+def check_pattern_options(step_regex: str | None, comm_regex: list[str]) -> None:
+    """--step-regex and --comm-regex (analyze and diff) must compile: a usage error naming the option."""
+    if step_regex is not None:
+        check_regexes(None, [step_regex], "--step-regex")
+    check_regexes(None, list(comm_regex), "--comm-regex")
+
+
 def check_regexes(path: Path | None, regexes: list[str], option: str = "") -> None:
     """Each regex must compile in DuckDB (RE2), where it will run: a usage error naming it if not."""
     import duckdb

@@ -73,11 +73,9 @@ def diff_command(
         fail("--noise-floor must not be negative")
 
     def run():
-        from .config import check_regexes
+        from .config import check_pattern_options
         from .diff.document import DiffOptions, run_diff
-        if step_regex is not None:
-            check_regexes(None, [step_regex], "--step-regex")
-        check_regexes(None, list(comm_regex), "--comm-regex")
+        check_pattern_options(step_regex, comm_regex)
         opts = DiffOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, nsys=nsys,
                            whole_trace=whole_trace, top=top, noise_floor_pct=noise_floor)
         doc = run_diff([str(base)] + [str(p) for p in base_also], [str(new)] + [str(p) for p in new_also], opts)

@@ -84,9 +84,9 @@ def clamp_reversed(prof: Profile, path: Path) -> Profile:
 def _warn_several_devices(prof: Profile, path: Path) -> Profile:
     """One rank's GPU work on several devices (one process driving two GPUs): analyzed as one
     timeline over all of them, which the report should say."""
-    g = prof.gpu_activities
+    pairs = prof.gpu_activities.group_by(["rank", "device"]).aggregate([])  # the distinct (rank, device)
     per_rank: dict = {}
-    for r, d in set(zip(g.column("rank").to_pylist(), g.column("device").to_pylist())):
+    for r, d in zip(pairs.column("rank").to_pylist(), pairs.column("device").to_pylist()):
         if d is not None:
             per_rank.setdefault(r, set()).add(d)
     for r, devs in sorted(per_rank.items(), key=lambda kv: (kv[0] is None, kv[0])):

@@ -274,14 +274,14 @@ def composition(path: list[dict], ws: int, we: int) -> dict:
     return comp
 
 
-def _by_window(table: pa.Table) -> dict:
-    """Slices of a table sorted by (rank, step), keyed by (rank, step)."""
-    keys = list(zip(table.column("rank").to_pylist(), table.column("step").to_pylist()))
-    out, first = {}, 0
-    for i in range(1, len(keys) + 1):
-        if i == len(keys) or keys[i] != keys[first]:
-            out[keys[first]] = table.slice(first, i - first)
-            first = i
+def _by_window(session: Session, select: str, order: str) -> dict:
+    """The rows of `select` sorted by (rank, step, order), one slice per (rank, step) window; the
+    slice sizes come from a GROUP BY in DuckDB, not from a pass over the rows."""
+    table = session.sql(f"SELECT * FROM ({select}) ORDER BY rank, step, {order}")
+    out, off = {}, 0
+    for r in session.rows(f"SELECT rank, step, count(*) AS n FROM ({select}) GROUP BY ALL ORDER BY rank, step"):
+        out[(r["rank"], r["step"])] = table.slice(off, r["n"])
+        off += r["n"]
     return out
 
 
@@ -290,16 +290,15 @@ def windows_data(session: Session) -> dict:
     segments (Segments), window bounds and host syncs."""
     win = {(w["rank"], w["step"]): (w["start_ns"], w["end_ns"]) for w in
            session.rows("SELECT rank, step, start_ns, end_ns FROM windows")}
-    acts = session.sql("SELECT * FROM cp_preds ORDER BY rank, step, end_ns, start_ns, id")
-    segs = session.sql("SELECT rank, step, t, t_end, c, m, x FROM segments "
-                       "WHERE t_end IS NOT NULL ORDER BY rank, step, t")
+    acts = _by_window(session, "SELECT * FROM cp_preds", "end_ns, start_ns, id")
+    segs = _by_window(session, "SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL", "t")
     syncs: dict = {}
     for h in session.table("cp_host_syncs").to_pylist():
         e = syncs.setdefault((h["rank"], h["tid"]), ([], []))
         e[0].append(h["end_ns"])
         e[1].append(h)
     wait_ranks = {r["rank"] for r in session.rows("SELECT DISTINCT rank FROM syncs WHERE kind = 'stream_wait_event'")}
-    return {"windows": win, "acts": _by_window(acts), "segments": _by_window(segs), "syncs": syncs,
+    return {"windows": win, "acts": acts, "segments": segs, "syncs": syncs,
             "wait_ranks": wait_ranks}
 
 

@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..budget import evaluate as evaluate_budget, load as load_budget
-from ..config import check_regexes, load_rules
+from ..config import check_pattern_options, load_rules
 from ..errors import UsageError
 from ..db import Session
 from ..load import load
@@ -37,9 +37,7 @@ def check_options(opts: AnalyzeOptions) -> None:
         raise UsageError(None, "--tokens-per-step must be positive")
     if opts.peak_tflops is not None and not opts.peak_tflops > 0:
         raise UsageError(None, "--peak-tflops must be positive")
-    if opts.step_regex is not None:
-        check_regexes(None, [opts.step_regex], "--step-regex")
-    check_regexes(None, list(opts.comm_regex), "--comm-regex")
+    check_pattern_options(opts.step_regex, opts.comm_regex)
 
 
 def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:

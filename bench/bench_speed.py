@@ -1,0 +1,171 @@
+#!/usr/bin/env python3
+"""Speed and memory of whole-process `traceview analyze -f json` against its floor and its peers,
+side by side in one run, on traces from 1x to 50x (the real traces' steps replicated).
+
+Kineto (h200_moe/overlap replicated FACTOR times, bench/replicate.py):
+  traceview  `traceview analyze TRACE -f json -o /dev/null` (whole process)
+  floor      gunzip + typed msgspec decode of the fields traceview reads (its own Trace struct), whole process
+  hta        Holistic Trace Analysis: load + temporal breakdown + comm/comp overlap, whole process, run with
+             the interpreter given by --hta-python (a venv with `holistictraceanalysis` and pandas<3); skipped
+             when absent
+nsys (h100_2gpu_train_a2a, x1 and x100, bench/bench_nsys.py's scaled copy):
+  traceview  as above
+  read-once  every table traceview uses read once through ADBC into Arrow, whole process
+
+Each command runs --repeat times, interleaved (A B C A B C ...); the medians are printed with the ratios
+and the microseconds per GPU activity.
+
+    python bench/bench_speed.py [--factors 1,5,10,25,50] [--nsys-scales 1,100] [--hta-python PY] [--repeat 3]
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+TRACES = ROOT.parent / "shared" / "traces"
+sys.path.insert(0, str(HERE))
+import replicate  # noqa: E402
+import bench_nsys  # noqa: E402
+
+FLOOR_KINETO = r"""
+import gzip, sys, msgspec
+from traceview.parsers import kineto
+with gzip.open(sys.argv[1], "rb") as fh:
+    raw = fh.read()
+n = len(msgspec.json.decode(raw, type=kineto.Trace).traceEvents)
+print(n)
+"""
+
+HTA = r"""
+import os, shutil, sys, tempfile, warnings
+warnings.filterwarnings("ignore")
+d = tempfile.mkdtemp()
+os.symlink(os.path.abspath(sys.argv[1]), os.path.join(d, "rank0.json.gz"))
+from hta.trace_analysis import TraceAnalysis
+ta = TraceAnalysis(trace_dir=d)
+ta.get_temporal_breakdown(visualize=False)
+ta.get_comm_comp_overlap(visualize=False)
+print("ok")
+"""
+
+READ_ONCE = r"""
+import sys
+import adbc_driver_sqlite.dbapi as db
+con = db.connect(f"file:{sys.argv[1]}?mode=ro")
+cur = con.cursor()
+tables = [r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()]
+want = ["CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_RUNTIME", "NVTX_EVENTS", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "StringIds",
+        "TARGET_INFO_GPU", "TARGET_INFO_CUDA_DEVICE", "ThreadNames", "META_DATA_CAPTURE"]
+n = 0
+for t in want:
+    if t in tables:
+        cur.execute(f"SELECT * FROM {t}")
+        n += cur.fetch_arrow_table().num_rows
+print(n)
+"""
+
+
+def measure(cmd: list[str]) -> dict:
+    t = time.perf_counter()
+    with tempfile.TemporaryFile() as fe:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe, stdin=subprocess.DEVNULL)
+        _, status, ru = os.wait4(p.pid, 0)
+        fe.seek(0)
+        err = fe.read().decode(errors="replace").strip().splitlines()
+    return {"wall": time.perf_counter() - t, "cpu": ru.ru_utime + ru.ru_stime, "rss": ru.ru_maxrss / 1024,
+            "rc": os.waitstatus_to_exitcode(status), "err": err[-1][:160] if err else ""}
+
+
+def interleaved(cmds: dict[str, list[str]], repeat: int) -> dict[str, dict]:
+    runs: dict[str, list[dict]] = {k: [] for k in cmds}
+    for _ in range(repeat):
+        for k, c in cmds.items():
+            runs[k].append(measure(c))
+    out = {}
+    for k, rs in runs.items():
+        ok = [r for r in rs if r["rc"] == 0]
+        if not ok:
+            out[k] = {"error": f"rc {rs[0]['rc']}: {rs[0]['err']}"}
+            continue
+        out[k] = {m: statistics.median(r[m] for r in ok) for m in ("wall", "cpu", "rss")}
+    return out
+
+
+def show(label: str, res: dict[str, dict], base: str, n_gpu: int, extra: str = "") -> None:
+    print(f"{label}{extra}")
+    b = res.get(base, {})
+    for k, r in res.items():
+        if "error" in r:
+            print(f"  {k:10s} unavailable ({r['error']})")
+            continue
+        line = f"  {k:10s} wall {r['wall']:7.2f} s  cpu {r['cpu']:7.2f} s  peak RSS {r['rss']:7.0f} MiB"
+        if k == base:
+            line += f"  {r['wall'] / max(n_gpu, 1) * 1e6:7.2f} us per GPU activity"
+        elif "error" not in b:
+            line += f"  traceview / {k}: time {b['wall'] / r['wall']:5.2f}x, peak RSS {b['rss'] / r['rss']:4.2f}x"
+        print(line)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--factors", default="1,5,10,25,50")
+    ap.add_argument("--nsys-scales", default="1,100")
+    ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", ""))
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--keep", type=Path, help="folder to keep (and reuse) the generated traces in")
+    args = ap.parse_args()
+    tv = shutil.which("traceview") or sys.exit("traceview not on PATH")
+    src = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
+    tmpctx = tempfile.TemporaryDirectory(prefix="bench-speed-")
+    work = args.keep or Path(tmpctx.name)
+    work.mkdir(parents=True, exist_ok=True)
+    print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores; medians of {args.repeat} interleaved runs")
+    for f in [int(x) for x in args.factors.split(",") if x]:
+        path = work / f"overlap_x{f}.json.gz"
+        counts = replicate.replicate(src, f, path) if not path.exists() else None
+        if counts is None:
+            counts = {"gpu_activities": 7380 * f}
+        cmds = {"traceview": [tv, "analyze", str(path), "-f", "json", "-o", os.devnull],
+                "floor": [sys.executable, "-c", FLOOR_KINETO, str(path)]}
+        if args.hta_python:
+            cmds["hta"] = [args.hta_python, "-c", HTA, str(path)]
+        res = interleaved(cmds, args.repeat)
+        with replicate.gzip.open(path, "rb") as fh:
+            raw_mb = sum(len(b) for b in iter(lambda: fh.read(1 << 24), b"")) / 2**20
+        show(f"kineto h200_moe/overlap x{f}", res, "traceview", counts["gpu_activities"],
+             f" ({path.stat().st_size / 2**20:.1f} MiB gz, {raw_mb:.0f} MiB JSON, "
+             f"{counts['gpu_activities']:,} GPU activities)")
+        if "error" not in res["traceview"]:
+            print(f"  traceview peak RSS / decompressed JSON: {res['traceview']['rss'] / raw_mb:.2f}")
+    a2a = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
+    for s in [int(x) for x in args.nsys_scales.split(",") if x]:
+        if not a2a.exists():
+            print(f"nsys: {a2a} missing")
+            break
+        bench_nsys._N0.clear()
+        db = bench_nsys.scaled_copy(a2a, s, work) if s > 1 else a2a
+        n = bench_nsys.kernel_count(db)
+        env_cache = tempfile.mkdtemp(prefix="tv-cache-", dir=work)
+        cmds = {"traceview": ["env", f"TRACEVIEW_CACHE_DIR={env_cache}", tv, "analyze", str(db), "-f", "json",
+                              "-o", os.devnull],
+                "read-once": [sys.executable, "-c", READ_ONCE, str(db)]}
+        res = interleaved(cmds, args.repeat)
+        show(f"nsys h100_2gpu_train_a2a x{s}", res, "traceview", n,
+             f" ({db.stat().st_size / 2**20:.1f} MiB export, {n:,} kernels)")
+        if "error" not in res["traceview"]:
+            print(f"  traceview peak RSS / export size: {res['traceview']['rss'] / (db.stat().st_size / 2**20):.2f}")
+    tmpctx.cleanup()
+
+
+if __name__ == "__main__":
+    main()

@@ -19,8 +19,44 @@ GOLDEN = [
      "gemm:xmma bf16"),
     ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
      "gemm:xmma bf16"),
+    # xmma `<A><B>_<MMA input><accumulator>_<C>`: fp32 storage with TF32 math is a TF32 GEMM
     ("sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel",
+     "gemm:xmma tf32"),
+    # fp32 on CUDA cores (ffma): h100_2gpu_inference nsys export
+    ("sm80_xmma_gemm_f32f32_f32f32_f32_tn_n_tilesize64x256x8_stage3_warpsize1x4x1_ffma_aligna4_alignc4_execute_kernel__5x_cublas",
      "gemm:xmma fp32"),
+    # fp8 (cuBLASLt on Ada/Hopper): A e4m3, MMA e4m3 with fp32 accumulation
+    ("sm89_xmma_gemm_e4m3bf16_e4m3f32_f32_tn_n_tilesize128x128x64_stage3_warpsize2x2x1_tensor16x8x32_kernel",
+     "gemm:xmma fp8"),
+    ("sm90_xmma_gemm_e4m3e4m3_e4m3f32_f32_tn_n_tilesize128x128x128_cgasize1x2x1_warpgroupsize1x1x1_execute_segment_k_off_kernel__5x_cublas",
+     "gemm:xmma fp8"),
+    # nvjet fp8 (`qq` inputs, seen under aten::_scaled_mm)
+    ("nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_ovscale_TNT", "gemm:nvjet fp8"),
+    # CUTLASS: SIMT sgemm is an fp32 GEMM family; s1688 tensor-op with fp32 operands is TF32 (hta_nccl_parser_config)
+    ("void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)",
+     "gemm:cutlass-simt fp32"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>"
+     "(cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4::Params)", "gemm:cutlass tf32"),
+    ("void cutlass::Kernel2<cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x6_tn_align8>"
+     "(cutlass_80_tensorop_bf16_s16816gemm_relu_bf16_64x64_64x6_tn_align8::Params)", "gemm:cutlass bf16"),
+    ("cutlass3x_sm90_tensorop_gemm_e4m3_e4m3_f32_bf16_bf16_128x128x128_1x1x1_0_tnn_align16_warpspecialized_cooperative_"
+     "fp8_fastaccum_epi_tma", "gemm:cutlass fp8"),
+    ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
+     "cutlass::gemm::collective::CollectiveMma<cutlass::float_e4m3_t, cutlass::bfloat16_t>>>(Params)", "gemm:cutlass fp8"),
+    ("volta_s884gemm_fp16_128x128_ldg8_f2f_nn", "gemm:tensorop fp16"),
+    # DeepGEMM (deepseek-ai/DeepGEMM kernel templates: fp8_gemm_kernel, sm90_fp8_gemm_1d2d_impl, ...)
+    ("void deep_gemm::fp8_gemm_kernel<7168u, 2048u, 128u, 128u, 128u, 0u, 0u, 1u, 5u, 128u, 128u, 1u, false, "
+     "(deep_gemm::GemmType)1>(__nv_bfloat16*, float*, int*, unsigned int, CUtensorMap, CUtensorMap, CUtensorMap, "
+     "CUtensorMap)", "gemm:deepgemm fp8"),
+    ("void deep_gemm::sm90_fp8_gemm_1d2d_impl<0u, 0u, 0u, 4u, 128u, 128u, 128u, 128u, 5u, 1u, 128u, 256u, 1u, false, "
+     "(deep_gemm::GemmType)1>(float*, int*, unsigned int, unsigned int, unsigned int)", "gemm:deepgemm fp8"),
+    ("void deep_gemm::sm100_fp8_gemm_1d1d_impl<(cute::UMMA::Major)0>(int*, unsigned int)", "gemm:deepgemm fp8"),
+    ("void deep_gemm::sm90_bf16_gemm_impl<0u, 0u>(int*, unsigned int)", "gemm:deepgemm bf16"),
+    # cuDNN implicit-GEMM convolutions are convolutions, with the MMA type (hta_alexnet, hta_nccl_parser_config)
+    ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_"
+     "tensor16x8x8_alignc4_execute_kernel_cudnn", "conv:xmma-fprop tf32"),
+    ("void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688dgrad_optimized_tf32_128x128_16x4_nhwc_unity_stride_align4>"
+     "(cutlass_tensorop_s1688dgrad_optimized_tf32_128x128_16x4_nhwc_unity_stride_align4::Params)", "conv:cutlass-dgrad tf32"),
     ("volta_h884gemm_64x64_ldg8_nn", "gemm:tensorop fp16"),
     ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", "gemm:tensorop bf16"),
     ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>"

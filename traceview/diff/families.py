@@ -8,6 +8,10 @@ name says it (bf16 -> fp32 is a cause). Examples (the golden table is tests/test
 
     nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT           -> gemm:nvjet bf16
     ampere_sgemm_128x64_nn                                  -> gemm:sgemm fp32
+    cutlass_80_simt_sgemm_128x32_8x5_nn_align1              -> gemm:cutlass-simt fp32
+    cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4     -> gemm:cutlass tf32
+    nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_ovscale_TNT      -> gemm:nvjet fp8
+    deep_gemm::sm90_fp8_gemm_1d2d_impl<...>                 -> gemm:deepgemm fp8
     sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128...  -> gemm:xmma bf16
     void at::native::vectorized_elementwise_kernel<4, ...>   -> elementwise (+ dtype of its functor)
     ncclDevKernel_SendRecv(ncclDevKernelArgsStorage<4096ul>) -> nccl:SendRecv
@@ -129,13 +133,30 @@ _rule(r"(dpsk::ep|deep_ep)\S*::(dispatch|combine)", lambda m, n: f"deepep:{m.gro
 _rule(r"nvshmem", "nvshmem", "")
 _rule(r"cross_device_reduce", "allreduce:custom", None)
 # GEMMs
-_rule(r"^nvjet_(?:sm\d+a?_)?([a-z]{3})_", "gemm:nvjet", lambda m, n: _NVJET_T.get(m.group(1)[0]))
-_rule(r"xmma_gemm_(bf16|tf32|f16|f32|f64|e4m3|e5m2|i8|s8)", "gemm:xmma",
-      lambda m, n: _XMMA_T.get(m.group(1)))
+# DeepGEMM (deepseek-ai/DeepGEMM): `deep_gemm::fp8_gemm_kernel<...>` (v1), `deep_gemm::sm90_fp8_gemm_1d2d_impl`,
+# `sm100_fp8_gemm_1d1d_impl`, `sm90_bf16_gemm_impl`, `sm100_fp8_fp4_gemm_1d1d_impl`, `sm90_tf32_hc_prenorm_gemm_impl`,
+# grouped (MoE) GEMMs are the same kernels with a GemmType template argument
+_rule(r"deep_gemm::(?:\w+::)*(?:sm\d+_)?(mx)?(fp8|bf16|fp4|tf32|w4a8|nvfp4)_\w*?(?:gemm|moe|einsum)\w*",
+      "gemm:deepgemm", lambda m, n: _DEEPGEMM_T[m.group(2)])
+_rule(r"^nvjet_(?:sm\d+a?_)?([a-z]{3,6})_", "gemm:nvjet", lambda m, n: _NVJET_T.get(m.group(1)[0]))
+# cuDNN's xmma/CUTLASS implicit-GEMM convolutions (before the GEMM rules: their names say "gemm" too)
+_rule(r"xmma_(fprop|dgrad|wgrad)_implicit_gemm(?:_indexed)?_([a-z0-9]+)_([a-z0-9]+)_", lambda m, n: f"conv:xmma-{m.group(1)}",
+      lambda m, n: _xmma_dtype(m.group(2), m.group(3)))
+_rule(r"cutlass\w*?_tensorop_([shi])(\d{3,6})(fprop|dgrad|wgrad)", lambda m, n: f"conv:cutlass-{m.group(3)}",
+      lambda m, n: _tensorop_dtype(m.group(1), m.group(2), n))
+_rule(r"ImplicitGemmConvolution", "conv:cutlass", lambda m, n: gemm_dtype_in(n))
+# cuBLASLt xmma: `<A><B>_<mma in><accumulate>_<C>`: the math runs in the MMA input type (f32f32_tf32f32 is TF32)
+_rule(r"xmma_gemm_([a-z0-9]+)_([a-z0-9]+)_", "gemm:xmma", lambda m, n: _xmma_dtype(m.group(1), m.group(2)))
+_rule(r"xmma_gemm_(bf16|tf32|f16|f32|f64|e4m3|e5m2|i8|s8)", "gemm:xmma", lambda m, n: _XMMA_T.get(m.group(1)))
 _rule(r"^(?:\w+?_)?([sdhcz])gemm(?:_|$)", lambda m, n: f"gemm:{m.group(1)}gemm", lambda m, n: _CUBLAS_LEGACY[m.group(1)])
-_rule(r"cutlass\w*?(?:tensorop|wmma|gemm|Gemm)", "gemm:cutlass", None)
+# CUTLASS: SIMT kernels (CUDA cores, no tensor cores) are a family of their own, dtype from [sdh]gemm
+_rule(r"cutlass\w*?_simt_([sdh])gemm", "gemm:cutlass-simt", lambda m, n: _CUBLAS_LEGACY[m.group(1)])
+_rule(r"cutlass\w*?_tensorop_(?:\w*?_)?([shdi])(\d{3,6})(?:tf32)?gemm", "gemm:cutlass",
+      lambda m, n: _tensorop_dtype(m.group(1), m.group(2), n))
+_rule(r"cutlass\w*?(?:tensorop|wmma|gemm|Gemm)|cutlass::gemm::kernel|GemmUniversal", "gemm:cutlass",
+      lambda m, n: gemm_dtype_in(n))
 _rule(r"(?:^|_)(bf16_)?([shi])(\d{3,6})gemm", "gemm:tensorop",
-      lambda m, n: "bf16" if m.group(1) else {"h": "fp16", "s": "fp32", "i": "int8"}[m.group(2)])
+      lambda m, n: "bf16" if m.group(1) else _tensorop_dtype(m.group(2), m.group(3), n))
 _rule(r"^Cijk_A[a-z]+_B[a-z]+_([A-Z0-9]+)_", "gemm:tensile", lambda m, n: _TENSILE_T.get(m.group(1)[0]))
 _rule(r"^(?:void )?(gemmSN|gemmk1|gemv2?N?T?|gemvNSP|gemvx|dot)_?\w*_kernel", "gemm:cublas-small", None)
 _rule(r"splitKreduce_kernel", "gemm:splitk-reduce", None)
@@ -170,6 +191,53 @@ _rule(r"index|gather|scatter|Gather|Scatter|Index", "index/gather", None)
 _rule(r"reduce_kernel|Reduce|reduce_1Block", "reduce", None)
 _rule(r"elementwise|Elementwise|direct_copy|copy_kernel", "elementwise", None)
 _rule(r"cub::|rocprim::", "cub", "")
+
+
+_XMMA_TOK = re.compile(r"bf16|tf32|f16|f32|f64|e4m3|e5m2|i8|s8|i32|s32")
+_DEEPGEMM_T = {"fp8": "fp8", "bf16": "bf16", "fp4": "fp4", "nvfp4": "fp4", "tf32": "tf32", "w4a8": "fp8"}
+# GEMM dtype words, most specific math first: an fp8/fp4/tf32 GEMM names its bf16/fp32 output types too
+_GEMM_DTYPE_WORDS = [
+    (re.compile(r"e2m1|nvfp4|mxfp4|\bfp4\b|_fp4_|float_e2m1"), "fp4"),
+    (re.compile(r"e4m3|e5m2|Float8|fp8|\bf8\b"), "fp8"),
+    (re.compile(r"tf32|tfloat32"), "tf32"),
+    (re.compile(r"BFloat16|bfloat16|__nv_bfloat16|\bbf16|_bf16"), "bf16"),
+    (re.compile(r"\bc10::Half\b|\b__half\b|\bhalf\b|half_t|\bHalf\b|\bfp16\b|_f16_|_fp16|\bf16\b"), "fp16"),
+    (re.compile(r"\bdouble\b|\bfp64\b"), "fp64"),
+    (re.compile(r"\bfloat\b|\bfp32\b|\bf32\b"), "fp32"),
+    (re.compile(r"\bint8_t\b|\bint8\b"), "int8"),
+]
+
+
+def gemm_dtype_in(text: str) -> str | None:
+    """The math dtype a GEMM kernel name states (fp4, fp8, tf32 before bf16/fp16/fp32), or None."""
+    for rx, dt in _GEMM_DTYPE_WORDS:
+        if rx.search(text):
+            return dt
+    return None
+
+
+def _xmma_dtype(ab: str, mma: str) -> str | None:
+    """cuBLASLt xmma `<A><B>_<mma in><acc>`: the MMA input type when it is given, else A's."""
+    toks = _XMMA_TOK.findall(mma) or _XMMA_TOK.findall(ab)
+    if toks and toks[0] in ("i32", "s32"):   # the group was the accumulator: the storage types decide
+        toks = _XMMA_TOK.findall(ab)
+    return _XMMA_T.get(toks[0]) if toks else None
+
+
+def _tensorop_dtype(acc: str, shape: str, name: str) -> str | None:
+    """cuBLAS/CUTLASS tensor-op names `<acc><MMA shape>gemm` (s1688gemm, h884gemm, bf16_s16816gemm_bf16): the
+    input type is the name's dtype word where there is one; `s1688` without one is TF32 (m16n8k8 with fp32
+    operands exists only as TF32); `h` is fp16, `i` int8, `d` fp64; other `s` shapes take 16-bit inputs (fp16)."""
+    word = gemm_dtype_in(re.sub(r"_align\d+|::Params.*", "", name))
+    if word and word not in ("fp32",):
+        return word
+    if acc == "h":
+        return "fp16"
+    if acc == "i":
+        return "int8"
+    if acc == "d":
+        return "fp64"
+    return "tf32" if shape == "1688" else "fp16"
 
 
 def _nccl_dtype(name: str) -> str | None:

@@ -11,9 +11,11 @@ import polars as pl
 import pyarrow as pa
 
 from ..errors import UsageError
+from . import achieved as ach
+from . import precision as prec
 from . import trace_flops as tf
 from .models import ModelConfig, param_counts, training_flops_per_token
-from .peaks import match_gpu, normalize_dtype, peak_tflops as lookup_peak
+from .peaks import PEAKS, match_gpu, normalize_dtype, peak_tflops as lookup_peak
 
 TERA = 10**12
 NO_SHAPES = "trace has no recorded shapes (record_shapes off): trace-based FLOPs unavailable"
@@ -107,7 +109,7 @@ def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
             notes.append(f"ranks report different GPUs {names}: peak of {gpu_name}")
 
     # -- from the trace
-    trace_fps = trace_dtype = None
+    trace_fps = trace_dtype = detail = None
     if cr is not None and cr.num_rows:
         ops_rows = pl.from_arrow(cr.select(["kind", "input_dims"])).filter(pl.col("kind") == "op")
         if ops_rows.height and ops_rows["input_dims"].null_count() == ops_rows.height:
@@ -134,8 +136,9 @@ def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
                 else:
                     per_step = inwin.group_by("rank", "step").agg(pl.col("flops").sum())
                     trace_fps = float(per_step.group_by("rank").agg(pl.col("flops").median())["flops"].mean())
-                    by_dt = inwin.group_by("dtype").agg(pl.col("flops").sum()).drop_nulls("dtype").sort("flops")
-                    trace_dtype = by_dt["dtype"][-1] if by_dt.height else None
+                    detail = _precision_detail(inwin, cr, ops, t.get("gpu_activities"), trace_fps, per_step.height)
+                    by_pr = detail["ops"].group_by("precision").agg(pl.col("flops").sum()).sort(["flops", "precision"])
+                    trace_dtype = prec.PEAK_COLUMN.get(by_pr["precision"][-1]) if by_pr.height else None
                     by_op = inwin.group_by("name").agg(pl.col("flops").sum()).sort("name")
                     out["trace_flops_by_op"] = {r["name"]: r["flops"] / per_step.height for r in by_op.to_dicts()}
                     out["trace_ops_counted"] = inwin.height
@@ -183,7 +186,7 @@ def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
     if tokens_per_step and step_time_ns:
         out["tokens_per_second_per_gpu"] = tokens_per_step / (step_time_ns * 1e-9)
     if dtype is None and trace_dtype:
-        dt, how = trace_dtype, "trace (dtype of most matmul FLOPs)"
+        dt, how = trace_dtype, "trace (precision of most matmul FLOPs)"
     else:
         dt, how = normalize_dtype(dtype), ("given" if dtype else "assumed")
         if dtype is None and peak_tflops is None:
@@ -204,7 +207,58 @@ def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
                 out["status"] = "no_peak"
     out["peak_tflops"] = peak
     out["mfu"] = delivered / peak if delivered is not None and peak else None
+    out.update(_precision_fields(detail if out["method"] == "trace" else None, fps, step_time_ns, out["gpu"], notes))
     out["notes"] = notes
+    return out
+
+
+def _precision_detail(inwin: pl.DataFrame, cr: pa.Table, ops: pa.Table, gpu: pa.Table | None,
+                      flops_per_step: float, n_steps: int) -> dict:
+    """Counted in-window ops with their precision, their compute kernels and the precision split."""
+    kern = None
+    if gpu is not None and gpu.num_rows:
+        kern = prec.kernels_of_ops(tf.kernel_flops(ops, cr, gpu), gpu)
+    classified = prec.classify_ops(inwin.select("id", "name", "flops"), cr, kern)
+    ck = ach.compute_kernels(kern, classified) if kern is not None else None
+    return {"ops": classified, "kernels": ck, "split": prec.split(classified, flops_per_step),
+            "n_steps": max(1, n_steps), "flops_per_step": flops_per_step}
+
+
+def _precision_fields(detail: dict | None, fps: float | None, step_time_ns: int | None, gpu_key: str | None,
+                      notes: list[str]) -> dict:
+    """FLOPs per precision, dense-bf16 and precision-weighted MFU, achievable TFLOP/s, per-family rates."""
+    rows = detail["split"] if detail else []
+    out, more = prec.mfu_fields(rows, fps, step_time_ns, gpu_key, PEAKS)
+    notes += more
+    if detail is None:
+        return out
+    out["flops_by_precision"] = rows
+    assumed = sum(r["sources"].get(prec.ASSUMED, 0.0) for r in rows)
+    out["assumed_bf16_flops_per_step"] = assumed
+    if assumed:
+        notes.append(f"precision not visible for {assumed / fps:.1%} of the FLOPs: assumed bf16")
+    ck = detail["kernels"]
+    if ck is None or ck.height == 0:
+        return out
+    achievable = ach.sustained(ck)
+    for a in achievable:
+        a["min_kernel_ns"] = ach.MIN_KERNEL_NS
+    out["achievable"], out["achievable_definition"] = achievable, ach.DEFINITION
+    peaks = {r["precision"]: r.get("peak_tflops") for r in rows}
+    out["by_family"] = ach.by_family(ck, detail["n_steps"], achievable, peaks)
+    # MFU against the achievable: sum over (kind, precision) of F / (A * T)
+    a = {(x["kind"], x["precision"]): x["tflops"] for x in achievable}
+    ops = detail["ops"]
+    total = float(ops["flops"].sum())
+    by = ops.group_by("kind", "precision").agg(pl.col("flops").sum()).to_dicts()
+    lacking = sorted(f"{r['kind']} {r['precision']}" for r in by if r["flops"] and not a.get((r["kind"], r["precision"])))
+    out["mfu_achievable"] = None
+    if lacking:
+        notes.append(f"no kernel of {', '.join(lacking)} lasts {ach.MIN_KERNEL_NS // 1000} us: "
+                     "MFU against the achievable not computed")
+    elif step_time_ns and total:
+        ideal = sum(fps * r["flops"] / total / (a[(r["kind"], r["precision"])] * 1e12) for r in by if r["flops"])
+        out["mfu_achievable"] = ideal / (step_time_ns * 1e-9)
     return out
 
 

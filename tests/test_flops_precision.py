@@ -1,0 +1,182 @@
+"""Precision-aware FLOPs and MFU on a hand-made MoE step: fp8 `_scaled_mm` expert GEMMs of known shapes
+beside bf16 attention matmuls (plus a TF32 GEMM and one of unknown precision). Every expected number is
+computed here from 2*M*N*K and the H100 SXM datasheet peaks, not read from the program."""
+import json
+import math
+
+import pytest
+from helpers import make_profile
+
+from traceview.flops import achieved, precision
+from traceview.flops.mfu import flops_section
+
+F8 = ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float"]
+BF = ["c10::BFloat16", "c10::BFloat16"]
+FP32 = ["float", "float"]
+NVJET_FP8 = "nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_ovscale_TNT"
+NVJET_BF16 = "nvjet_sm90_tst_256x128_64x4_1x2_h_bz_coopA_NNT"
+XMMA_TF32 = "sm80_xmma_gemm_f32f32_tf32f32_f32_nn_n_tilesize128x128x16_stage4_warpsize2x2x1_tensor16x8x8_kernel"
+SPLITK = ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false, float, "
+          "__nv_bfloat16, __nv_bfloat16, true, false, false>(cublasLt::cublasSplitKParams<float>)")
+
+# (op name, input dims, input types, [(kernel name, duration ns)])
+OPS = [
+    # four fp8 expert GEMMs (routed tokens x d -> FFN): M, K, N
+    ("aten::_scaled_mm", [[512, 2048], [2048, 1408], [], []], F8, [(NVJET_FP8, 20_000), (SPLITK, 2_000)]),
+    ("aten::_scaled_mm", [[256, 2048], [2048, 1408], [], []], F8, [(NVJET_FP8, 10_000)]),
+    ("aten::_scaled_mm", [[768, 1408], [1408, 2048], [], []], F8, [(NVJET_FP8, 30_000)]),
+    ("aten::_scaled_mm", [[64, 2048], [2048, 1408], [], []], F8, [(NVJET_FP8, 5_000)]),     # < 10 us
+    # bf16 attention matmuls: Q K^T and P V over 32 batch*heads, S 1024, D 128
+    ("aten::bmm", [[32, 1024, 128], [32, 128, 1024]], BF, [(NVJET_BF16, 40_000)]),
+    ("aten::bmm", [[32, 1024, 1024], [32, 1024, 128]], BF, [(NVJET_BF16, 50_000)]),
+    # fp32 inputs, TF32 math (the kernel says so)
+    ("aten::mm", [[1024, 1024], [1024, 512]], FP32, [(XMMA_TF32, 12_000)]),
+    # no input types recorded, a kernel that names no dtype: precision unknown
+    ("aten::mm", [[256, 256], [256, 256]], None, [("my_fused_gemm_kernel", 3_000)]),
+]
+F_FP8 = [2 * 512 * 2048 * 1408, 2 * 256 * 2048 * 1408, 2 * 768 * 1408 * 2048, 2 * 64 * 2048 * 1408]
+F_BF16 = [2 * 32 * 1024 * 128 * 1024, 2 * 32 * 1024 * 1024 * 128]
+F_TF32 = 2 * 1024 * 1024 * 512
+F_ASSUMED = 2 * 256 * 256 * 256
+TOTAL = sum(F_FP8) + sum(F_BF16) + F_TF32 + F_ASSUMED
+# H100 SXM dense peaks, TFLOP/s (NVIDIA H100 datasheet, sparse figures halved)
+P_BF16, P_FP8, P_TF32 = 989.5, 1979.0, 494.5
+STEP_NS = 2_000_000
+T = STEP_NS * 1e-9
+
+
+def profile_tables():
+    cpu = [{"id": 1, "tid": 1, "kind": "annotation", "name": "ProfilerStep#1", "start_ns": 0, "end_ns": 1_000_000}]
+    gpu, t = [], 100_000
+    for i, (name, dims, types, kernels) in enumerate(OPS):
+        oid = 10 + i
+        cpu.append({"id": oid, "tid": 1, "kind": "op", "name": name, "start_ns": 1000 + 10_000 * i,
+                    "end_ns": 9000 + 10_000 * i, "parent_id": 1, "input_dims": json.dumps(dims),
+                    "input_types": json.dumps(types) if types else None})
+        for kname, dur in kernels:
+            gpu.append({"id": 100 + len(gpu), "op_id": oid, "start_ns": t, "end_ns": t + dur, "kind": "kernel",
+                        "name": kname, "stream": 7})
+            t += dur + 1000
+    return cpu, gpu
+
+
+@pytest.fixture(scope="module")
+def sec():
+    cpu, gpu = profile_tables()
+    return flops_section(make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3"), step_time_ns=STEP_NS)
+
+
+def by_precision(sec):
+    return {r["precision"]: r for r in sec["flops_by_precision"]}
+
+
+def test_flops_split_by_precision_as_planted(sec):
+    s = by_precision(sec)
+    assert sec["flops_per_step"] == TOTAL
+    assert s["fp8"]["flops_per_step"] == sum(F_FP8)
+    assert s["bf16"]["flops_per_step"] == sum(F_BF16) + F_ASSUMED
+    assert s["tf32"]["flops_per_step"] == F_TF32
+    assert set(s) == {"fp8", "bf16", "tf32"}
+    # how each was decided: the op (_scaled_mm), the inputs (bf16 bmm), the kernel (TF32), assumed
+    assert s["fp8"]["sources"] == {"op": sum(F_FP8)}
+    assert s["bf16"]["sources"] == {"inputs": sum(F_BF16), "assumed": F_ASSUMED}
+    assert s["tf32"]["sources"] == {"kernel": F_TF32}
+    assert sec["assumed_bf16_flops_per_step"] == F_ASSUMED
+    assert any(f"{F_ASSUMED / TOTAL:.1%} of the FLOPs: assumed bf16" in n for n in sec["notes"])
+    assert sum(r["share"] for r in sec["flops_by_precision"]) == pytest.approx(1.0, rel=1e-15)
+
+
+def test_mfu_per_precision_and_dense_bf16_by_hand(sec):
+    s = by_precision(sec)
+    mfu8 = sum(F_FP8) / (P_FP8 * 1e12 * T)
+    mfu16 = (sum(F_BF16) + F_ASSUMED) / (P_BF16 * 1e12 * T)
+    mfu32 = F_TF32 / (P_TF32 * 1e12 * T)
+    assert s["fp8"]["peak_tflops"] == P_FP8 and s["bf16"]["peak_tflops"] == P_BF16 and s["tf32"]["peak_tflops"] == P_TF32
+    assert s["fp8"]["mfu"] == pytest.approx(mfu8, rel=1e-12)
+    assert s["bf16"]["mfu"] == pytest.approx(mfu16, rel=1e-12)
+    assert s["tf32"]["mfu"] == pytest.approx(mfu32, rel=1e-12)
+    assert sec["mfu_precision_weighted"] == pytest.approx(mfu8 + mfu16 + mfu32, rel=1e-12)
+    assert sec["mfu_dense_bf16"] == pytest.approx(TOTAL / (P_BF16 * 1e12 * T), rel=1e-12)
+    assert sec["peak_tflops_dense_bf16"] == P_BF16
+    # the effective denominator: F / sum(F_p / P_p)
+    eff = TOTAL / (sum(F_FP8) / P_FP8 + (sum(F_BF16) + F_ASSUMED) / P_BF16 + F_TF32 / P_TF32)
+    assert sec["peak_tflops_precision_weighted"] == pytest.approx(eff, rel=1e-12)
+    assert sec["mfu_precision_weighted"] == pytest.approx(TOTAL / (eff * 1e12 * T), rel=1e-12)
+    # the single-peak MFU keeps its rule: the precision of most FLOPs (bf16 here) and its dense peak
+    assert sum(F_BF16) + F_ASSUMED > sum(F_FP8) and sec["dtype"] == "bf16" and sec["mfu"] == pytest.approx(
+        sec["mfu_dense_bf16"], rel=1e-12)
+
+
+def test_achievable_is_the_p95_of_kernels_of_at_least_10us(sec):
+    a = {(r["kind"], r["precision"]): r for r in sec["achievable"]}
+    # fp8 GEMM kernels >= 10 us: the first three (the 5 us one is left out); the split-K reduce gets no FLOPs
+    rates8 = [F_FP8[0] / 20_000 / 1e3, F_FP8[1] / 10_000 / 1e3, F_FP8[2] / 30_000 / 1e3]
+    assert a[("gemm", "fp8")]["kernels"] == 3 and a[("gemm", "fp8")]["tflops"] == pytest.approx(max(rates8))
+    assert a[("gemm", "bf16")]["tflops"] == pytest.approx(max(F_BF16[0] / 40_000, F_BF16[1] / 50_000) / 1e3)
+    assert a[("gemm", "tf32")]["tflops"] == pytest.approx(F_TF32 / 12_000 / 1e3)
+    assert ("gemm", "bf16") in a and a[("gemm", "bf16")]["kernels"] == 2   # the 3 us unknown GEMM is too short
+    # MFU against the achievable: sum over (kind, precision) of F / (A * T)
+    ideal = (sum(F_FP8) / (max(rates8) * 1e12) + (sum(F_BF16) + F_ASSUMED) / (a[("gemm", "bf16")]["tflops"] * 1e12)
+             + F_TF32 / (a[("gemm", "tf32")]["tflops"] * 1e12))
+    assert sec["mfu_achievable"] == pytest.approx(ideal / T, rel=1e-12)
+
+
+def test_nearest_rank_percentile_by_hand():
+    xs = [float(i) for i in range(40, 0, -1)]          # 1..40 in any order
+    assert achieved.nearest_rank(xs) == 38.0             # ceil(0.95 * 40) = 38th smallest
+    assert achieved.nearest_rank([3.0, 1.0, 2.0]) == 3.0  # under 20 kernels: the best
+    assert achieved.nearest_rank([float(i) for i in range(1, 21)]) == 19.0
+    assert achieved.nearest_rank([]) is None
+
+
+def test_per_family_rates_and_ratios(sec):
+    fam = {(r["family"], r["precision"]): r for r in sec["by_family"]}
+    f8 = fam[("gemm:nvjet fp8", "fp8")]
+    t8 = 20_000 + 10_000 + 30_000 + 5_000          # the GEMM kernels only: the split-K reduce carries no FLOPs
+    assert f8["flops_per_step"] == pytest.approx(sum(F_FP8)) and f8["kernel_ns_per_step"] == t8
+    assert f8["achieved_tflops"] == pytest.approx(sum(F_FP8) / t8 / 1e3)
+    best8 = max(F_FP8[0] / 20_000, F_FP8[1] / 10_000, F_FP8[2] / 30_000) / 1e3
+    assert f8["ratio_to_achievable"] == pytest.approx(sum(F_FP8) / t8 / 1e3 / best8)
+    assert f8["ratio_to_peak"] == pytest.approx(sum(F_FP8) / t8 / 1e3 / P_FP8)
+    bf = fam[("gemm:nvjet bf16", "bf16")]
+    assert bf["achieved_tflops"] == pytest.approx(sum(F_BF16) / 90_000 / 1e3)
+    assert fam[("gemm:xmma tf32", "tf32")]["ratio_to_peak"] == pytest.approx(F_TF32 / 12_000 / 1e3 / P_TF32)
+    unknown = fam[("kernel:my_fused_gemm_kernel", "bf16")]
+    assert unknown["achieved_tflops"] == pytest.approx(F_ASSUMED / 3_000 / 1e3)
+    assert not any(r["family"].startswith("gemm:splitk") for r in sec["by_family"])
+    assert sum(r["flops_per_step"] for r in sec["by_family"]) == pytest.approx(TOTAL, rel=1e-12)
+
+
+@pytest.mark.parametrize("name,inputs,kernel,expected", [
+    ("aten::_scaled_mm", "fp8", "fp8", ("fp8", "op")),
+    ("aten::_scaled_mm", None, None, ("fp8", "op")),               # the op alone says fp8
+    ("aten::_scaled_grouped_mm", "fp4", None, ("fp4", "op")),
+    ("aten::mm", "fp32", "tf32", ("tf32", "kernel")),             # TF32 math on fp32 storage
+    ("aten::mm", "bf16", "fp16", ("bf16", "inputs")),             # cuDNN/CUTLASS say f16 for bf16 too
+    ("aten::mm", "fp32", "fp32", ("fp32", "inputs")),
+    ("aten::mm", None, "fp16", ("fp16", "kernel")),
+    ("aten::mm", None, None, ("bf16", "assumed")),
+])
+def test_precedence(name, inputs, kernel, expected):
+    assert precision.op_precision(name, inputs, kernel) == expected
+
+
+def test_input_types_as_recorded():
+    ip = precision.input_precision
+    assert ip(json.dumps(F8)) == "fp8" and ip(json.dumps(BF)) == "bf16" and ip('["c10::Half", "c10::Half"]') == "fp16"
+    assert ip('["", "c10::BFloat16", "c10::BFloat16"]') == "bf16"   # addmm: no bias recorded
+    assert ip('["float", "float"]') == "fp32" and ip(None) is None and ip("not json") is None
+
+
+def test_no_fp8_peak_is_said_not_guessed():
+    cpu, gpu = profile_tables()
+    sec = flops_section(make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA A100-SXM4-80GB"), step_time_ns=STEP_NS)
+    assert sec["mfu_precision_weighted"] is None and sec["peak_tflops_precision_weighted"] is None
+    assert by_precision(sec)["fp8"]["peak_tflops"] is None
+    assert "A100 SXM has no fp8 peak in the table: precision-weighted MFU not computed" in sec["notes"]
+    assert sec["mfu_dense_bf16"] == pytest.approx(TOTAL / (312e12 * T), rel=1e-12)
+
+
+def test_finite_and_json(sec):
+    json.dumps(sec, allow_nan=False)
+    assert all(math.isfinite(r["flops_per_step"]) for r in sec["flops_by_precision"])

@@ -1,0 +1,169 @@
+"""The precision each counted matrix/attention op ran in, and the step's FLOPs split by precision.
+
+An op's precision is read, in this order (the first that says something wins; docs/FLOPS.md):
+1. the op: `aten::_scaled_mm` / `aten::_scaled_grouped_mm` are fp8 (fp4 when their inputs are fp4);
+2. its compute kernel, when the kernel names a math type the inputs cannot show: fp8, fp4, tf32,
+   int8, fp64 (cuBLASLt `xmma_gemm_f32f32_tf32f32`, CUTLASS `s1688gemm`, nvjet `qq`, DeepGEMM fp8);
+3. the op's recorded input dtype (`Input type` in Kineto args): bf16, fp16, fp32, fp8, ...;
+4. the kernel's name (bf16 / fp16 / fp32) when no input types were recorded;
+5. otherwise "assumed bf16".
+"Compute kernel": the longest-running GEMM / attention / convolution kernel the op launched
+(families of traceview/diff/families.py), not its split-K reduce or elementwise epilogue.
+"""
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+
+import polars as pl
+import pyarrow as pa
+
+from ..diff.families import family
+
+ASSUMED = "assumed"
+SCALED_OPS = ("aten::_scaled_mm", "aten::_scaled_grouped_mm")
+# math types a kernel name can show that the op's input dtype cannot (or shows differently)
+KERNEL_ONLY = ("fp8", "fp4", "tf32", "int8", "fp64")
+# peak-table column of each precision (fp16 and bf16 share one: equal on every GPU in peaks.py)
+PEAK_COLUMN = {"fp4": "fp4", "fp8": "fp8", "bf16": "bf16", "fp16": "bf16", "tf32": "tf32", "fp32": "fp32"}
+_INPUT_T = {
+    "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16", "float": "fp32",
+    "double": "fp64", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
+    "c10::float8_e5m2fnuz": "fp8", "c10::float4_e2m1fn_x2": "fp4", "signed char": "int8", "c10::qint8": "int8",
+}
+COMPUTE_CATEGORIES = ("gemm", "attention", "conv")
+
+
+def input_precision(input_types: str | None) -> str | None:
+    """Precision of the first matrix input among the first three recorded types (bias or not), or None."""
+    if not input_types:
+        return None
+    try:
+        t = json.loads(input_types)
+    except ValueError:
+        return None
+    if not isinstance(t, list):
+        return None
+    for x in t[:3]:
+        p = _INPUT_T.get(str(x).strip().lower())
+        if p:
+            return p
+    return None
+
+
+@lru_cache(maxsize=65536)
+def kernel_precision(name: str) -> tuple[str | None, str | None]:
+    """(category, dtype) of a kernel when it is a compute kernel (GEMM/attention/conv), else (None, None)."""
+    f = family(name or "")
+    if f.category not in COMPUTE_CATEGORIES or f.family == "gemm:splitk-reduce":
+        return None, None
+    return f.category, f.dtype
+
+
+def op_precision(op_name: str, inputs: str | None, kernel: str | None) -> tuple[str, str]:
+    """(precision, source) of one op: source is 'op', 'kernel', 'inputs' or 'assumed' (precision bf16)."""
+    if op_name in SCALED_OPS:
+        return ("fp4" if inputs == "fp4" else "fp8"), "op"
+    if kernel in KERNEL_ONLY:
+        return kernel, "kernel"
+    if inputs:
+        return inputs, "inputs"
+    if kernel:
+        return kernel, "kernel"
+    return "bf16", ASSUMED
+
+
+def op_kind(op_name: str) -> str:
+    """The kind of work of a counted op: 'attention', 'conv' or 'gemm'."""
+    if "attention" in op_name:
+        return "attention"
+    if "conv" in op_name:
+        return "conv"
+    return "gemm"
+
+
+def kernels_of_ops(kernels: pa.Table, gpu_activities: pa.Table) -> pl.DataFrame:
+    """Kernel rows of counted ops (kernel_flops output joined to gpu_activities): id, rank, op_id, name,
+    family, category, kdtype, dur_ns, flops (the duration-split share of its op)."""
+    k = pl.from_arrow(kernels)
+    g = pl.from_arrow(gpu_activities.select(["id", "name", "start_ns", "end_ns"]))
+    k = k.join(g, on="id", how="left").with_columns(
+        dur_ns=(pl.col("end_ns") - pl.col("start_ns")).clip(lower_bound=0).fill_null(0))
+    names = k["name"].fill_null("").unique().to_list()
+    info = {n: (family(n).key,) + kernel_precision(n) for n in names}
+    lut = pl.DataFrame({"name": names, "family": [info[n][0] for n in names],
+                        "category": [info[n][1] for n in names], "kdtype": [info[n][2] for n in names]},
+                       schema={"name": pl.Utf8, "family": pl.Utf8, "category": pl.Utf8, "kdtype": pl.Utf8})
+    return k.with_columns(pl.col("name").fill_null("")).join(lut, on="name", how="left").select(
+        "id", "rank", "op_id", "name", "family", "category", "kdtype", "dur_ns", "flops")
+
+
+def classify_ops(ops: pl.DataFrame, cpu_ranges: pa.Table, kern: pl.DataFrame | None) -> pl.DataFrame:
+    """`ops` (counted, with id and name) plus precision, precision_source, kind, kernel_precision."""
+    types = pl.from_arrow(cpu_ranges.select(["id", "input_types"]))
+    o = ops.join(types, on="id", how="left")
+    kp: dict[int, str | None] = {}
+    if kern is not None and kern.height:
+        comp = kern.filter(pl.col("category").is_not_null()).sort(["op_id", "dur_ns", "id"],
+                                                                  descending=[False, True, False])
+        top = comp.group_by("op_id", maintain_order=True).first()
+        kp = dict(zip(top["op_id"].to_list(), top["kdtype"].to_list()))
+    rows = [op_precision(n, input_precision(t), kp.get(i))
+            for i, n, t in zip(o["id"].to_list(), o["name"].to_list(), o["input_types"].to_list())]
+    return o.with_columns(
+        pl.Series("precision", [r[0] for r in rows], dtype=pl.Utf8),
+        pl.Series("precision_source", [r[1] for r in rows], dtype=pl.Utf8),
+        pl.Series("kind", [op_kind(n) for n in o["name"].to_list()], dtype=pl.Utf8),
+        pl.Series("kernel_precision", [kp.get(i) for i in o["id"].to_list()], dtype=pl.Utf8)).drop("input_types")
+
+
+def split(classified: pl.DataFrame, flops_per_step: float) -> list[dict]:
+    """FLOPs per step by precision: `flops_per_step` (the median-step total) split in the proportions of
+    the counted ops of all steps; with the part each source (op, kernel, inputs, assumed) decided."""
+    total = float(classified["flops"].sum())
+    if not total:
+        return []
+    by = classified.group_by("precision", "precision_source").agg(pl.col("flops").sum())
+    out = []
+    for p in by["precision"].unique().to_list():
+        rows = by.filter(pl.col("precision") == p)
+        fp = float(rows["flops"].sum())
+        out.append({"precision": p, "flops_per_step": flops_per_step * fp / total, "share": fp / total,
+                    "sources": {s: flops_per_step * float(f) / total
+                                for s, f in sorted(zip(rows["precision_source"], rows["flops"]))}})
+    return sorted(out, key=lambda r: (-r["share"], r["precision"]))
+
+
+def mfu_fields(split_rows: list[dict], flops_per_step: float | None, step_time_ns: int | None,
+               gpu_key: str | None, peaks: dict[str, dict[str, float]]) -> tuple[dict, list[str]]:
+    """Dense-bf16 MFU and precision-weighted MFU with their denominators (docs/FLOPS.md):
+
+        MFU_bf16 = F / (P_bf16 * T)        MFU_pw = sum_p F_p / (P_p * T) = F / (P_eff * T),
+        P_eff = F / sum_p (F_p / P_p)      (the FLOP-weighted harmonic mean of the peaks)
+
+    F FLOPs per step, F_p those of precision p, P_p the dense peak of p, T the step time."""
+    notes: list[str] = []
+    pk = peaks.get(gpu_key, {}) if gpu_key else {}
+    t = step_time_ns * 1e-9 if step_time_ns else None
+    out: dict = {"peak_tflops_dense_bf16": pk.get("bf16"), "mfu_dense_bf16": None,
+                 "peak_tflops_precision_weighted": None, "mfu_precision_weighted": None}
+    if flops_per_step and t and pk.get("bf16"):
+        out["mfu_dense_bf16"] = flops_per_step / (pk["bf16"] * 1e12 * t)
+    if not split_rows:
+        return out, notes
+    ideal, missing = 0.0, []
+    for r in split_rows:
+        p = pk.get(PEAK_COLUMN.get(r["precision"], ""))
+        r["peak_tflops"] = p
+        r["mfu"] = r["flops_per_step"] / (p * 1e12 * t) if p and t else None
+        if p:
+            ideal += r["flops_per_step"] / (p * 1e12)
+        elif r["flops_per_step"]:
+            missing.append(r["precision"])
+    if missing and gpu_key:
+        notes.append(f"{gpu_key} has no {'/'.join(missing)} peak in the table: precision-weighted MFU not computed")
+    if not missing and ideal and flops_per_step:
+        out["peak_tflops_precision_weighted"] = flops_per_step / ideal / 1e12
+        if t:
+            out["mfu_precision_weighted"] = ideal / t
+    return out, notes

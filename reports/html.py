@@ -141,6 +141,31 @@ def _layers_html(doc: dict) -> list[str]:
     return out
 
 
+def _flops_html(f: dict) -> list[str]:
+    """FLOPs by precision (MFU against both denominators), achievable TFLOP/s and per-family rates."""
+    out = []
+    if f.get("flops_by_precision"):
+        rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
+                 ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
+                 mdr._tf(r.get("peak_tflops")), mdr._pc(r.get("mfu"))] for r in f["flops_by_precision"]]
+        out += ["<h2>FLOPs by precision (per step per GPU)</h2>", f"<p>{h(mdr.mfu_denominators(f))}.</p>",
+                _table(["precision", "TFLOP per step", "share", "precision from", "dense peak TFLOP/s", "MFU"], rows,
+                       "lrrlrr")]
+    if f.get("achievable"):
+        out.append(f"<p>Achievable in this trace ({h(f.get('achievable_definition') or '')}): " + h("; ".join(
+            f"{a['kind']} {a['precision']} {mdr._tf(a['tflops'])} TFLOP/s ({a['kernels']} kernels)"
+            for a in f["achievable"])) + ".</p>")
+    fams = (f.get("by_family") or [])[:12]
+    if fams:
+        frows = [[r["family"], r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", mdr.ms(r["kernel_ns_per_step"]),
+                  mdr._tf(r.get("achieved_tflops")), mdr._pc(r.get("ratio_to_achievable")),
+                  mdr._pc(r.get("ratio_to_peak"))] for r in fams]
+        out += ["<h2>Achieved TFLOP/s by kernel family</h2>",
+                _table(["kernel family", "precision", "TFLOP per step", "kernel ms per step", "TFLOP/s",
+                        "of achievable", "of peak"], frows, "llrrrrr", name_cols=(0,))]
+    return out
+
+
 def _stalls_html(doc: dict) -> list[str]:
     stalls = doc.get("stalls")
     if stalls is None:
@@ -206,6 +231,9 @@ def render(doc: dict) -> str:
         cards.append(("MFU", f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a",
                       f"of {f['peak_tflops']:,.1f} TFLOP/s ({f.get('gpu') or f.get('gpu_name')}, {f.get('dtype')} dense)"
                       if f.get("peak_tflops") else "peak unknown"))
+        if f.get("mfu_precision_weighted") is not None or f.get("mfu_dense_bf16") is not None:
+            cards.append(("MFU by denominator", f"{mdr._pc(f.get('mfu_dense_bf16'))} bf16 · "
+                          f"{mdr._pc(f.get('mfu_precision_weighted'))} precision-weighted", mdr.mfu_denominators(f)))
     else:
         cards.append(("delivered per GPU", "unknown", "no FLOPs (no shapes, no --model)"))
     cards.append(("exposed communication", mdr.pct(s["exposed_comm_ns"], st),
@@ -228,7 +256,7 @@ def render(doc: dict) -> str:
              _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",
                      "overlap"], rows)]
     body += _chart_divs(specs)
-    body += _layers_html(doc) + _stalls_html(doc) + _collectives_html(doc)
+    body += _layers_html(doc) + _flops_html(f) + _stalls_html(doc) + _collectives_html(doc)
     if doc.get("comm"):
         n = max(1, len(doc.get("steps") or []))
         crow = [[c["kind"], f"{c['count'] / n:g}", f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",

@@ -53,6 +53,9 @@ def headline(doc: dict) -> list[tuple[str, str]]:
         peak = (f" of {f['peak_tflops']:,.1f} peak ({f.get('gpu') or f.get('gpu_name') or 'GPU unknown'}, "
                 f"{f.get('dtype')} dense)") if f.get("peak_tflops") else ""
         out.append(("delivered", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {mfu}{peak}"))
+        if f.get("mfu_precision_weighted") is not None:
+            out.append(("precision-weighted MFU", f"{_pc(f['mfu_precision_weighted'])} (effective peak "
+                        f"{_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s: each op at its precision's peak)"))
     else:
         out.append(("delivered", "TFLOP/s unknown (no FLOPs: no shapes in the trace and no --model)"))
     out.append(("exposed communication", f"{pct(s['exposed_comm_ns'], st)} of the step "
@@ -268,6 +271,7 @@ def flops_lines(doc: dict) -> list[str]:
     lines = ["### FLOPs", "",
              f"{f['flops_per_step'] / 1e12:,.2f} TFLOP per step per GPU ({md(f.get('method') or 'unknown')}-based)"
              + (f"; {f['tokens_per_step']:,} tokens per step" if f.get("tokens_per_step") else "") + ".", ""]
+    lines += precision_lines(f)
     groups = sorted(f.get("by_group") or [], key=lambda g: (-g["flops_per_step"], str(g["layer"]), g["phase"],
                                                               g["stage"]))[:8]
     if groups:
@@ -278,6 +282,48 @@ def flops_lines(doc: dict) -> list[str]:
     for n in f.get("notes") or []:
         lines += [f"- note: {md(n)}"]
     return lines + ([""] if f.get("notes") else [])
+
+
+def _pc(x) -> str:
+    return f"{100 * x:.1f}%" if x is not None else "n/a"
+
+
+def _tf(x) -> str:
+    return f"{x:,.1f}" if x is not None else "n/a"
+
+
+def mfu_denominators(f: dict) -> str:
+    """Dense-bf16 and precision-weighted MFU, each with its denominator (one sentence)."""
+    return (f"MFU {_pc(f.get('mfu_dense_bf16'))} against the dense bf16 peak ({_tf(f.get('peak_tflops_dense_bf16'))} "
+            f"TFLOP/s); precision-weighted MFU {_pc(f.get('mfu_precision_weighted'))} against each op's own precision "
+            f"(effective peak {_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s)"
+            + (f"; {_pc(f['mfu_achievable'])} of what this trace sustains" if f.get("mfu_achievable") is not None
+               else ""))
+
+
+def precision_lines(f: dict) -> list[str]:
+    """FLOPs by precision, MFU against both denominators, achievable TFLOP/s, per-family rates."""
+    lines = []
+    if f.get("mfu_dense_bf16") is not None or f.get("mfu_precision_weighted") is not None:
+        lines += [mfu_denominators(f) + ".", ""]
+    rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
+             ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
+             _tf(r.get("peak_tflops")), _pc(r.get("mfu"))] for r in f.get("flops_by_precision") or []]
+    if rows:
+        lines += table(["precision", "TFLOP per step", "share", "precision from", "dense peak TFLOP/s", "MFU"],
+                       rows, "lrrlrr") + [""]
+    ach = f.get("achievable") or []
+    if ach:
+        lines += [f"Achievable in this trace ({md(f.get('achievable_definition') or '')}): " + "; ".join(
+            f"{a['kind']} {a['precision']} {_tf(a['tflops'])} TFLOP/s ({a['kernels']} kernels)" for a in ach) + ".", ""]
+    fams = (f.get("by_family") or [])[:8]
+    if fams:
+        frows = [[md(r["family"], 60), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
+                  ms(r["kernel_ns_per_step"]), _tf(r.get("achieved_tflops")), _pc(r.get("ratio_to_achievable")),
+                  _pc(r.get("ratio_to_peak"))] for r in fams]
+        lines += table(["kernel family", "precision", "TFLOP per step", "kernel ms per step", "TFLOP/s",
+                        "of achievable", "of peak"], frows, "llrrrrr") + [""]
+    return lines
 
 
 def kernel_lines(doc: dict) -> list[str]:

@@ -141,6 +141,7 @@ def flops_lines(doc: dict) -> list[str]:
         mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a"
         lines.append(f"  delivered {f['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU; peak {peak} "
                      f"({f.get('gpu') or f.get('gpu_name') or 'GPU unknown'}, {f['dtype']} dense); MFU {mfu}")
+    lines += precision_lines(f, "  ")
     if f.get("model_params"):
         mp = f["model_params"]
         lines.append(f"  model {f.get('model')}: {mp['total'] / 1e9:,.2f}B parameters, {mp['active'] / 1e9:,.2f}B active "
@@ -158,6 +159,52 @@ def flops_lines(doc: dict) -> list[str]:
     for n in f.get("notes", []):
         lines += textwrap.wrap(f"  note: {n}", 100)
     return lines + [""]
+
+
+def _term(s, n: int) -> str:
+    """A trace-derived name for the terminal: one line, clipped, control characters shown as '?'."""
+    return "".join(c if c.isprintable() else "?" for c in clip(s, n))
+
+
+def _pc(x) -> str:
+    return f"{100 * x:.1f}%" if x is not None else "n/a"
+
+
+def _tf(x) -> str:
+    return f"{x:,.1f}" if x is not None else "n/a"
+
+
+def precision_lines(f: dict, ind: str) -> list[str]:
+    """MFU against each denominator, FLOPs by precision, achievable TFLOP/s, per-family rates."""
+    lines = []
+    if f.get("mfu_dense_bf16") is not None or f.get("mfu_precision_weighted") is not None:
+        lines += textwrap.wrap(
+            f"{ind}MFU {_pc(f.get('mfu_dense_bf16'))} against the dense bf16 peak "
+            f"({_tf(f.get('peak_tflops_dense_bf16'))} TFLOP/s); precision-weighted MFU "
+            f"{_pc(f.get('mfu_precision_weighted'))} against each op's own precision "
+            f"(effective peak {_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s)"
+            + (f"; {_pc(f['mfu_achievable'])} of what this trace sustains" if f.get("mfu_achievable") is not None
+               else ""), 100, subsequent_indent=ind + "  ")
+    rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
+             ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
+             _tf(r.get("peak_tflops")), _pc(r.get("mfu"))] for r in f.get("flops_by_precision") or []]
+    if rows:
+        lines += [ind + x for x in table(["precision", "TFLOP/step", "share", "precision from", "peak TFLOP/s",
+                                          "MFU"], rows, "lrrlrr")]
+    ach = f.get("achievable") or []
+    if ach:
+        lines += textwrap.wrap(f"{ind}achievable = sustained in this trace (p95 of per-kernel TFLOP/s, kernels of at "
+                               f"least {ach[0].get('min_kernel_ns', 0) // 1000} us): " + "; ".join(
+            f"{a['kind']} {a['precision']} {_tf(a['tflops'])} TFLOP/s ({a['kernels']} kernels)" for a in ach),
+            100, subsequent_indent=ind + "  ")
+    fams = (f.get("by_family") or [])[:8]
+    if fams:
+        frows = [[_term(r["family"], 30), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
+                  ms(r["kernel_ns_per_step"]), _tf(r.get("achieved_tflops")), _pc(r.get("ratio_to_achievable")),
+                  _pc(r.get("ratio_to_peak"))] for r in fams]
+        lines += [ind + x for x in table(["kernel family", "precision", "TFLOP/step", "kernel ms", "TFLOP/s",
+                                          "of achievable", "of peak"], frows, "llrrrrr")]
+    return lines
 
 
 def render(doc: dict) -> str:

@@ -91,3 +91,55 @@ def test_analyze_with_model_config_end_to_end():
     meta = json.loads((ROOT / "fixtures" / "h200_moe_overlap.meta.json").read_text())
     assert (f["model_params"]["total"], f["model_params"]["active"]) == (meta["params"], meta["active_params"])
     assert f["model_params"]["active_excl_embedding"] == meta["active_params"] - 32000 * 2048
+
+
+def test_every_matmul_is_bf16_so_both_mfus_agree(profile):
+    """moe_step.py trains in bf16: all counted FLOPs come out bf16 (from the recorded input types), so the
+    precision-weighted MFU equals the dense-bf16 one, 38.8 % at the step breakdown's 300.90 ms."""
+    step_ns = 300_900_000
+    sec = flops_section(profile, step_time_ns=step_ns)
+    assert [(r["precision"], r["sources"]) for r in sec["flops_by_precision"]] == [("bf16", {"inputs": TRACE_PER_STEP})]
+    mfu = TRACE_PER_STEP / (989.5e12 * step_ns * 1e-9)
+    assert sec["mfu_dense_bf16"] == pytest.approx(mfu, rel=1e-12)
+    assert sec["mfu_precision_weighted"] == pytest.approx(mfu, rel=1e-12) and f"{100 * mfu:.1f}" == "38.8"
+    assert sec["peak_tflops_precision_weighted"] == pytest.approx(989.5, rel=1e-12)
+    assert sec["assumed_bf16_flops_per_step"] == 0
+    # the GEMMs run on cuBLASLt nvjet kernels, attention on cuDNN: both families carry all the FLOPs
+    fam = {r["family"]: r for r in sec["by_family"]}
+    assert set(fam) == {"gemm:nvjet bf16", "attention fp16"}
+    assert sum(r["flops_per_step"] for r in sec["by_family"]) == pytest.approx(TRACE_PER_STEP, rel=1e-9)
+    for r in sec["by_family"]:
+        assert 0 < r["ratio_to_achievable"] <= 1.0 + 1e-12 and r["ratio_to_peak"] < 1
+
+
+def test_family_rates_and_sustained_attention_from_the_raw_json(profile):
+    """A second method, from the Kineto JSON itself: kernel times of the nvjet GEMMs and the cuDNN SDPA
+    kernels launched inside the ProfilerStep windows, FLOPs from the model's shapes by hand (each layer's
+    SDPA forward is one fprop kernel of ATTN/4 FLOPs, its backward one bprop kernel of 2.5 x that)."""
+    import gzip
+    import math
+    events = json.load(gzip.open(PATH))["traceEvents"]
+    ns = lambda v: round(v * 1000)  # noqa: E731
+    steps = [(ns(e["ts"]), ns(e["ts"] + e["dur"])) for e in events
+             if e.get("cat") == "user_annotation" and e["name"].startswith("ProfilerStep#")]
+    launch = {e["args"]["correlation"]: ns(e["ts"]) for e in events if e.get("cat") in ("cuda_runtime", "cuda_driver")}
+    kern = [(e["name"], ns(e["dur"])) for e in events if e.get("cat") == "kernel"
+            and any(a <= launch.get(e["args"].get("correlation"), -1) < b for a, b in steps)]
+    nvjet = sum(d for n, d in kern if n.startswith("nvjet_")) / len(steps)
+    attn = ATTN_FWD_PER_TOKEN * TOKENS                         # forward attention FLOPs per step, 4 layers
+    fwd = [attn / 4 / d / 1e3 for n, d in kern if "sdpa" in n and "fprop" in n]
+    bwd = [2.5 * attn / 4 / d / 1e3 for n, d in kern if "sdpa" in n and "bprop" in n]
+    assert len(fwd) == len(bwd) == 4 * len(steps)
+    sec = flops_section(profile, step_time_ns=300_900_000)
+    fam = {r["family"]: r for r in sec["by_family"]}
+    g = fam["gemm:nvjet bf16"]
+    assert g["kernel_ns_per_step"] == pytest.approx(nvjet, rel=1e-9)
+    assert g["achieved_tflops"] == pytest.approx(6 * MATMUL * TOKENS / nvjet / 1e3, rel=1e-9)
+    rates = sorted(fwd + bwd)
+    p95 = rates[math.ceil(0.95 * len(rates)) - 1]
+    a = {(x["kind"], x["precision"]): x for x in sec["achievable"]}
+    assert a[("attention", "bf16")]["tflops"] == pytest.approx(p95, rel=1e-9)
+    sdpa_ns = sum(d for n, d in kern if "sdpa" in n)
+    assert fam["attention fp16"]["achieved_tflops"] == pytest.approx(3.5 * attn * len(steps) / sdpa_ns / 1e3, rel=1e-9)
+    assert fam["attention fp16"]["ratio_to_achievable"] == pytest.approx(
+        3.5 * attn * len(steps) / sdpa_ns / 1e3 / p95, rel=1e-9)

@@ -1,6 +1,7 @@
 """Precision-aware FLOPs and MFU on a hand-made MoE step: fp8 `_scaled_mm` expert GEMMs of known shapes
 beside bf16 attention matmuls (plus a TF32 GEMM and one of unknown precision). Every expected number is
 computed here from 2*M*N*K and the H100 SXM datasheet peaks, not read from the program."""
+import html
 import json
 import math
 
@@ -180,3 +181,68 @@ def test_no_fp8_peak_is_said_not_guessed():
 def test_finite_and_json(sec):
     json.dumps(sec, allow_nan=False)
     assert all(math.isfinite(r["flops_per_step"]) for r in sec["flops_by_precision"])
+
+
+# ---- the same step as a Kineto trace, through `traceview analyze` --------------------------------
+
+def kineto_doc() -> dict:
+    """OPS as a PyTorch-profiler trace: one ProfilerStep, each op on the main thread launching its kernels."""
+    ev = [{"ph": "X", "cat": "user_annotation", "name": "ProfilerStep#1", "pid": 1, "tid": 1, "ts": 0.0, "dur": 1000.0,
+           "args": {}}]
+    t, corr = 100.0, 1
+    for i, (name, dims, types, kernels) in enumerate(OPS):
+        ts = 1.0 + 10.0 * i
+        args = {"Input Dims": dims, "External id": i + 1}
+        if types:
+            args["Input type"] = types
+        ev.append({"ph": "X", "cat": "cpu_op", "name": name, "pid": 1, "tid": 1, "ts": ts, "dur": 8.0, "args": args})
+        for j, (kname, dur) in enumerate(kernels):
+            ev.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1,
+                       "ts": ts + 1.0 + j, "dur": 0.5, "args": {"correlation": corr, "External id": i + 1}})
+            ev.append({"ph": "X", "cat": "kernel", "name": kname, "pid": 0, "tid": 7, "ts": t, "dur": dur / 1000,
+                       "args": {"correlation": corr, "stream": 7, "device": 0, "External id": i + 1}})
+            t += dur / 1000 + 1.0
+            corr += 1
+    return {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100 80GB HBM3"}],
+            "traceEvents": ev}
+
+
+@pytest.fixture(scope="module")
+def kineto_reports(tmp_path_factory):
+    import subprocess
+    import sys
+    d = tmp_path_factory.mktemp("prec")
+    path = d / "fp8_step.json"
+    path.write_text(json.dumps(kineto_doc()))
+    out = {}
+    for fmt in ("json", "text", "markdown", "html"):
+        r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(path), "-f", fmt], capture_output=True,
+                           text=True, timeout=300)
+        assert r.returncode == 0, r.stderr
+        out[fmt] = r.stdout
+    return out
+
+
+def test_kineto_trace_gives_the_same_split_and_both_denominators(kineto_reports):
+    from reports_support import validate
+    doc = json.loads(kineto_reports["json"])
+    validate(doc)
+    f = doc["flops"]
+    s = by_precision(f)
+    assert s["fp8"]["flops_per_step"] == sum(F_FP8) and s["tf32"]["flops_per_step"] == F_TF32
+    assert s["bf16"]["flops_per_step"] == sum(F_BF16) + F_ASSUMED
+    t = doc["summary"]["step_time_ns"] * 1e-9
+    pw = (sum(F_FP8) / P_FP8 + (sum(F_BF16) + F_ASSUMED) / P_BF16 + F_TF32 / P_TF32) / 1e12 / t
+    assert f["mfu_precision_weighted"] == pytest.approx(pw, rel=1e-9)
+    assert f["mfu_dense_bf16"] == pytest.approx(TOTAL / (P_BF16 * 1e12 * t), rel=1e-9)
+    eff = TOTAL / (sum(F_FP8) / P_FP8 + (sum(F_BF16) + F_ASSUMED) / P_BF16 + F_TF32 / P_TF32)
+    # every format prints both MFUs with their denominators
+    want = [f"MFU {100 * f['mfu_dense_bf16']:.1f}% against the dense bf16 peak (989.5 TFLOP/s)",
+            f"precision-weighted MFU {100 * pw:.1f}% against each op's own precision",
+            f"(effective peak {eff:,.1f} TFLOP/s)"]
+    for fmt in ("text", "markdown", "html"):
+        body = " ".join(kineto_reports[fmt].split())
+        body = html.unescape(body) if fmt == "html" else body
+        for w in want:
+            assert w in body, (fmt, w)
+        assert "fp8" in body and "assumed bf16" in body and "gemm:nvjet fp8" in body

@@ -24,8 +24,15 @@ def test_kineto_and_nsys_forms_give_identical_reports(name):
         assert cn["bytes"] in (None, ck["bytes"])
     assert n["flops"]["dtype_source"] in ("assumed", k["flops"]["dtype_source"])
     assert n["flops"]["dtype"] == k["flops"]["dtype"] == "bf16"
+    # the precision split is the same; the Kineto form reads it from the inputs, the nsys form from the kernels
+    kp, np_ = k["flops"].get("flops_by_precision", []), n["flops"].get("flops_by_precision", [])
+    assert [r["precision"] for r in np_] == [r["precision"] for r in kp]
+    assert {s for r in kp for s in r["sources"]} <= {"inputs"}
+    assert {s for r in np_ for s in r["sources"]} <= {"kernel", "assumed"}
     assumed = "data type not known: bf16 assumed (--dtype)"
     for doc in (k, n):
+        for r in doc["flops"].get("flops_by_precision", []):
+            r.pop("sources")
         for c in doc["comm"]:
             c.pop("bytes")
         doc["flops"].pop("dtype_source")

@@ -44,6 +44,11 @@ GOLDEN = [
     ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
      "cutlass::gemm::collective::CollectiveMma<cutlass::float_e4m3_t, cutlass::bfloat16_t>>>(Params)", "gemm:cutlass fp8"),
     ("volta_s884gemm_fp16_128x128_ldg8_f2f_nn", "gemm:tensorop fp16"),
+    # cuBLAS legacy and MAGMA fp32 GEMMs with C++ signatures (hta_trace_filter, hta_df_index_resolver)
+    ("void sgemm_largek_lds64<true, true, 6, 3, 4, 5, 2, 66>(float*, float const*, float const*, int, int, int, int, "
+     "int, int, float const*, float const*, float, float, int, int, int*, int*)", "gemm:sgemm fp32"),
+    ("void magma_sgemmEx_kernel<float, float, float, true, false, 6, 4, 6, 3, 4>(int, int, int, Tensor, int, Tensor, "
+     "int, Tensor, int, Tensor, int, int, int, float const*, float const*, float, float, int)", "gemm:magma fp32"),
     # DeepGEMM (deepseek-ai/DeepGEMM kernel templates: fp8_gemm_kernel, sm90_fp8_gemm_1d2d_impl, ...)
     ("void deep_gemm::fp8_gemm_kernel<7168u, 2048u, 128u, 128u, 128u, 0u, 0u, 1u, 5u, 128u, 128u, 1u, false, "
      "(deep_gemm::GemmType)1>(__nv_bfloat16*, float*, int*, unsigned int, CUtensorMap, CUtensorMap, CUtensorMap, "

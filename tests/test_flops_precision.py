@@ -246,3 +246,20 @@ def test_kineto_trace_gives_the_same_split_and_both_denominators(kineto_reports)
         for w in want:
             assert w in body, (fmt, w)
         assert "fp8" in body and "assumed bf16" in body and "gemm:nvjet fp8" in body
+
+
+def test_peak_rows_say_where_they_come_from():
+    from traceview.flops.peaks import COLUMN, PEAKS, PROVENANCE
+    assert set(PROVENANCE) == set(PEAKS)
+    assert all(v.startswith(("checked:", "datasheet, from memory")) for v in PROVENANCE.values())
+    # the rows marked checked agree with the published dense figures quoted in them (to 0.2 TFLOP/s)
+    for key, quoted in {"H100 SXM": {"bf16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9},
+                        "H200 SXM": {"fp8": 3958 / 2}, "MI300X": {"bf16": 1307.4, "fp8": 2614.9, "fp32": 163.4}}.items():
+        for col, v in quoted.items():
+            assert abs(PEAKS[key][col] - v) <= 0.2, (key, col)
+    assert COLUMN["fp16"] == "bf16" and all(PEAKS[k].get("bf16") for k in PEAKS)
+
+
+def test_peak_source_is_reported(sec):
+    s = by_precision(sec)
+    assert s["fp8"]["peak_source"].startswith("peak table: H100 SXM fp8 dense (checked:")

@@ -148,7 +148,9 @@ _rule(r"ImplicitGemmConvolution", "conv:cutlass", lambda m, n: gemm_dtype_in(n))
 # cuBLASLt xmma: `<A><B>_<mma in><accumulate>_<C>`: the math runs in the MMA input type (f32f32_tf32f32 is TF32)
 _rule(r"xmma_gemm_([a-z0-9]+)_([a-z0-9]+)_", "gemm:xmma", lambda m, n: _xmma_dtype(m.group(1), m.group(2)))
 _rule(r"xmma_gemm_(bf16|tf32|f16|f32|f64|e4m3|e5m2|i8|s8)", "gemm:xmma", lambda m, n: _XMMA_T.get(m.group(1)))
-_rule(r"^(?:\w+?_)?([sdhcz])gemm(?:_|$)", lambda m, n: f"gemm:{m.group(1)}gemm", lambda m, n: _CUBLAS_LEGACY[m.group(1)])
+_rule(r"^(?:void )?(?:\w+?_)?([sdhcz])gemm(?:_|$|<)", lambda m, n: f"gemm:{m.group(1)}gemm",
+      lambda m, n: _CUBLAS_LEGACY[m.group(1)])
+_rule(r"magma_([sdhcz])gemm", "gemm:magma", lambda m, n: _CUBLAS_LEGACY[m.group(1)])
 # CUTLASS: SIMT kernels (CUDA cores, no tensor cores) are a family of their own, dtype from [sdh]gemm
 _rule(r"cutlass\w*?_simt_([sdh])gemm", "gemm:cutlass-simt", lambda m, n: _CUBLAS_LEGACY[m.group(1)])
 _rule(r"cutlass\w*?_tensorop_(?:\w*?_)?([shdi])(\d{3,6})(?:tf32)?gemm", "gemm:cutlass",

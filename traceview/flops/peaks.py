@@ -49,6 +49,21 @@ PEAKS: dict[str, dict[str, float]] = {
     "MI350X": {"bf16": 2306.9, "fp8": 4613.7, "fp4": 9227.5, "fp32": 144.2},
 }
 
+# Where each row's figures were last checked. "datasheet, from memory": written from the vendor document
+# named in the row's comment and not re-checked against it since; "checked": compared in this project
+# with a published copy of the figures (named), all columns of the row agreeing.
+PROVENANCE: dict[str, str] = {k: "datasheet, from memory" for k in PEAKS}
+PROVENANCE.update({
+    "H100 SXM": "checked: dense BF16 989.4, FP8 1978.9, TF32 494.7, FP32 66.9 (glennklockwood.com H100 page)",
+    "H200 SXM": "checked: same compute as H100 SXM (H200 datasheet FP8 3,958* = H100's)",
+    "H800 SXM": "datasheet, from memory (H100 SXM tensor peaks)",
+    "MI300X": "checked: matrix FP16/BF16 1,307.4, FP8 2,614.9, FP32 163.4 (ROCm MI300 docs)",
+    "GB200": "datasheet, from memory; FP32 uncertain (NVIDIA's later per-GPU table says 80 TFLOP/s, "
+             "the earlier 180 per superchip gives 90)",
+})
+# fp16 has no column: its dense peak equals bf16's on every part above
+COLUMN = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "fp4": "fp4", "tf32": "tf32", "fp32": "fp32"}
+
 # (regex on the lower-cased recorded name, table key); first match wins: most specific first
 _MATCH: list[tuple[str, str]] = [
     (r"gb300", "GB300"), (r"b300", "B300"), (r"gb200", "GB200"), (r"b200", "B200"),

@@ -19,13 +19,14 @@ import polars as pl
 import pyarrow as pa
 
 from ..diff.families import family
+from . import peaks as _peaks
 
 ASSUMED = "assumed"
 SCALED_OPS = ("aten::_scaled_mm", "aten::_scaled_grouped_mm")
 # math types a kernel name can show that the op's input dtype cannot (or shows differently)
 KERNEL_ONLY = ("fp8", "fp4", "tf32", "int8", "fp64")
 # peak-table column of each precision (fp16 and bf16 share one: equal on every GPU in peaks.py)
-PEAK_COLUMN = {"fp4": "fp4", "fp8": "fp8", "bf16": "bf16", "fp16": "bf16", "tf32": "tf32", "fp32": "fp32"}
+PEAK_COLUMN = _peaks.COLUMN
 _INPUT_T = {
     "c10::bfloat16": "bf16", "bfloat16": "bf16", "c10::half": "fp16", "half": "fp16", "float": "fp32",
     "double": "fp64", "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8",
@@ -155,6 +156,8 @@ def mfu_fields(split_rows: list[dict], flops_per_step: float | None, step_time_n
     for r in split_rows:
         p = pk.get(PEAK_COLUMN.get(r["precision"], ""))
         r["peak_tflops"] = p
+        r["peak_source"] = (f"peak table: {gpu_key} {PEAK_COLUMN[r['precision']]} dense "
+                            f"({_peaks.PROVENANCE.get(gpu_key, '')})") if p else None
         r["mfu"] = r["flops_per_step"] / (p * 1e12 * t) if p and t else None
         if p:
             ideal += r["flops_per_step"] / (p * 1e12)

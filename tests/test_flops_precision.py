@@ -263,3 +263,48 @@ def test_peak_rows_say_where_they_come_from():
 def test_peak_source_is_reported(sec):
     s = by_precision(sec)
     assert s["fp8"]["peak_source"].startswith("peak table: H100 SXM fp8 dense (checked:")
+
+
+def test_deep_gemm_ops_by_hand():
+    """DeepGEMM's ops as Kineto records their Python-API arguments: fp8 `(a, sfa), (b, sfb), d, ...`."""
+    from traceview.flops.trace_flops import shape_flops as f
+    M, K, N, G = 8192, 7168, 4096, 4
+    # normal: a [M, K], d [M, N]
+    assert f("deep_gemm::fp8_gemm_nt", json.dumps([[M, K], [M, K // 128], [N, K], [N // 128, K // 128], [M, N]]),
+             None) == 2 * M * N * K
+    # M-grouped contiguous: a [sum M, K], b [G, N, K], d [sum M, N], m_indices
+    assert f("deep_gemm::m_grouped_fp8_gemm_nt_contiguous",
+             json.dumps([[M, K], [M, K // 128], [G, N, K], [G, N // 128, K // 128], [M, N], [M]]), None) == 2 * M * N * K
+    # M-grouped masked: a [G, M_max, K], d [G, M_max, N] (upper bound: the mask is not in the shapes)
+    assert f("deep_gemm::m_grouped_fp8_gemm_nt_masked",
+             json.dumps([[G, 256, K], [G, 256, K // 128], [G, N, K], [G, N // 128, K // 128], [G, 256, N], [G], []]),
+             None) == 2 * G * 256 * N * K
+    # K-grouped (MoE weight gradient): a [N_out, sum K], b [K_in, sum K], d [G, N_out, K_in]
+    assert f("deep_gemm::k_grouped_fp8_gemm_nt_contiguous",
+             json.dumps([[N, M], [N, M // 128], [K, M], [K, M // 128], [G, N, K]]), None) == 2 * M * N * K
+    # bf16: a, b, d
+    assert f("deep_gemm::bf16_gemm_nt", json.dumps([[M, K], [N, K], [M, N]]), None) == 2 * M * N * K
+    assert f("deep_gemm::fp8_gemm_nt", json.dumps([[M, K], [M, K // 128], [N, K]]), None) is None   # no output
+    assert precision.op_precision("deep_gemm::fp8_gemm_nt", None, None) == ("fp8", "op")
+    assert precision.op_precision("deep_gemm::bf16_gemm_nt", None, "bf16") == ("bf16", "op")
+
+
+def test_deepseek_fixture_split_exactly_as_planted(tmp_path):
+    """The DeepSeek-structured fixture (fixtures/deepseek.py, from the framework-conventions work), when
+    present: FLOPs split fp8/bf16 exactly as planted in both formats, MFU against both denominators."""
+    deepseek = pytest.importorskip("fixtures.deepseek")
+    from traceview.load import load
+    paths, truth = deepseek.write(tmp_path)
+    for fmt in ("kineto", "nsys"):
+        sec = flops_section(load([str(paths[fmt])]), step_time_ns=STEP_NS)
+        s = by_precision(sec)
+        assert set(s) == set(truth["flops_per_step"]), fmt
+        for p, want in truth["flops_per_step"].items():
+            assert s[p]["flops_per_step"] == want, (fmt, p)
+        gpu = sec["gpu"]
+        from traceview.flops.peaks import PEAKS
+        pk = PEAKS[gpu]
+        total = sum(truth["flops_per_step"].values())
+        assert sec["mfu_dense_bf16"] == pytest.approx(total / (pk["bf16"] * 1e12 * T), rel=1e-12)
+        assert sec["mfu_precision_weighted"] == pytest.approx(
+            sum(f / (pk[precision.PEAK_COLUMN[p]] * 1e12 * T) for p, f in truth["flops_per_step"].items()), rel=1e-12)

@@ -1,7 +1,8 @@
 """The precision each counted matrix/attention op ran in, and the step's FLOPs split by precision.
 
 An op's precision is read, in this order (the first that says something wins; docs/FLOPS.md):
-1. the op: `aten::_scaled_mm` / `aten::_scaled_grouped_mm` are fp8 (fp4 when their inputs are fp4);
+1. the op: `aten::_scaled_mm` / `aten::_scaled_grouped_mm` are fp8 (fp4 when their inputs are fp4), DeepGEMM's
+   `deep_gemm::*fp8*` ops fp8 and `deep_gemm::*bf16*` ops bf16;
 2. its compute kernel, when the kernel names a math type the inputs cannot show: fp8, fp4, tf32,
    int8, fp64 (cuBLASLt `xmma_gemm_f32f32_tf32f32`, CUTLASS `s1688gemm`, nvjet `qq`, DeepGEMM fp8);
 3. the op's recorded input dtype (`Input type` in Kineto args): bf16, fp16, fp32, fp8, ...;
@@ -20,6 +21,7 @@ import pyarrow as pa
 
 from ..diff.families import family
 from . import peaks as _peaks
+from .trace_flops import DEEP_GEMM_OPS
 
 ASSUMED = "assumed"
 SCALED_OPS = ("aten::_scaled_mm", "aten::_scaled_grouped_mm")
@@ -65,6 +67,8 @@ def op_precision(op_name: str, inputs: str | None, kernel: str | None) -> tuple[
     """(precision, source) of one op: source is 'op', 'kernel', 'inputs' or 'assumed' (precision bf16)."""
     if op_name in SCALED_OPS:
         return ("fp4" if inputs == "fp4" else "fp8"), "op"
+    if op_name in DEEP_GEMM_OPS:
+        return DEEP_GEMM_OPS[op_name], "op"
     if kernel in KERNEL_ONLY:
         return kernel, "kernel"
     if inputs:

@@ -79,6 +79,50 @@ def _grouped_mm(a, b):
     return None
 
 
+def _out_k(out, a):
+    """K of a GEMM whose output is `out` ([M, N] or [G, M, N]) and whose A operand is `a` ([M, K] or [K, M],
+    with a leading G when `out` has one): the dimension of `a` that is not M, or None."""
+    m = out[-2]
+    a2 = a[-2:]
+    if len(a2) != 2:
+        return None
+    return a2[1] if a2[0] == m else a2[0] if a2[1] == m else None
+
+
+def _deep_gemm(out_index):
+    """DeepGEMM ops, inputs as their Python API orders them: fp8 `(a, sfa), (b, sfb), d, ...`, bf16 `a, b, d`.
+    Normal and M-grouped contiguous: d [M, N] (M summed over groups); M-grouped masked: d [G, M_max, N]
+    (the masked rows are not in the shapes: upper bound); K-grouped: d [G, M, N], a [M, sum K]."""
+    def f(d, ci):
+        if len(d) <= out_index:
+            return None
+        a, out = d[0], d[out_index]
+        if len(out) == 2 and len(a) == 2:
+            k = _out_k(out, a)
+            return 2 * out[0] * out[1] * k if k else None
+        if len(out) == 3 and len(a) == 3 and a[0] == out[0]:
+            k = _out_k(out, a)
+            return 2 * out[0] * out[1] * out[2] * k if k else None
+        if len(out) == 3 and len(a) == 2:
+            k = _out_k(out, a)
+            return 2 * out[1] * out[2] * k if k else None
+        return None
+    return f
+
+
+_DEEP_GEMM_FP8 = [f"fp8_gemm_{t}" for t in ("nt", "nn", "tn", "tt")] + [
+    "m_grouped_fp8_gemm_nt_contiguous", "m_grouped_fp8_gemm_nn_contiguous", "m_grouped_fp8_gemm_nt_masked",
+    "k_grouped_fp8_gemm_nt_contiguous", "k_grouped_fp8_gemm_tn_contiguous",
+    "fp8_fp4_gemm_nt", "m_grouped_fp8_fp4_gemm_nt_contiguous", "m_grouped_fp8_fp4_gemm_nt_masked",
+    # DeepGEMM v1 names
+    "gemm_fp8_fp8_bf16_nt", "m_grouped_gemm_fp8_fp8_bf16_nt_contiguous", "m_grouped_gemm_fp8_fp8_bf16_nt_masked",
+    "wgrad_gemm_fp8_fp8_fp32_nt", "k_grouped_wgrad_gemm_fp8_fp8_fp32_nt"]
+_DEEP_GEMM_BF16 = [f"bf16_gemm_{t}" for t in ("nt", "nn", "tn", "tt")] + [
+    "m_grouped_bf16_gemm_nt_contiguous", "m_grouped_bf16_gemm_nt_masked"]
+DEEP_GEMM_OPS = {f"deep_gemm::{n}": ("fp4" if "fp4" in n and "fp8" not in n else "fp8") for n in _DEEP_GEMM_FP8}
+DEEP_GEMM_OPS.update({f"deep_gemm::{n}": "bf16" for n in _DEEP_GEMM_BF16})
+
+
 def _ints(s) -> list[int] | None:
     """A concrete int-list argument ('[2, 2]', '2') or None when not recorded."""
     if s in (None, ""):
@@ -182,6 +226,7 @@ FORMULAS = {
     "aten::_efficient_attention_backward": lambda d, ci: _attn(d, ci, 1, "bshd", 14, True, mask_type=True),
     "aten::_cudnn_attention_backward": lambda d, ci: _attn(d, ci, 1, "bhsd", 14, True),
 }
+FORMULAS.update({name: _deep_gemm(4 if prec != "bf16" else 2) for name, prec in DEEP_GEMM_OPS.items()})
 
 
 @lru_cache(maxsize=65536)

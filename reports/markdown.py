@@ -294,9 +294,13 @@ def _tf(x) -> str:
 
 def mfu_denominators(f: dict) -> str:
     """Dense-bf16 and precision-weighted MFU, each with its denominator (one sentence)."""
+    pw = (f"precision-weighted MFU {_pc(f['mfu_precision_weighted'])} against each op's own precision "
+          f"(effective peak {_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s)"
+          if f.get("mfu_precision_weighted") is not None else
+          "precision-weighted MFU n/a (" + ("a precision has no peak for this GPU" if f.get("flops_by_precision")
+                                            else "the precision split needs trace shapes") + ")")
     return (f"MFU {_pc(f.get('mfu_dense_bf16'))} against the dense bf16 peak ({_tf(f.get('peak_tflops_dense_bf16'))} "
-            f"TFLOP/s); precision-weighted MFU {_pc(f.get('mfu_precision_weighted'))} against each op's own precision "
-            f"(effective peak {_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s)"
+            f"TFLOP/s); {pw}"
             + (f"; {_pc(f['mfu_achievable'])} of what this trace sustains" if f.get("mfu_achievable") is not None
                else ""))
 

@@ -178,13 +178,8 @@ def precision_lines(f: dict, ind: str) -> list[str]:
     """MFU against each denominator, FLOPs by precision, achievable TFLOP/s, per-family rates."""
     lines = []
     if f.get("mfu_dense_bf16") is not None or f.get("mfu_precision_weighted") is not None:
-        lines += textwrap.wrap(
-            f"{ind}MFU {_pc(f.get('mfu_dense_bf16'))} against the dense bf16 peak "
-            f"({_tf(f.get('peak_tflops_dense_bf16'))} TFLOP/s); precision-weighted MFU "
-            f"{_pc(f.get('mfu_precision_weighted'))} against each op's own precision "
-            f"(effective peak {_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s)"
-            + (f"; {_pc(f['mfu_achievable'])} of what this trace sustains" if f.get("mfu_achievable") is not None
-               else ""), 100, subsequent_indent=ind + "  ")
+        from .markdown import mfu_denominators
+        lines += textwrap.wrap(ind + mfu_denominators(f), 100, subsequent_indent=ind + "  ")
     rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
              ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
              _tf(r.get("peak_tflops")), _pc(r.get("mfu"))] for r in f.get("flops_by_precision") or []]

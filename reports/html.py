@@ -157,7 +157,8 @@ def _flops_html(f: dict) -> list[str]:
             for a in f["achievable"])) + ".</p>")
     fams = (f.get("by_family") or [])[:12]
     if fams:
-        frows = [[r["family"], r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", mdr.ms(r["kernel_ns_per_step"]),
+        frows = [[mdr.printable(r["family"]), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
+                  mdr.ms(r["kernel_ns_per_step"]),
                   mdr._tf(r.get("achieved_tflops")), mdr._pc(r.get("ratio_to_achievable")),
                   mdr._pc(r.get("ratio_to_peak"))] for r in fams]
         out += ["<h2>Achieved TFLOP/s by kernel family</h2>",

@@ -288,6 +288,11 @@ def _pc(x) -> str:
     return f"{100 * x:.1f}%" if x is not None else "n/a"
 
 
+def printable(s) -> str:
+    """Control characters of a trace-derived name shown as '?' (before the format's own escaping)."""
+    return "".join(c if c.isprintable() else "?" for c in str(s))
+
+
 def _tf(x) -> str:
     return f"{x:,.1f}" if x is not None else "n/a"
 
@@ -322,7 +327,7 @@ def precision_lines(f: dict) -> list[str]:
             f"{a['kind']} {a['precision']} {_tf(a['tflops'])} TFLOP/s ({a['kernels']} kernels)" for a in ach) + ".", ""]
     fams = (f.get("by_family") or [])[:8]
     if fams:
-        frows = [[md(r["family"], 60), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
+        frows = [[md(printable(r["family"]), 60), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
                   ms(r["kernel_ns_per_step"]), _tf(r.get("achieved_tflops")), _pc(r.get("ratio_to_achievable")),
                   _pc(r.get("ratio_to_peak"))] for r in fams]
         lines += table(["kernel family", "precision", "TFLOP per step", "kernel ms per step", "TFLOP/s",

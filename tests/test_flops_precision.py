@@ -308,3 +308,25 @@ def test_deepseek_fixture_split_exactly_as_planted(tmp_path):
         assert sec["mfu_dense_bf16"] == pytest.approx(total / (pk["bf16"] * 1e12 * T), rel=1e-12)
         assert sec["mfu_precision_weighted"] == pytest.approx(
             sum(f / (pk[precision.PEAK_COLUMN[p]] * 1e12 * T) for p, f in truth["flops_per_step"].items()), rel=1e-12)
+
+
+def test_family_names_from_kernels_are_escaped_in_every_format():
+    """A kernel name is untrusted text: as a family name ('kernel:<name>') it is escaped for the terminal,
+    Markdown and HTML (a GEMM with no recognised compute kernel keeps its own kernel's family)."""
+    from traceview.analysis.analyze import analyze
+    from traceview.db import Session
+    from traceview.reports import html as html_r, markdown as md_r, text as text_r
+    evil = "evil<x>|*_&\x1b[31m"            # the family drops the <...> part as template arguments
+    cpu, gpu = profile_tables()
+    gpu[-1]["name"] = evil
+    prof = make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3")
+    doc = analyze(prof, session=Session(prof))
+    fams = [r["family"] for r in doc["flops"]["by_family"]]
+    assert "kernel:evil|*_&\x1b[31m" in fams               # the JSON keeps the name as it is
+    # (only the FLOPs sections are checked here: the kernel tables elsewhere print raw kernel names)
+    t = text_r.render(doc).split("\nFLOPs\n", 1)[1].split("\n\n", 1)[0]
+    assert "\x1b" not in t and "kernel:evil|*_&?[31m" in t
+    m = md_r.render(doc).split("### FLOPs", 1)[1].split("###", 1)[0]
+    assert "\x1b" not in m and "kernel:evil\\|\\*\\_&amp;?\\[31m" in m
+    h = html_r.render(doc).split("<h2>Achieved TFLOP/s by kernel family</h2>", 1)[1].split("</table>", 1)[0]
+    assert "\x1b" not in h and "kernel:evil|*_&amp;?[31m" in h

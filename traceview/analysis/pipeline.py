@@ -41,6 +41,11 @@ def check_options(opts: AnalyzeOptions) -> None:
 
 
 def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
+    return run_job(paths, opts)[0]
+
+
+def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[dict, Session]:
+    """The document and the DuckDB session it was computed in (its tables stay queryable)."""
     check_options(opts)
     rules = load_rules(opts.config)
     budget = load_budget(opts.budget) if opts.budget is not None else None   # a bad file fails before the work
@@ -53,4 +58,4 @@ def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
     doc = analyze(profile, bopts, session, rules, fopts)
     if budget is not None:
         doc["budget"] = evaluate_budget(doc, budget)
-    return doc
+    return doc, session

@@ -1,4 +1,4 @@
-"""Command line: `traceview analyze`, `traceview diff`, `traceview mfu`."""
+"""Command line: `traceview analyze`, `traceview diff`, `traceview mfu`, `traceview export`."""
 from __future__ import annotations
 
 import os
@@ -150,6 +150,11 @@ def _register_optional() -> None:
     try:
         from .diff_cli import diff_command
         app.command("diff")(diff_command)
+    except ImportError:
+        pass
+    try:
+        from .export_cli import export_command
+        app.command("export")(export_command)
     except ImportError:
         pass
 

@@ -157,6 +157,12 @@ class Job:
         except duckdb.Error as e:
             raise UsageError(None, f"sql: {str(e).splitlines()[0]}") from e
 
+    def export_perfetto(self, out: PathLike) -> Path:
+        """Write the Perfetto file of `traceview export --perfetto OUT` (gzip when OUT ends in .gz)."""
+        from .export_perfetto import write
+        write(self._doc, self._session, out)
+        return Path(out)
+
     def diff(self, other: "Job", *, top: int = 8, noise_floor_pct: float = 0.5) -> dict:
         """The diff document of `traceview diff` with this job as the base and `other` as the new run."""
         if not isinstance(other, Job):

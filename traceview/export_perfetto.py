@@ -255,17 +255,19 @@ def build(doc: dict, session) -> str:
     return w.text()
 
 
-def export(paths, out, **options) -> None:
-    """Analyze `paths` (the options of traceview.open) and write the Perfetto file `out`
-    (gzip-compressed when its name ends in .gz). Nothing is written when the input is bad."""
-    from .analysis.pipeline import AnalyzeOptions, run_job
-    from .api import _paths
+def write(doc: dict, session, out) -> None:
+    """Write the file (gzip-compressed when its name ends in .gz), atomically."""
     from .cli import write_output
-    opts = AnalyzeOptions(**options)
-    doc, session = run_job(_paths(paths), opts)
     text = build(doc, session)
     data: str | bytes = text
     if str(out).endswith(".gz"):
         import gzip
         data = gzip.compress(text.encode("ascii"), mtime=0)
     write_output(data, out)
+
+
+def export(paths, out, **options) -> None:
+    """Analyze `paths` (the keyword options of traceview.open) and write the Perfetto file `out`.
+    Nothing is written when the input is bad."""
+    from . import api
+    api.open(paths, **options).export_perfetto(out)

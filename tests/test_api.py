@@ -106,10 +106,14 @@ def test_sql_over_the_canonical_tables(fixture_job):
 
 
 def test_render_is_the_cli_output(fixture_job, tmp_path):
-    for fmt in ("json", "markdown", "text", "html"):
-        r = cli("analyze", FIXTURE, "-f", fmt)
-        assert r.returncode == 0, r.stderr
-        assert fixture_job.render(fmt) == r.stdout, fmt
+    r = cli("analyze", FIXTURE, "--out-dir", tmp_path, "-f", "text")   # text on stdout, json + html files
+    assert r.returncode == 0, r.stderr
+    assert fixture_job.render("text") == r.stdout
+    assert fixture_job.render("json") == (tmp_path / "report.json").read_text()
+    assert fixture_job.render("html") == (tmp_path / "report.html").read_text()
+    r = cli("analyze", FIXTURE, "-f", "markdown")
+    assert r.returncode == 0, r.stderr
+    assert fixture_job.render("markdown") == r.stdout
     with pytest.raises(traceview.TraceError, match="unknown --format 'pdf'"):
         fixture_job.render("pdf")
 

@@ -267,3 +267,82 @@ def test_reader_rejects_partial_overlap_and_accepts_nesting():
         json.loads('{"traceEvents": [{"ts": NaN}]}', parse_constant=tec._no_constants)
     with pytest.raises(ValueError):   # a raw control character inside a string is not JSON
         json.loads('{"traceEvents": [{"name": "a\x01"}]}')
+
+
+# --- a hand-made job: numbers by hand --------------------------------------------------------------
+
+def _hand_profile(extra_gpu=(), extra_launches=()):
+    from helpers import make_profile
+    cpu = [dict(id=1, tid=1, start_ns=0, end_ns=1000, name="ProfilerStep#1"),
+           dict(id=2, tid=1, start_ns=25, end_ns=40, name="c10d::allreduce_", kind="op", depth=1, parent_id=1),
+           dict(id=3, tid=1, start_ns=55, end_ns=70, name="c10d::alltoall_base_", kind="op", depth=1, parent_id=1),
+           dict(id=4, tid=1, start_ns=2000, end_ns=3000, name="ProfilerStep#2")]
+    launches = [dict(id=11, tid=1, start_ns=10, end_ns=12, correlation=1),
+                dict(id=12, tid=1, start_ns=20, end_ns=22, correlation=2),
+                dict(id=13, tid=1, start_ns=30, end_ns=32, correlation=3, op_id=2),
+                dict(id=14, tid=1, start_ns=50, end_ns=52, correlation=4, name="cudaMemcpyAsync"),
+                dict(id=15, tid=1, start_ns=60, end_ns=62, correlation=5, name="cudaMemcpyAsync", op_id=3),
+                dict(id=16, tid=1, start_ns=80, end_ns=82, correlation=6),
+                dict(id=17, tid=1, start_ns=1500, end_ns=1502, correlation=7),
+                dict(id=18, tid=1, start_ns=2100, end_ns=2102, correlation=8),
+                dict(id=19, tid=1, start_ns=2200, end_ns=2202, correlation=9), *extra_launches]
+    gpu = [dict(id=21, stream=7, start_ns=100, end_ns=300, name="gemm_a", correlation=1, launch_id=11),
+           dict(id=22, stream=7, start_ns=300, end_ns=400, name="elementwise", correlation=2, launch_id=12),
+           dict(id=23, stream=20, start_ns=250, end_ns=500, name="ncclDevKernel_AllReduce", correlation=3, launch_id=13),
+           dict(id=24, stream=7, start_ns=600, end_ns=650, kind="memcpy", name="Memcpy HtoD", correlation=4,
+                launch_id=14),
+           dict(id=25, stream=20, start_ns=640, end_ns=700, kind="memcpy", name="Memcpy DtoD", correlation=5,
+                launch_id=15),
+           # launched in step 1, runs into step 2: the two step windows overlap
+           dict(id=26, stream=11, start_ns=800, end_ns=2350, name="long_kernel", correlation=6, launch_id=16),
+           dict(id=27, stream=7, start_ns=1600, end_ns=1700, name="late_kernel", correlation=7, launch_id=17),
+           dict(id=28, stream=7, start_ns=2300, end_ns=2400, name="gemm_b", correlation=8, launch_id=18),
+           dict(id=29, stream=9, start_ns=2350, end_ns=2500, name="void dpsk::ep::dispatch<8>(int)", correlation=9,
+                launch_id=19), *extra_gpu]
+    return make_profile(cpu, launches, gpu)
+
+
+def _hand_export(profile):
+    from traceview.analysis.analyze import analyze
+    from traceview.db import Session
+    from traceview.export_perfetto import build
+    s = Session(profile)
+    doc = analyze(profile, session=s)
+    return json.loads(build(doc, s), parse_float=Decimal), doc
+
+
+def _totals(obj, track):
+    names = tec.thread_names(obj)
+    tot = collections.Counter()
+    for key, sl in tec.slices(obj).items():
+        if names[key] == track:
+            for s, e, n, _ in sl:
+                tot[n] += int(e - s)
+    return dict(tot)
+
+
+def test_hand_made_job_class_tracks_by_hand():
+    obj, _ = _hand_export(_hand_profile())
+    assert tec.check(obj) == []
+    assert obj["otherData"]["origin_ns"] == "100"            # the earliest GPU activity
+    # step 1, window [100, 2350): [100,250) compute, [250,400) compute + comm (overlapped), [400,500) comm,
+    # [500,600) idle, [600,640) memcpy, [640,700) memcpy + comm (comm), [700,800) idle, [800,2350) compute
+    assert _totals(obj, "GPU time class") == {"compute": 1850, "exposed communication": 160, "exposed memory": 40,
+                                              "idle": 200, "overlapped communication": 150}
+    # step 2, window [2300, 2500), overlapping step 1: on a second track; [2300,2350) compute,
+    # [2350,2400) compute + DeepEP dispatch, [2400,2500) dispatch alone
+    assert _totals(obj, "GPU time class (2)") == {"compute": 100, "exposed communication": 100,
+                                                  "overlapped communication": 50}
+    assert _totals(obj, "steps") == {"step 1": 2250} and _totals(obj, "steps (2)") == {"step 2": 200}
+    assert _totals(obj, "GPU 0 stream 11") == {"long_kernel": 1550}
+    ev = next(e for e in obj["traceEvents"] if e.get("name") == "long_kernel")
+    assert ev["ts"] == Decimal("0.700") and ev["dur"] == Decimal("1.550")   # microseconds, exact
+
+
+def test_overlapping_activities_of_one_stream_get_a_second_track():
+    extra = dict(id=30, stream=7, start_ns=350, end_ns=450, name="overlapping", correlation=10, launch_id=20)
+    launch = dict(id=20, tid=1, start_ns=90, end_ns=92, correlation=10)
+    obj, _ = _hand_export(_hand_profile([extra], [launch]))
+    assert tec.check(obj) == []
+    assert _totals(obj, "GPU 0 stream 7 (2)") == {"overlapping": 100}
+    assert "overlapping" not in _totals(obj, "GPU 0 stream 7")

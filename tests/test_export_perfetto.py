@@ -56,9 +56,12 @@ def overlap(tmp_path_factory):
 
 
 def windows(obj, report):
+    """Each step row with its window in the export's time: the rank's clock offset added (the ranks
+    of a job line up), the origin subtracted."""
     origin = int(obj["otherData"]["origin_ns"])
     for st in report["steps"]:
-        a = Decimal(st["start_ns"] - origin)
+        off = int(report["clock"]["ranks"][str(st["rank"])]["offset_ns"])
+        a = Decimal(st["start_ns"] + off - origin)
         yield st, a, a + st["step_time_ns"]
 
 

@@ -24,8 +24,9 @@ One process per rank (pid = rank + 1, named "rank N"), and in it these tracks (t
 - `GPU d stream s`: every GPU activity of the trace (kernels, memcpy, memset), named as in the
   trace, with its class, layer, phase, stage and step in the args.
 
-Times are the canonical tables' nanoseconds minus an origin (the earliest exported time, in
-`otherData.origin_ns`), written exactly (1 ns resolution). Where intervals of one track would
+Times are the canonical tables' nanoseconds of each rank moved by that rank's clock offset (the
+report's `clock.ranks[r].offset_ns`, so that the ranks of a job line up), minus an origin (the
+earliest exported time, in `otherData.origin_ns`), written exactly (1 ns resolution). Where intervals of one track would
 overlap without nesting (steps whose windows overlap, activities of one stream that overlap in a
 broken trace) the later ones go to a second track of the same name with " (2)" appended, so every
 track nests properly.
@@ -237,12 +238,17 @@ def _activities(w: Writer, session, rk: _Ranks) -> None:
 
 def build(doc: dict, session) -> str:
     """The trace-event JSON text of an analyzed job (document and the session it was computed in)."""
-    lo = session.rows("SELECT min(start_ns) AS t FROM gpu_activities")[0]["t"]
-    starts = [s["start_ns"] for s in doc["steps"]] + ([lo] if lo is not None else [])
+    offsets = {int(r): int(v.get("offset_ns") or 0) for r, v in (doc.get("clock") or {}).get("ranks", {}).items()}
+    starts = [r["t"] + offsets.get(r["rank"], 0) for r in
+              session.rows("SELECT rank, min(start_ns) AS t FROM gpu_activities GROUP BY rank")]
+    starts += [s["start_ns"] + offsets.get(s["rank"], 0) for s in doc["steps"]]
     origin = min(starts) if starts else 0
     w = Writer(origin, {"traceview_version": __version__, "origin_ns": str(origin), "time_resolution_ns": "1",
+                        "clock": "each rank's times moved by its clock offset (report clock.ranks), then origin_ns "
+                                 "subtracted",
                         "inputs": ", ".join(os.path.basename(i["file"]) for i in doc.get("inputs", [])),
-                        "steps_source": doc.get("steps_source", "")})
+                        "steps_source": doc.get("steps_source", "")},
+               shift={_Ranks.pid(r): off for r, off in offsets.items()})
     rk = _Ranks(doc)
     for rank in sorted({i["rank"] for i in doc.get("inputs", [])} | {s["rank"] for s in doc["steps"]}):
         gpu = rk.gpu.get(rank)

@@ -59,10 +59,12 @@ def lanes(intervals: list[tuple[int, int]]) -> list[int]:
 
 class Writer:
     """Collects events; `text()` is the whole file. pid/tid are small positive integers chosen by
-    the caller (`thread()` hands out tids per process)."""
+    the caller (`thread()` hands out tids per process). `shift[pid]` ns are added to every time of
+    that process (its clock offset), before the origin is subtracted."""
 
-    def __init__(self, origin_ns: int, other: dict | None = None):
+    def __init__(self, origin_ns: int, other: dict | None = None, shift: dict | None = None):
         self.origin = int(origin_ns)
+        self.shift = dict(shift or {})
         self.other = dict(other or {})
         self.events: list[str] = []
         self._tids: dict[tuple[int, str], int] = {}
@@ -89,7 +91,8 @@ class Writer:
               args: dict | None = None) -> None:
         dur = max(0, int(end_ns) - int(start_ns))
         a = f',"args":{jtext(args)}' if args else ""
-        self.events.append(f'{{"ph":"X","pid":{pid},"tid":{tid},"ts":{us(int(start_ns) - self.origin)},'
+        t0 = int(start_ns) + self.shift.get(pid, 0) - self.origin
+        self.events.append(f'{{"ph":"X","pid":{pid},"tid":{tid},"ts":{us(t0)},'
                            f'"dur":{us(dur)},"name":{jtext(name)},"cat":{jtext(cat)}{a}}}')
 
     def text(self) -> str:

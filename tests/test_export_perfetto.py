@@ -340,6 +340,7 @@ def test_hand_made_job_class_tracks_by_hand():
     assert _totals(obj, "GPU 0 stream 11") == {"long_kernel": 1550}
     ev = next(e for e in obj["traceEvents"] if e.get("name") == "long_kernel")
     assert ev["ts"] == Decimal("0.700") and ev["dur"] == Decimal("1.550")   # microseconds, exact
+    assert ev["args"]["id"] == 26 and ev["args"]["class"] == "compute" and ev["args"]["step"] == 1
 
 
 def test_overlapping_activities_of_one_stream_get_a_second_track():

@@ -22,7 +22,8 @@ One process per rank (pid = rank + 1, named "rank N"), and in it these tracks (t
   activity that ends it): the layer at depth 0, the phase at depth 1, the stage at depth 2. Where
   several groups share a moment their names are joined with " + ".
 - `GPU d stream s`: every GPU activity of the trace (kernels, memcpy, memset), named as in the
-  trace, with its class, layer, phase, stage and step in the args.
+  trace, with its id (as in `gpu_activities.id`, for `traceview.open(...).sql`), class, layer,
+  phase, stage and step in the args.
 
 Times are the canonical tables' nanoseconds of each rank moved by that rank's clock offset (the
 report's `clock.ranks[r].offset_ns`, so that the ranks of a job line up), minus an origin (the
@@ -196,7 +197,7 @@ def _critical_path(w: Writer, session, doc: dict, rk: _Ranks) -> None:
             layer, phase, stage = attr.get(seg["id"], (None, None, None))
             args = {"step": step, "category": seg["category"][:-3], "cause": seg["cause"]}
             if a is not None:
-                args.update(activity=a["name"], activity_kind=a["kind"], stream=a["stream"])
+                args.update(activity=a["name"], activity_id=a["id"], activity_kind=a["kind"], stream=a["stream"])
             if seg["extra"] is not None:
                 args["note"] = seg["extra"] if isinstance(seg["extra"], str) else list(seg["extra"])
             w.slice(pid, cp_tid, seg["start"], seg["end"], CP_NAMES[seg["category"]], "traceview.critical_path", args)
@@ -208,7 +209,7 @@ def _critical_path(w: Writer, session, doc: dict, rk: _Ranks) -> None:
             st_args = {"step": step, "cause": seg["cause"], "layer": layer, "phase": phase, "stage": stage,
                        "stall_start_ns": first[key], "stall_ns": row.get("dur_ns")}
             if a is not None:
-                st_args["activity"] = a["name"]
+                st_args.update(activity=a["name"], activity_id=a["id"])
             if row.get("evidence"):
                 st_args["evidence"] = row["evidence"]
             w.slice(pid, rk.track(w, rank, step, "stalls"), seg["start"], seg["end"], seg["cause"],
@@ -230,7 +231,7 @@ def _activities(w: Writer, session, rk: _Ranks) -> None:
         pid = rk.pid(rank)
         for r, lane in zip(acts, lanes([(r["start_ns"], r["end_ns"]) for r in acts])):
             tid = w.thread(pid, base if lane == 0 else f"{base} ({lane + 1})", order)
-            args = {"class": r["class"], "kind": r["kind"], "step": r["step"], "layer": r["layer"],
+            args = {"id": r["id"], "class": r["class"], "kind": r["kind"], "step": r["step"], "layer": r["layer"],
                     "phase": r["phase"], "stage": r["stage"], "region": r["region"]}
             w.slice(pid, tid, r["start_ns"], r["end_ns"], r["name"] or "", f"gpu.{r['kind']}",
                     {k: v for k, v in args.items() if v is not None})

@@ -66,6 +66,8 @@ def test_dlrm_dataframes_equal_the_cli_json_report(dlrm):
     assert rows(job.collectives) == report["collectives"] and len(report["collectives"]) == 8
     assert same(rows(job.stalls), report["stalls"]) and len(report["stalls"]) > 0
     assert rows(job.flops) == report["flops"]["by_group"]
+    assert job.flops_summary == {k: v for k, v in report["flops"].items() if k != "by_group"}
+    assert job.flops_summary["method"] == "trace" and "by_group" not in job.flops_summary
     assert rows(job.comm) == report["comm"]
     assert rows(job.critical_path) == report["critical_path"]
 
@@ -88,7 +90,8 @@ def test_dlrm_kernels_extend_the_reports_top_kernels(dlrm):
 
 def test_sql_over_the_canonical_tables(fixture_job):
     raw = json.load(gzip.open(FIXTURE))
-    gpu = [e for e in raw["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [e for e in raw["traceEvents"]
+           if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     df = fixture_job.sql("SELECT kind, count(*) AS n FROM gpu_activities GROUP BY kind ORDER BY kind")
     assert isinstance(df, pl.DataFrame)
     by_kind = dict(zip(df["kind"], df["n"]))

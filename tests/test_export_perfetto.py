@@ -142,7 +142,8 @@ def test_layer_track_equals_the_reports_layers(overlap):
 def test_gpu_activities_are_the_traces(overlap):
     obj, _ = overlap
     raw = json.load(gzip.open(OVERLAP))
-    gpu = [e for e in raw["traceEvents"] if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
+    gpu = [e for e in raw["traceEvents"]
+           if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     streams = [x for sl in tracks(obj, "GPU 0 stream ").values() for x in sl]
     assert len(streams) == len(gpu) == 7380
     assert collections.Counter(n for _, _, n, _ in streams) == collections.Counter(e["name"] for e in gpu)
@@ -291,7 +292,8 @@ def _hand_profile(extra_gpu=(), extra_launches=()):
                 dict(id=19, tid=1, start_ns=2200, end_ns=2202, correlation=9), *extra_launches]
     gpu = [dict(id=21, stream=7, start_ns=100, end_ns=300, name="gemm_a", correlation=1, launch_id=11),
            dict(id=22, stream=7, start_ns=300, end_ns=400, name="elementwise", correlation=2, launch_id=12),
-           dict(id=23, stream=20, start_ns=250, end_ns=500, name="ncclDevKernel_AllReduce", correlation=3, launch_id=13),
+           dict(id=23, stream=20, start_ns=250, end_ns=500, name="ncclDevKernel_AllReduce", correlation=3,
+                launch_id=13),
            dict(id=24, stream=7, start_ns=600, end_ns=650, kind="memcpy", name="Memcpy HtoD", correlation=4,
                 launch_id=14),
            dict(id=25, stream=20, start_ns=640, end_ns=700, kind="memcpy", name="Memcpy DtoD", correlation=5,

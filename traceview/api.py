@@ -144,6 +144,12 @@ class Job:
         job-level figures (delivered TFLOP/s, peak, MFU) are `report()["flops"]`."""
         return _frame((self._doc.get("flops") or {}).get("by_group") or [])
 
+    @property
+    def flops_summary(self) -> dict:
+        """The job-level FLOPs figures (method, FLOPs per step, delivered TFLOP/s, peak, MFU, ...):
+        the report's `flops` section without its per-group rows."""
+        return {k: v for k, v in (self.report().get("flops") or {}).items() if k != "by_group"}
+
     # --- queries and comparisons ----------------------------------------------------------------
     def sql(self, query: str, **params):
         """Run DuckDB SQL over this job's tables and return a polars DataFrame. The canonical tables

@@ -18,8 +18,9 @@ def export_command(
     perfetto: Optional[Path] = typer.Option(None, "--perfetto", metavar="OUT",
                                             help="write a Chrome trace-event JSON file for ui.perfetto.dev "
                                                  "(gzip-compressed when OUT ends in .gz)"),
-    step_regex: Optional[str] = typer.Option(None, "--step-regex", help="regex naming step ranges "
-                                             "(first group = step number); default ProfilerStep#N, step_N, iteration N"),
+    step_regex: Optional[str] = typer.Option(None, "--step-regex",
+                                             help="regex naming step ranges (first group = step number); "
+                                                  "default ProfilerStep#N, step_N, iteration N"),
     whole_trace: bool = typer.Option(False, "--whole-trace", help="one window per rank over all GPU activity"),
     comm_regex: List[str] = typer.Option([], "--comm-regex", help="extra regex for communication kernels/ops"),
     config: Optional[Path] = typer.Option(None, "--config", help="traceview.toml with attribution patterns"),

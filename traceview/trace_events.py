@@ -82,7 +82,8 @@ class Writer:
             tid = self._next.get(pid, 1)
             self._next[pid] = tid + 1
             self._tids[key] = tid
-            self.events.append(f'{{"ph":"M","pid":{pid},"tid":{tid},"name":"thread_name","args":{jtext({"name": name})}}}')
+            self.events.append(f'{{"ph":"M","pid":{pid},"tid":{tid},"name":"thread_name",'
+                               f'"args":{jtext({"name": name})}}}')
             self.events.append(f'{{"ph":"M","pid":{pid},"tid":{tid},"name":"thread_sort_index",'
                                f'"args":{{"sort_index":{int(sort_index)}}}}}')
         return self._tids[key]

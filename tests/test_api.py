@@ -163,6 +163,15 @@ def test_diff_equals_the_cli_diff(fixture_job):
         fixture_job.diff("not a job")
 
 
+def test_close_keeps_the_document():
+    with traceview.open(FIXTURE, whole_trace=True) as job:
+        n = job.sql("SELECT count(*) AS n FROM gpu_activities")["n"][0]
+    assert n == 7380 and job.steps.height == 1 and job.report()["steps"][0]["step"] == 0
+    with pytest.raises(traceview.TraceError, match="closed"):
+        job.sql("SELECT 1")
+    job.close()   # twice is fine
+
+
 def test_import_is_lazy():
     code = "import sys, traceview; assert 'traceview.api' not in sys.modules and 'duckdb' not in sys.modules; " \
            "traceview.open; assert 'traceview.api' in sys.modules"

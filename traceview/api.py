@@ -50,6 +50,25 @@ class Job:
         return (f"<traceview.Job {len(self._doc['inputs'])} file(s), {s['ranks']} rank(s), {s['steps']} step(s), "
                 f"median step {s['step_time_ns'] / 1e6:.3f} ms>")
 
+    def close(self) -> None:
+        """Close the DuckDB session (the document and the DataFrames of it stay usable)."""
+        if self._session is not None:
+            self._session.con.close()
+            self._session = None
+
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @property
+    def session(self):
+        """The DuckDB session (traceview.db.Session) the analysis ran in."""
+        if self._session is None:
+            raise UsageError(None, "this traceview.Job is closed: its SQL session is gone")
+        return self._session
+
     # --- the document -------------------------------------------------------------------------
     def _json_text(self) -> str:
         if self._json is None:
@@ -136,7 +155,7 @@ class Job:
         """Every kernel/memcpy/memset name inside the step windows with its class, kind, count and
         total ns, longest first: the report's `top_kernels` query without its --top limit."""
         from .analysis.breakdown import top_kernels
-        return _frame(top_kernels(self._session, _ALL_KERNELS))
+        return _frame(top_kernels(self.session, _ALL_KERNELS))
 
     @property
     def flops(self):
@@ -159,14 +178,14 @@ class Job:
         import duckdb
         import polars as pl
         try:
-            return pl.from_arrow(self._session.sql(query, **params))
+            return pl.from_arrow(self.session.sql(query, **params))
         except duckdb.Error as e:
             raise UsageError(None, f"sql: {str(e).splitlines()[0]}") from e
 
     def export_perfetto(self, out: PathLike) -> Path:
         """Write the Perfetto file of `traceview export --perfetto OUT` (gzip when OUT ends in .gz)."""
         from .export_perfetto import write
-        write(self._doc, self._session, out)
+        write(self._doc, self.session, out)
         return Path(out)
 
     def diff(self, other: "Job", *, top: int = 8, noise_floor_pct: float = 0.5) -> dict:
@@ -181,8 +200,8 @@ class Job:
         from .diff.document import DiffOptions, diff_sides
         from .diff_cli import render_diff
         opts = DiffOptions(top=top, noise_floor_pct=noise_floor_pct)
-        base = build_side("base", self.paths, self._doc, self._session)
-        new = build_side("new", other.paths, other._doc, other._session)
+        base = build_side("base", self.paths, self._doc, self.session)
+        new = build_side("new", other.paths, other._doc, other.session)
         return json.loads(render_diff(diff_sides(base, new, opts), "json"))
 
 

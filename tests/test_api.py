@@ -134,6 +134,8 @@ def test_errors_raise_trace_error_with_the_cli_message(tmp_path):
         r = cli(*args)
         assert r.returncode == 2
         assert r.stderr == f"traceview: {e.value}\n"
+    with pytest.raises(traceview.TraceError, match="no trace paths given"):
+        traceview.open([])
 
 
 def test_options_are_analyzes(fixture_job):
@@ -174,7 +176,7 @@ def test_close_keeps_the_document():
 
 def test_import_is_lazy():
     code = "import sys, traceview; assert 'traceview.api' not in sys.modules and 'duckdb' not in sys.modules; " \
-           "traceview.open; assert 'traceview.api' in sys.modules"
+           "assert 'open' in dir(traceview); traceview.open; assert 'traceview.api' in sys.modules"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 0, r.stderr
 

@@ -15,3 +15,7 @@ def __getattr__(name: str):
         from . import api
         return getattr(api, name)
     raise AttributeError(f"module 'traceview' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | {"open", "Job"})

@@ -13,6 +13,8 @@ SCHEMA = "traceview.report/1"
 
 
 def inputs_section(profile: Profile) -> list[dict]:
+    from .capture import capture_fields
+    captured = capture_fields(profile)
     out = []
     for m in sorted(profile.meta.to_pylist(), key=lambda m: m["rank"]):
         out.append({
@@ -23,6 +25,7 @@ def inputs_section(profile: Profile) -> list[dict]:
             "gpu": m["gpu_name"],
             "sm_count": m["sm_count"],
             "rank_source": m["rank_source"],
+            **captured[m["rank"]],
         })
     return out
 

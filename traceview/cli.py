@@ -1,4 +1,4 @@
-"""Command line: `traceview analyze`, `traceview diff`, `traceview mfu`, `traceview export`."""
+"""Command line: `traceview analyze`, `traceview diff`, `traceview mfu`, `traceview export`, `traceview history`."""
 from __future__ import annotations
 
 import os
@@ -155,6 +155,11 @@ def _register_optional() -> None:
     try:
         from .export_cli import export_command
         app.command("export")(export_command)
+    except ImportError:
+        pass
+    try:
+        from .history_cli import history_command
+        app.command("history")(history_command)
     except ImportError:
         pass
 

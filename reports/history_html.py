@@ -1,0 +1,119 @@
+"""HTML for the `traceview.history/1` document: one self-contained page (the analyze report's page
+frame: inlined Vega bundle, Content-Security-Policy forbidding every fetch) with two charts over
+the nights, the headline metrics (one panel each) and the stage times, changes marked in red, and
+the tables of `history_tables`.
+"""
+from __future__ import annotations
+
+import altair as alt
+
+from . import history_tables as tables
+from .escape import html as h
+from .html import _page, _table
+
+WIDTH = 720
+CHANGE_COLOR = "#d62728"
+
+
+def _label(m: dict) -> str:
+    return m["label"] + ("" if m["unit"] == "TFLOP/s" else f" ({m['unit']})")
+
+
+def _rows(doc: dict, metrics: list[dict]) -> list[dict]:
+    changes = {(c["night"], c["metric"]): c for c in doc["changes"]}
+    rows = []
+    for n in doc["nights"]:
+        for m in metrics:
+            v = n["values"].get(m["key"])
+            if v is None:
+                continue
+            c = changes.get((n["night"], m["key"]))
+            rows.append({"t": n["capture_epoch_ns"] // 1_000_000, "night": n["night"], "captured": n["capture_time"],
+                         "file": n["file"], "metric": _label(m),
+                         "value": round(v, 6), "change": tables.change_text(c) if c else ""})
+    return rows
+
+
+def _layers(rows: list[dict], color=None):
+    base = alt.Chart(alt.Data(values=rows))
+    x = alt.X("t:T", title="capture time (UTC)", scale=alt.Scale(type="utc"))
+    tips = [alt.Tooltip("night:Q"), alt.Tooltip("captured:N"), alt.Tooltip("file:N"), alt.Tooltip("metric:N"),
+            alt.Tooltip("value:Q", format=",.3f"), alt.Tooltip("change:N")]
+    enc = {"x": x, "y": alt.Y("value:Q", title=None, scale=alt.Scale(zero=False))}
+    if color is not None:
+        enc["color"] = color
+    line = base.mark_line(point=alt.OverlayMarkDef(size=18)).encode(**enc, tooltip=tips)
+    marks = base.transform_filter(alt.datum.change != "").mark_point(
+        shape="diamond", size=140, filled=True, color=CHANGE_COLOR).encode(x=x, y="value:Q", tooltip=tips)
+    return line, marks
+
+
+def headline_chart(doc: dict):
+    metrics = [m for m in doc["metrics"] if not m["key"].startswith("stage:")]
+    rows = _rows(doc, metrics)
+    if not rows:
+        return None
+    line, marks = _layers(rows)
+    order = [_label(m) for m in metrics]
+    return alt.layer(line, marks, data=alt.Data(values=rows)).properties(width=WIDTH, height=130).facet(
+        row=alt.Row("metric:N", sort=order, title=None, header=alt.Header(labelAngle=0, labelAlign="left",
+                                                                           labelOrient="top"))
+    ).resolve_scale(y="independent").properties(title="Headline metrics over the nights (red: a change)")
+
+
+def stage_chart(doc: dict):
+    metrics = [m for m in doc["metrics"] if m["key"].startswith("stage:")]
+    rows = _rows(doc, metrics)
+    if not rows:
+        return None
+    for r in rows:
+        r["metric"] = r["metric"].replace("stage ", "").replace(" (ms)", "")
+    line, marks = _layers(rows, color=alt.Color("metric:N", title="stage",
+                                                sort=[m["key"][6:] for m in metrics]))
+    return alt.layer(line, marks).properties(width=WIDTH, height=300,
+                                             title="Stage times over the nights (ms per step; red: a change)")
+
+
+def specs(doc: dict) -> list[tuple[str, dict]]:
+    out = []
+    for name, build in (("history_headline", headline_chart), ("history_stages", stage_chart)):
+        ch = build(doc)
+        if ch is not None:
+            out.append((name, ch.to_dict(validate=False)))
+    return out
+
+
+TITLES = {"history_headline": "Headline metrics", "history_stages": "Stage times"}
+
+
+def render(doc: dict) -> str:
+    specs_ = specs(doc)
+    title = "traceview history"
+    body = [f"<h1>{h(title)}</h1>", f'<p class="sub">{h(tables._span(doc))}</p>',
+            f'<p class="sub">Rule: {h(doc["rule"]["text"])}.</p>']
+    groups = tables._grouped(doc)
+    if groups:
+        items = "".join(f"<li><b>night {n['night']}</b> ({h(tables._when(n))} UTC, {h(n['file'])}): "
+                        + "; ".join(h(tables.change_text(c)) for c in cs) + "</li>" for n, cs in groups)
+        body.append(f'<div class="violations"><b>{len(groups)} night(s) with a change</b><ul>{items}</ul></div>')
+    else:
+        body.append('<div class="ok"><b>No changes: every metric stayed within its noise band.</b></div>')
+    for name, _ in specs_:
+        body.append(f"<h2>{h(TITLES[name])}</h2>")
+        body.append(f'<div class="chart" id="chart-{h(name)}" data-chart="{h(name)}"></div>')
+    hm = [m for m in doc["metrics"] if not m["key"].startswith("stage:")]
+    sm = [m for m in doc["metrics"] if m["key"].startswith("stage:")]
+
+    def mark(v, changed):
+        return v + " ◆" if changed else v
+    rows = [[n["night"], tables._when(n)] + tables._cells(n, hm, mark) + [n["file"]] for n in doc["nights"]]
+    body += ["<h2>Nights (◆ outside the noise band)</h2>",
+             _table(["night", "captured (UTC)"] + [m["label"] + f" ({m['unit']})" for m in hm] + ["file"], rows,
+                    "rl" + "r" * len(hm) + "l", name_cols=(len(hm) + 2,))]
+    if sm:
+        rows = [[n["night"]] + tables._cells(n, sm, mark) for n in doc["nights"]]
+        body += ["<h2>Stage times (ms per step)</h2>", _table(["night"] + [m["key"][6:] for m in sm], rows)]
+    if doc.get("warnings"):
+        body += ["<h2>Warnings</h2>", "<ul>" + "".join(f'<li class="warn">{h(w)}</li>' for w in doc["warnings"])
+                 + "</ul>"]
+    return _page(title, body, specs_)

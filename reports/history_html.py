@@ -34,8 +34,8 @@ def _rows(doc: dict, metrics: list[dict]) -> list[dict]:
     return rows
 
 
-def _layers(rows: list[dict], color=None):
-    base = alt.Chart(alt.Data(values=rows))
+def _layers(name: str, color=None):
+    base = alt.Chart(alt.NamedData(name=name))
     x = alt.X("t:T", title="capture time (UTC)", scale=alt.Scale(type="utc"))
     tips = [alt.Tooltip("night:Q"), alt.Tooltip("captured:N"), alt.Tooltip("file:N"), alt.Tooltip("metric:N"),
             alt.Tooltip("value:Q", format=",.3f"), alt.Tooltip("change:N")]
@@ -53,12 +53,13 @@ def headline_chart(doc: dict):
     rows = _rows(doc, metrics)
     if not rows:
         return None
-    line, marks = _layers(rows)
+    line, marks = _layers("history_headline")
     order = [_label(m) for m in metrics]
-    return alt.layer(line, marks, data=alt.Data(values=rows)).properties(width=WIDTH, height=130).facet(
+    chart = alt.layer(line, marks, data=alt.NamedData(name="history_headline")).properties(width=WIDTH, height=130).facet(
         row=alt.Row("metric:N", sort=order, title=None, header=alt.Header(labelAngle=0, labelAlign="left",
                                                                            labelOrient="top"))
     ).resolve_scale(y="independent").properties(title="Headline metrics over the nights (red: a change)")
+    return chart, rows
 
 
 def stage_chart(doc: dict):
@@ -68,18 +69,23 @@ def stage_chart(doc: dict):
         return None
     for r in rows:
         r["metric"] = r["metric"].replace("stage ", "").replace(" (ms)", "")
-    line, marks = _layers(rows, color=alt.Color("metric:N", title="stage",
-                                                sort=[m["key"][6:] for m in metrics]))
+    line, marks = _layers("history_stages", color=alt.Color("metric:N", title="stage",
+                                                            sort=[m["key"][6:] for m in metrics]))
     return alt.layer(line, marks).properties(width=WIDTH, height=300,
-                                             title="Stage times over the nights (ms per step; red: a change)")
+                                             title="Stage times over the nights (ms per step; red: a change)"), rows
 
 
 def specs(doc: dict) -> list[tuple[str, dict]]:
+    """(name, Vega-Lite spec): the chart is built on a named data set and the rows are added to the
+    spec's `datasets` afterwards (Altair would walk every row of inlined values: seconds for a year)."""
     out = []
     for name, build in (("history_headline", headline_chart), ("history_stages", stage_chart)):
-        ch = build(doc)
-        if ch is not None:
-            out.append((name, ch.to_dict(validate=False)))
+        built = build(doc)
+        if built is not None:
+            chart, rows = built
+            spec = chart.to_dict(validate=False)
+            spec["datasets"] = {name: rows}
+            out.append((name, spec))
     return out
 
 

@@ -176,7 +176,7 @@ def test_html_is_self_contained_with_the_changes_in_the_charts(planted, tmp_path
     assert "default-src 'none'" in page
     spec = json.loads(page.split('<script type="application/json" id="tv-specs">', 1)[1].split("</script>", 1)[0])
     assert set(spec) == {"history_headline", "history_stages"}
-    rows = spec["history_headline"]["data"]["values"]
+    rows = spec["history_headline"]["datasets"]["history_headline"]
     marked = {(r["night"], r["metric"]) for r in rows if r["change"]}
     assert {n for n, _ in marked} == {41} and len(marked) == 3        # step, TFLOP/s, MFU
     assert len({r["night"] for r in rows}) == 60

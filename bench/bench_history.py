@@ -1,0 +1,81 @@
+"""Benchmark: `traceview history` over 365 nightly reports.
+
+Makes the real report of fixtures/h200_moe_overlap.json.gz (`analyze -f json`, 0.25 MB), perturbs
+it into N nights (fixtures/nightly.py: noise, an 8 % regression on the night 0.7 N) in a temporary
+folder, then measures, each in its own process so that peak memory is its own:
+
+- in-process: reading + ordering + the change-point rule (`history.build`), and each renderer;
+- the whole command `traceview history DIR -f FORMAT -o FILE` (Python start and imports included).
+
+Prints wall time and peak RSS of each.
+
+    python bench/bench_history.py [NIGHTS]
+"""
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
+
+CHILD = r'''
+import json, resource, sys, time
+t0 = time.perf_counter()
+from traceview.history import build
+from traceview.history_cli import render_history
+t_imp = time.perf_counter()
+doc = build([sys.argv[1]])
+t_build = time.perf_counter()
+out = {"imports_s": t_imp - t0, "build_s": t_build - t_imp, "nights": len(doc["nights"]),
+       "changes": sorted({c["night"] for c in doc["changes"]})}
+for fmt in ("text", "markdown", "json", "html"):
+    t = time.perf_counter()
+    n = len(render_history(doc, fmt))
+    out[fmt + "_s"] = time.perf_counter() - t
+    out[fmt + "_bytes"] = n
+out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(out))
+'''
+
+
+def main() -> None:
+    nights = int(sys.argv[1]) if len(sys.argv) > 1 else 365
+    sys.path.insert(0, str(ROOT))
+    from fixtures import nightly
+    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+    from traceview.reports import json_report
+    report = json.loads(json_report.render(run_analyze([str(FIXTURE)], AnalyzeOptions())))
+    with tempfile.TemporaryDirectory(prefix="tv-history-") as tmp:
+        folder = Path(tmp) / "nights"
+        docs = nightly.series(report, nights=nights, planted=nightly.Planted(night=int(0.7 * nights)), seed=0)
+        nightly.write(docs, folder)
+        size = sum(p.stat().st_size for p in folder.iterdir())
+        print(f"{nights} reports, {size / 1e6:.1f} MB in {folder}")
+        for _ in range(2):                      # first pass warms the page cache
+            r = subprocess.run([sys.executable, "-c", CHILD, str(folder)], capture_output=True, text=True, check=True)
+        res = json.loads(r.stdout)
+        print(f"in-process: imports {res['imports_s']:.3f} s; build (read {nights} reports, order, rule) "
+              f"{res['build_s']:.3f} s; changes on night(s) {res['changes']}")
+        for fmt in ("text", "markdown", "json", "html"):
+            print(f"  render {fmt:8s} {res[fmt + '_s']:.3f} s  ({res[fmt + '_bytes'] / 1e3:,.0f} kB)")
+        print(f"  peak RSS {res['peak_rss_mb']:.0f} MB")
+        exe = Path(sys.executable).with_name("traceview")
+        for fmt in ("text", "json", "html"):
+            before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            t = time.perf_counter()
+            subprocess.run([str(exe), "history", str(folder), "-f", fmt, "-o", str(Path(tmp) / f"h.{fmt}")],
+                           check=True)
+            wall = time.perf_counter() - t
+            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+            note = "" if peak > before else " (at most; an earlier child's peak)"
+            print(f"command `traceview history DIR -f {fmt}`: {wall:.3f} s wall, peak RSS {peak / 1024:.0f} MB{note}")
+
+
+if __name__ == "__main__":
+    main()

@@ -104,6 +104,8 @@ def render(doc: dict) -> str:
         body.append(f'<div class="violations"><b>{len(groups)} night(s) with a change</b><ul>{items}</ul></div>')
     else:
         body.append('<div class="ok"><b>No changes: every metric stayed within its noise band.</b></div>')
+    if tables.latest_text(doc):
+        body.append(f"<p>Newest: {h(tables.latest_text(doc))}.</p>")
     for name, _ in specs_:
         body.append(f"<h2>{h(TITLES[name])}</h2>")
         body.append(f'<div class="chart" id="chart-{h(name)}" data-chart="{h(name)}"></div>')

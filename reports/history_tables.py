@@ -7,6 +7,7 @@ cursor or colour the terminal); in Markdown they go through `escape.md`.
 from __future__ import annotations
 
 import re
+import textwrap
 
 from . import markdown as mdr
 from . import text as txt
@@ -35,6 +36,20 @@ def change_text(c: dict) -> str:
     unit = f" {c['unit']}"
     return (f"{c['label']}: {value(c['from'], c['unit'])}{unit} → {value(c['to'], c['unit'])}{unit} "
             f"({pct}{c['kind']}; band ±{value(c['band'], c['unit'])})")
+
+
+def latest_text(doc: dict) -> str | None:
+    """`night N vs N-1: step time 301.204 → 325.391 ms (+8.0 %); ...` (None with one night)."""
+    lt = doc.get("latest")
+    if not lt:
+        return None
+    parts = []
+    for d in lt["deltas"]:
+        if d["from"] is None or d["to"] is None:
+            continue
+        pct = "" if d["pct"] is None else f" ({d['pct']:+.1f} %)"
+        parts.append(f"{d['label']} {value(d['from'], d['unit'])} → {value(d['to'], d['unit'])} {d['unit']}{pct}")
+    return f"night {lt['night']} vs night {lt['previous']}: " + "; ".join(parts)
 
 
 def _when(n: dict) -> str:
@@ -80,6 +95,8 @@ def render_text(doc: dict) -> str:
             out += [f"    {term(change_text(c))}" for c in cs]
     else:
         out.append("No changes: every metric stayed within its noise band.")
+    if latest_text(doc):
+        out += [""] + textwrap.wrap(f"Newest: {term(latest_text(doc))}", 100, subsequent_indent="  ")
     out.append("")
     hm = _headline_metrics(doc)
 
@@ -110,6 +127,8 @@ def render_markdown(doc: dict) -> str:
             out += [f"  - {md(change_text(c))}" for c in cs]
     else:
         out.append("No changes: every metric stayed within its noise band.")
+    if latest_text(doc):
+        out += ["", f"Newest: {md(latest_text(doc))}."]
     out.append("")
     hm = _headline_metrics(doc)
 

@@ -139,6 +139,19 @@ def test_the_rule_by_hand():
     assert [c["index"] for c in change_points([10, None, 10, 10, 10, 10, 10, 10, 20], rule)] == [8]
 
 
+def test_two_reports_newest_against_the_one_before(planted):
+    """With two nights nothing is judged (min_nights), but the newest is set against the previous."""
+    docs, _, paths = planted
+    doc = build([paths[40], paths[39]])
+    assert doc["changes"] == [] and doc["latest"]["night"] == 2 and doc["latest"]["previous"] == 1
+    d = {x["metric"]: x for x in doc["latest"]["deltas"]}
+    a, b = docs[39]["summary"]["step_time_ns"], docs[40]["summary"]["step_time_ns"]
+    assert d["step_time_ms"]["from"] == a / 1e6 and d["step_time_ms"]["to"] == b / 1e6
+    assert d["step_time_ms"]["pct"] == pytest.approx(100 * (b - a) / a, rel=1e-9)
+    assert "Newest: night 2 vs night 1: step time" in cli("history", paths[39], paths[40], "-f", "markdown").stdout
+    assert build([paths[0]])["latest"] is None
+
+
 def test_fail_on_change_exit_codes(planted):
     _, folder, _ = planted
     assert cli("history", folder, "-f", "json").exit_code == 0

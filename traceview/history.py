@@ -267,6 +267,13 @@ def build(paths: list[str | Path], rule: Rule | None = None) -> dict:
     by_night: dict[int, list[str]] = {}
     for c in changes:
         by_night.setdefault(c["night"], []).append(c["metric"])
+    latest = None
+    if len(nights) >= 2:
+        a, b = nights[-2], nights[-1]
+        latest = {"night": len(nights), "previous": len(nights) - 1, "deltas": [
+            {"metric": m["key"], "label": m["label"], "unit": m["unit"], "from": a.values.get(m["key"]),
+             "to": b.values.get(m["key"]), "pct": _pct(a.values.get(m["key"]), b.values.get(m["key"]))}
+            for m in mlist]}
     return {
         "schema": SCHEMA,
         "tool": {"name": "traceview", "version": __version__},
@@ -277,8 +284,13 @@ def build(paths: list[str | Path], rule: Rule | None = None) -> dict:
                     "changed": by_night.get(i + 1, [])}
                    for i, n in enumerate(nights)],
         "changes": changes,
+        "latest": latest,
         "warnings": warnings,
     }
+
+
+def _pct(a, b):
+    return None if a is None or b is None or a == 0 else 100.0 * (b - a) / abs(a)
 
 
 def failing(doc: dict, last: int) -> list[dict]:

@@ -14,11 +14,9 @@ Prints wall time and peak RSS of each.
 from __future__ import annotations
 
 import json
-import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,21 +24,40 @@ FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
 
 CHILD = r'''
 import json, resource, sys, time
+def rss():   # VmHWM: this process's own peak (ru_maxrss would include the forking parent's pages)
+    for line in open("/proc/self/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 t0 = time.perf_counter()
 from traceview.history import build
 from traceview.history_cli import render_history
 t_imp = time.perf_counter()
+c0 = time.process_time()
 doc = build([sys.argv[1]])
-t_build = time.perf_counter()
-out = {"imports_s": t_imp - t0, "build_s": t_build - t_imp, "nights": len(doc["nights"]),
-       "changes": sorted({c["night"] for c in doc["changes"]})}
+t_build, c_build = time.perf_counter(), time.process_time()
+out = {"imports_s": t_imp - t0, "build_s": t_build - t_imp, "build_cpu_s": c_build - c0, "rss_after_build_mb": rss(),
+       "nights": len(doc["nights"]), "changes": sorted({c["night"] for c in doc["changes"]})}
+from reports.html import vega_bundle
+t = time.perf_counter()
+vega_bundle()                      # the inlined Vega/Vega-Lite bundle (vl-convert), shared with analyze's HTML
+out["vega_bundle_s"] = time.perf_counter() - t
 for fmt in ("text", "markdown", "json", "html"):
-    t = time.perf_counter()
+    t, c = time.perf_counter(), time.process_time()
     n = len(render_history(doc, fmt))
-    out[fmt + "_s"] = time.perf_counter() - t
+    out[fmt + "_s"], out[fmt + "_cpu_s"] = time.perf_counter() - t, time.process_time() - c
     out[fmt + "_bytes"] = n
-out["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+out["peak_rss_mb"] = rss()
 print(json.dumps(out))
+'''
+
+TIMED = r'''
+import resource, subprocess, sys, time
+t = time.perf_counter()
+subprocess.run(sys.argv[1:], check=True)
+wall = time.perf_counter() - t
+ru = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024)
 '''
 
 
@@ -61,20 +78,20 @@ def main() -> None:
             r = subprocess.run([sys.executable, "-c", CHILD, str(folder)], capture_output=True, text=True, check=True)
         res = json.loads(r.stdout)
         print(f"in-process: imports {res['imports_s']:.3f} s; build (read {nights} reports, order, rule) "
-              f"{res['build_s']:.3f} s; changes on night(s) {res['changes']}")
+              f"{res['build_s']:.3f} s wall, {res['build_cpu_s']:.3f} s CPU, peak RSS {res['rss_after_build_mb']:.0f} MB"
+              f" after it; changes on night(s) {res['changes']}")
         for fmt in ("text", "markdown", "json", "html"):
-            print(f"  render {fmt:8s} {res[fmt + '_s']:.3f} s  ({res[fmt + '_bytes'] / 1e3:,.0f} kB)")
+            print(f"  render {fmt:8s} {res[fmt + '_s']:.3f} s wall, {res[fmt + '_cpu_s']:.3f} s CPU "
+                  f"({res[fmt + '_bytes'] / 1e3:,.0f} kB)")
+        print(f"  (the inlined Vega bundle alone, before the renders: {res['vega_bundle_s']:.3f} s)")
         print(f"  peak RSS {res['peak_rss_mb']:.0f} MB")
         exe = Path(sys.executable).with_name("traceview")
         for fmt in ("text", "json", "html"):
-            before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-            t = time.perf_counter()
-            subprocess.run([str(exe), "history", str(folder), "-f", fmt, "-o", str(Path(tmp) / f"h.{fmt}")],
-                           check=True)
-            wall = time.perf_counter() - t
-            peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-            note = "" if peak > before else " (at most; an earlier child's peak)"
-            print(f"command `traceview history DIR -f {fmt}`: {wall:.3f} s wall, peak RSS {peak / 1024:.0f} MB{note}")
+            r = subprocess.run([sys.executable, "-c", TIMED, str(exe), "history", str(folder), "-f", fmt,
+                                "-o", str(Path(tmp) / f"h.{fmt}")], capture_output=True, text=True, check=True)
+            wall, cpu, peak = map(float, r.stdout.split())
+            print(f"command `traceview history DIR -f {fmt}`: {wall:.3f} s wall, {cpu:.3f} s CPU, "
+                  f"peak RSS {peak:.0f} MB")
 
 
 if __name__ == "__main__":

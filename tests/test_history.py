@@ -272,3 +272,17 @@ def test_hostile_file_names_are_escaped(report, tmp_path):
     page = cli("history", folder, "-f", "html").stdout
     body = page.split("<script", 1)[0]
     assert "<img" not in body and "&lt;img src=x onerror=alert(1)&gt;" in body
+
+
+def test_unlistable_folder_is_an_input_error(tmp_path, monkeypatch):
+    """A folder that cannot be listed (PermissionError from the walk) names the folder."""
+    from pathlib import Path
+
+    from traceview.errors import TraceError
+
+    def denied(self, pattern):
+        raise PermissionError(13, "Permission denied", str(self / "inner"))
+    (tmp_path / "n").mkdir()
+    monkeypatch.setattr(Path, "rglob", denied)
+    with pytest.raises(TraceError, match=r"inner: cannot list \(Permission denied\)"):
+        build([tmp_path / "n"])

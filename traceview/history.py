@@ -115,8 +115,12 @@ def expand(paths: list[str | Path]) -> list[tuple[Path, str, bool]]:
     out = []
     for p in map(Path, paths):
         if p.is_dir():
-            found = sorted(q for q in p.rglob("*.json") if q.is_file())
-            out += [(q, str(q.relative_to(p)), True) for q in found]
+            try:
+                found = sorted(q for q in p.rglob("*.json") if q.is_file())
+            except OSError as e:
+                raise TraceError(getattr(e, "filename", None) or p, f"cannot list ({e.strerror or e})") from e
+            # names relative to the folder, unless several paths were given (they could collide)
+            out += [(q, str(q.relative_to(p)) if len(paths) == 1 else str(q), True) for q in found]
         elif p.exists():
             out.append((p, str(p), False))
         else:

@@ -34,18 +34,22 @@ def _rows(doc: dict, metrics: list[dict]) -> list[dict]:
     return rows
 
 
-def _layers(name: str, color=None):
-    base = alt.Chart(alt.NamedData(name=name))
+def _panels(name: str, metrics: list[dict], title: str, height: int):
+    """One panel per metric (own y scale), the nights on a shared UTC time axis, changes as red diamonds."""
     x = alt.X("t:T", title="capture time (UTC)", scale=alt.Scale(type="utc"))
     tips = [alt.Tooltip("night:Q"), alt.Tooltip("captured:N"), alt.Tooltip("file:N"), alt.Tooltip("metric:N"),
             alt.Tooltip("value:Q", format=",.3f"), alt.Tooltip("change:N")]
-    enc = {"x": x, "y": alt.Y("value:Q", title=None, scale=alt.Scale(zero=False))}
-    if color is not None:
-        enc["color"] = color
-    line = base.mark_line(point=alt.OverlayMarkDef(size=18)).encode(**enc, tooltip=tips)
-    marks = base.transform_filter(alt.datum.change != "").mark_point(
-        shape="diamond", size=140, filled=True, color=CHANGE_COLOR).encode(x=x, y="value:Q", tooltip=tips)
-    return line, marks
+    y = alt.Y("value:Q", title=None, scale=alt.Scale(zero=False))
+    line = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=18)).encode(x=x, y=y, tooltip=tips)
+    # every night gets a diamond, visible only on a change (a filtered, empty layer would give Vega
+    # an infinite y extent in the panels without a change)
+    marks = alt.Chart().mark_point(shape="diamond", size=140, filled=True, color=CHANGE_COLOR).encode(
+        x=x, y=y, tooltip=tips, opacity=alt.condition(alt.datum.change != "", alt.value(1), alt.value(0)))
+    header = alt.Header(labelAngle=0, labelAlign="left", labelOrient="top", labelFontWeight="bold")
+    return alt.layer(line, marks).properties(width=WIDTH, height=height).facet(
+        row=alt.Row("metric:N", sort=[_label(m) for m in metrics], title=None, header=header),
+        data=alt.NamedData(name=name),
+    ).resolve_scale(y="independent").properties(title=title)
 
 
 def headline_chart(doc: dict):
@@ -53,13 +57,7 @@ def headline_chart(doc: dict):
     rows = _rows(doc, metrics)
     if not rows:
         return None
-    line, marks = _layers("history_headline")
-    order = [_label(m) for m in metrics]
-    chart = alt.layer(line, marks, data=alt.NamedData(name="history_headline")).properties(width=WIDTH, height=130).facet(
-        row=alt.Row("metric:N", sort=order, title=None, header=alt.Header(labelAngle=0, labelAlign="left",
-                                                                           labelOrient="top"))
-    ).resolve_scale(y="independent").properties(title="Headline metrics over the nights (red: a change)")
-    return chart, rows
+    return _panels("history_headline", metrics, "Headline metrics over the nights (red: a change)", 130), rows
 
 
 def stage_chart(doc: dict):
@@ -67,12 +65,7 @@ def stage_chart(doc: dict):
     rows = _rows(doc, metrics)
     if not rows:
         return None
-    for r in rows:
-        r["metric"] = r["metric"].replace("stage ", "").replace(" (ms)", "")
-    line, marks = _layers("history_stages", color=alt.Color("metric:N", title="stage",
-                                                            sort=[m["key"][6:] for m in metrics]))
-    return alt.layer(line, marks).properties(width=WIDTH, height=300,
-                                             title="Stage times over the nights (ms per step; red: a change)"), rows
+    return _panels("history_stages", metrics, "Stage times over the nights (ms per step; red: a change)", 90), rows
 
 
 def specs(doc: dict) -> list[tuple[str, dict]]:

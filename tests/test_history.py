@@ -193,6 +193,11 @@ def test_html_is_self_contained_with_the_changes_in_the_charts(planted, tmp_path
     marked = {(r["night"], r["metric"]) for r in rows if r["change"]}
     assert {n for n, _ in marked} == {41} and len(marked) == 3        # step, TFLOP/s, MFU
     assert len({r["night"] for r in rows}) == 60
+    for name, sp in spec.items():
+        # one panel per metric: the facet owns the data; a layer with data of its own would show every metric
+        assert sp["data"] == {"name": name} and sp["facet"]["row"]["field"] == "metric"
+        assert all("data" not in layer for layer in sp["spec"]["layer"])
+    assert len(spec["history_stages"]["facet"]["row"]["sort"]) == 7
 
 
 def test_html_renders_offline_in_chromium(planted, tmp_path):

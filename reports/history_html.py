@@ -1,6 +1,7 @@
 """HTML for the `traceview.history/1` document: one self-contained page (the analyze report's page
 frame: inlined Vega bundle, Content-Security-Policy forbidding every fetch) with two charts over
-the nights, the headline metrics (one panel each) and the stage times, changes marked in red, and
+the nights, the headline metrics and the stage times (one panel each, the noise band each night
+was judged against shaded), changes marked in red, and
 the tables of `history_tables`.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from .html import _page, _table
 
 WIDTH = 720
 CHANGE_COLOR = "#d62728"
+BAND_COLOR = "#d0d7de"      # the noise band each night was judged against
 
 
 def _label(m: dict) -> str:
@@ -28,9 +30,12 @@ def _rows(doc: dict, metrics: list[dict]) -> list[dict]:
             if v is None:
                 continue
             c = changes.get((n["night"], m["key"]))
+            band = (n.get("bands") or {}).get(m["key"])
             rows.append({"t": n["capture_epoch_ns"] // 1_000_000, "night": n["night"], "captured": n["capture_time"],
-                         "file": n["file"], "metric": _label(m),
-                         "value": round(v, 6), "change": tables.change_text(c) if c else ""})
+                         "file": n["file"], "metric": _label(m), "value": round(v, 6),
+                         "low": None if band is None else round(band[0], 6),
+                         "high": None if band is None else round(band[1], 6),
+                         "change": tables.change_text(c) if c else ""})
     return rows
 
 
@@ -40,13 +45,15 @@ def _panels(name: str, metrics: list[dict], title: str, height: int):
     tips = [alt.Tooltip("night:Q"), alt.Tooltip("captured:N"), alt.Tooltip("file:N"), alt.Tooltip("metric:N"),
             alt.Tooltip("value:Q", format=",.3f"), alt.Tooltip("change:N")]
     y = alt.Y("value:Q", title=None, scale=alt.Scale(zero=False))
+    area = alt.Chart().mark_area(color=BAND_COLOR, opacity=0.6).encode(
+        x=x, y=alt.Y("low:Q", title=None, scale=alt.Scale(zero=False)), y2="high:Q")
     line = alt.Chart().mark_line(point=alt.OverlayMarkDef(size=18)).encode(x=x, y=y, tooltip=tips)
     # every night gets a diamond, visible only on a change (a filtered, empty layer would give Vega
     # an infinite y extent in the panels without a change)
     marks = alt.Chart().mark_point(shape="diamond", size=140, filled=True, color=CHANGE_COLOR).encode(
         x=x, y=y, tooltip=tips, opacity=alt.condition(alt.datum.change != "", alt.value(1), alt.value(0)))
     header = alt.Header(labelAngle=0, labelAlign="left", labelOrient="top", labelFontWeight="bold")
-    return alt.layer(line, marks).properties(width=WIDTH, height=height).facet(
+    return alt.layer(area, line, marks).properties(width=WIDTH, height=height).facet(
         row=alt.Row("metric:N", sort=[_label(m) for m in metrics], title=None, header=header),
         data=alt.NamedData(name=name),
     ).resolve_scale(y="independent").properties(title=title)
@@ -57,7 +64,7 @@ def headline_chart(doc: dict):
     rows = _rows(doc, metrics)
     if not rows:
         return None
-    return _panels("history_headline", metrics, "Headline metrics over the nights (red: a change)", 130), rows
+    return _panels("history_headline", metrics, "Headline metrics over the nights (grey: the noise band; red: a change)", 130), rows
 
 
 def stage_chart(doc: dict):
@@ -65,7 +72,7 @@ def stage_chart(doc: dict):
     rows = _rows(doc, metrics)
     if not rows:
         return None
-    return _panels("history_stages", metrics, "Stage times over the nights (ms per step; red: a change)", 90), rows
+    return _panels("history_stages", metrics, "Stage times over the nights (ms per step; grey: the noise band; red: a change)", 90), rows
 
 
 def specs(doc: dict) -> list[tuple[str, dict]]:

@@ -212,9 +212,11 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs)
 
 
-def change_points(series: list[float | None], rule: Rule) -> list[dict]:
-    """[{index, from, to, band}] of the nights outside the band of their regime's previous nights."""
-    out = []
+def judge(series: list[float | None], rule: Rule) -> tuple[list[dict], list[tuple[float, float] | None]]:
+    """The changes [{index, from, to, band}] and, per night, the (baseline, band half-width) it was
+    judged against (None for a night not judged: no value, or too few nights in its regime)."""
+    out: list[dict] = []
+    bands: list[tuple[float, float] | None] = [None] * len(series)
     seen: list[float] = []         # the values of the current regime so far (nights with the metric)
     for i, x in enumerate(series):
         if x is None:
@@ -224,11 +226,17 @@ def change_points(series: list[float | None], rule: Rule) -> list[dict]:
             med = _median(prev)
             mad = _median([abs(v - med) for v in prev])
             band = max(rule.k * MAD_TO_SIGMA * mad, rule.min_band_pct / 100.0 * abs(med))
+            bands[i] = (med, band)
             if abs(x - med) > band:
                 out.append({"index": i, "from": med, "to": x, "band": band})
                 seen = []          # a new regime starts at this night
         seen.append(x)
-    return out
+    return out, bands
+
+
+def change_points(series: list[float | None], rule: Rule) -> list[dict]:
+    """[{index, from, to, band}] of the nights outside the band of their regime's previous nights."""
+    return judge(series, rule)[0]
 
 
 def build(paths: list[str | Path], rule: Rule | None = None) -> dict:
@@ -253,9 +261,13 @@ def build(paths: list[str | Path], rule: Rule | None = None) -> dict:
         warnings.append(f"{same} report(s) have the capture time of the report before them (the same run twice?)")
     mlist = metric_list(nights)
     changes = []
+    night_bands: list[dict] = [{} for _ in nights]
     for m in mlist:
         series = [n.values.get(m["key"]) for n in nights]
-        for c in change_points(series, rule):
+        found, bands = judge(series, rule)
+        for i, b in enumerate(bands):
+            night_bands[i][m["key"]] = None if b is None else [b[0] - b[1], b[0] + b[1]]
+        for c in found:
             n = nights[c["index"]]
             rising = c["to"] > c["from"]
             worse = rising == (m["better"] == "lower")
@@ -285,6 +297,7 @@ def build(paths: list[str | Path], rule: Rule | None = None) -> dict:
         "metrics": mlist,
         "nights": [{"night": i + 1, "file": n.path, "capture_time": n.capture_time, "capture_epoch_ns": n.capture_ns,
                     "values": {m["key"]: n.values.get(m["key"]) for m in mlist},
+                    "bands": night_bands[i],
                     "changed": by_night.get(i + 1, [])}
                    for i, n in enumerate(nights)],
         "changes": changes,

@@ -164,6 +164,19 @@ def test_fail_on_change_exit_codes(planted):
     assert cli("history", folder, "--fail-on-change").exit_code == 1
     assert cli("history", folder, "--fail-on-change", "--fail-last", "20").exit_code == 1     # nights 41..60
     assert cli("history", folder, "--fail-on-change", "--fail-last", "19").exit_code == 0     # nights 42..60
+    assert cli("history", folder, "--fail-on-regression").exit_code == 1
+
+
+def test_fail_on_regression_passes_an_improvement(report, tmp_path):
+    """A planted speed-up (-8 % of the step on the experts stage): a change, an improvement."""
+    docs = nightly.series(report, nights=30, noise=0.007, planted=nightly.Planted(night=20, pct=-8.0), seed=5)
+    folder = tmp_path / "faster"
+    nightly.write(docs, folder, seed=5)
+    doc = build([folder])
+    assert {c["night"] for c in doc["changes"]} == {20}
+    assert {c["kind"] for c in doc["changes"]} == {"improvement"}
+    assert cli("history", folder, "--fail-on-change").exit_code == 1
+    assert cli("history", folder, "--fail-on-regression").exit_code == 0
 
 
 def test_json_output_matches_its_schema_and_formats(planted, tmp_path):

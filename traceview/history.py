@@ -310,7 +310,7 @@ def _pct(a, b):
     return None if a is None or b is None or a == 0 else 100.0 * (b - a) / abs(a)
 
 
-def failing(doc: dict, last: int) -> list[dict]:
-    """The changes on the newest `last` nights (what --fail-on-change fails on)."""
+def failing(doc: dict, last: int, regressions_only: bool = False) -> list[dict]:
+    """The changes on the newest `last` nights (what --fail-on-change / --fail-on-regression fail on)."""
     n = len(doc["nights"])
-    return [c for c in doc["changes"] if c["night"] > n - last]
+    return [c for c in doc["changes"] if c["night"] > n - last and (c["kind"] == "regression" or not regressions_only)]

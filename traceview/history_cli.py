@@ -3,7 +3,7 @@ capture time each records, with the nights where a metric left its noise band (s
 `traceview.history` for the rule).
 
 Exit codes: 0 (done; or no change where --fail-on-change looks), 1 (--fail-on-change: a metric
-changed on one of the nights it looks at), 2 (an unreadable file, a document of another schema, a
+changed on one of the nights it looks at; --fail-on-regression: one got worse), 2 (an unreadable file, a document of another schema, a
 report without a capture time, a bad option: one line on stderr naming it, nothing written),
 3 (internal error).
 """
@@ -37,8 +37,11 @@ def history_command(
     out: Optional[Path] = typer.Option(None, "-o", "--output", help="write to FILE"),
     fail_on_change: bool = typer.Option(False, "--fail-on-change", help="exit 1 when a metric changed "
                                         "(on any night, or on the newest --fail-last nights)"),
+    fail_on_regression: bool = typer.Option(False, "--fail-on-regression", help="exit 1 when a metric got worse "
+                                            "(like --fail-on-change, improvements pass)"),
     fail_last: Optional[int] = typer.Option(None, "--fail-last", metavar="N",
-                                            help="--fail-on-change looks at the newest N nights only"),
+                                            help="--fail-on-change/--fail-on-regression look at the newest N "
+                                                 "nights only"),
     window: int = typer.Option(28, "--window", help="previous nights in the baseline of a night"),
     k: float = typer.Option(4.5, "--k", help="band half-width in robust standard deviations (1.4826 × MAD)"),
     min_band: float = typer.Option(3.0, "--min-band", metavar="PCT", help="the band is at least PCT % of the "
@@ -59,7 +62,7 @@ def history_command(
         return doc
 
     doc = guarded(debug, run)
-    if fail_on_change:
+    if fail_on_change or fail_on_regression:
         from .history import failing
-        if failing(doc, fail_last or len(doc["nights"])):
+        if failing(doc, fail_last or len(doc["nights"]), regressions_only=not fail_on_change):
             raise typer.Exit(1)

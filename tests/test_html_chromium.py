@@ -1,7 +1,8 @@
 """The HTML report opened in headless Chromium with the network unreachable.
 
 Chromium is Debian's `chromium` package (`.ci/install-chromium.sh` installs it; `.ci/run` calls that).
-Without it these tests fail, unless TRACEVIEW_NO_CHROMIUM=1 says to skip them.
+Without it these tests are skipped with the reason, except in CI (`CI=true`), where they fail
+(tests/tools.py).
 
 Each page is loaded from a file:// URL with a proxy on a dead port and every host name unresolvable,
 a fresh profile, and a virtual-time budget so the charts finish rendering; `--dump-dom` gives the DOM
@@ -13,24 +14,23 @@ The screenshot of the real-trace report is kept in tests/artifacts/ (ignored by 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 
 import pytest
 from helpers import ROOT
 from reports_support import GEN, HOSTILE_KERNEL, analyze, corpus, with_issue6
+from tools import chromium
 
 from traceview.reports import html as html_report
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-if CHROMIUM is None:
-    if os.environ.get("TRACEVIEW_NO_CHROMIUM") == "1":
-        pytest.skip("TRACEVIEW_NO_CHROMIUM=1: headless Chromium tests skipped", allow_module_level=True)
+
+@pytest.fixture(autouse=True)
+def _needs_chromium():
+    chromium()          # skip (or, in CI, fail) before any work when Chromium is missing
 
 HOOK = """<script>(function () {
   var log = [];
@@ -50,7 +50,7 @@ HOOK = """<script>(function () {
 
 
 def chromium_flags(profile) -> list[str]:
-    return [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    return [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
             f"--user-data-dir={profile}", "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
             "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--window-size=1280,4200"]
@@ -58,8 +58,6 @@ def chromium_flags(profile) -> list[str]:
 
 def open_page(html_text: str, tmp_path, name: str, screenshot=None) -> dict:
     """Load a hooked copy of the page; return the dumped DOM, recorded events and console log lines."""
-    if CHROMIUM is None:
-        pytest.fail("chromium not found: run .ci/install-chromium.sh (or set TRACEVIEW_NO_CHROMIUM=1 to skip)")
     assert html_text.index("<head>") < 100      # our <head>, not a string inside the inlined Vega bundle
     page = tmp_path / f"{name}.html"
     page.write_text(html_text.replace("<head>", "<head>" + HOOK, 1), encoding="utf-8")

@@ -247,3 +247,23 @@ def test_layer_and_stage_tables_add_up(name, fmt):
     # overlapped comm is a separate measure, after the parts
     assert layer_t[0][0].index("total") < layer_t[0][0].index("idle") < [
         i for i, h in enumerate(layer_t[0][0]) if "ovl" in h or "overlapped" in h][0]
+
+
+def test_schema_says_what_each_aggregate_is():
+    """The JSON fields the reports aggregate say in their schema description which aggregate they are."""
+    from reports_support import schema
+    rep, diff = schema("report.schema.json"), schema("diff.schema.json")
+    fields = {"summary": rep["properties"]["summary"], "per_rank": rep["properties"]["per_rank"],
+              "layers": rep["properties"]["layers"], "stages": rep["properties"]["stages"],
+              "comm": rep["properties"]["comm"], "top_kernels": rep["properties"]["top_kernels"],
+              "by_group": rep["properties"]["flops"]["properties"]["by_group"],
+              "critical_path": rep["properties"]["critical_path"],
+              "diff breakdown": diff["$defs"]["side"]["properties"]["breakdown"],
+              "diff family count": diff["$defs"]["family"]["properties"]["base_count"],
+              "diff comm": diff["properties"]["delta"]["properties"]["comm"]}
+    for name, node in fields.items():
+        assert re.search(r"\b(median|means?|totals?|one step window|one entry per)\b", node.get("description", "")), name
+    parts = rep["$defs"]["breakdown"]["properties"]
+    assert all("part of the step" in parts[k]["description"] for k in ("compute_ns", "exposed_comm_ns",
+                                                                         "exposed_memory_ns", "idle_ns"))
+    assert "not a part" in parts["overlapped_comm_ns"]["description"]

@@ -256,7 +256,8 @@ def render(doc: dict) -> str:
     body += ["<h2>Step breakdown (each rank's median step, ms and % of the step)</h2>",
              _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",
                      "overlap"], rows),
-             f"<p>The four parts add up to the step. {h(OVERLAP_NOTE)} Overlap = overlapped / total "
+             "<p>Compute, exposed comm, exposed memory and idle partition each step window. "
+             f"{h(OVERLAP_NOTE)} Overlap = overlapped / total "
              "communication.</p>"]
     body += _chart_divs(specs)
     body += _layers_html(doc) + _flops_html(f) + _stalls_html(doc) + _collectives_html(doc)

@@ -96,7 +96,7 @@ def breakdown_lines(doc: dict) -> list[str]:
                     + [ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
     return ["### Step breakdown (each rank's median step, ms and % of the step)", ""] + table(
         ["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm", "overlap"],
-        rows) + ["", "The four parts add up to the step. " + OVERLAP_NOTE
+        rows) + ["", "Compute, exposed comm, exposed memory and idle partition each step window. " + OVERLAP_NOTE
                  + " Overlap = overlapped / total communication.", ""]
 
 

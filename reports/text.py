@@ -6,8 +6,7 @@ import textwrap
 from .labels import PARTS as BREAKDOWN, count, count_per_step, mean_label, rounded_parts, total_label
 
 OVERLAP_LEGEND = ("exp = exposed (nothing else ran beside it); ovl comm = overlapped communication, which ran "
-                  "beside compute: that time is counted as compute, so it is not a part of the total and can "
-                  "exceed it. Parts add up to the total.")
+                  "beside compute: that time is counted as compute, so it is not a part and can exceed the total.")
 
 
 def ms(ns: int | float) -> str:
@@ -47,18 +46,19 @@ def breakdown_lines(doc: dict) -> list[str]:
                      f"{100 * s['overlap_ratio']:.1f}%"])
         return (["Step breakdown per rank (each rank's median step, ms; median = median over ranks)"] + table(
             ["rank", "step", "compute", "exp comm", "exp mem", "idle", "ovl comm", "overlap"], rows)
-            + [""] + textwrap.wrap(OVERLAP_LEGEND + " overlap = overlapped / total comm.", 100) + [""])
+            + [""] + textwrap.wrap(OVERLAP_LEGEND + " Compute, exp comm, exp mem and idle partition each step "
+                                   "window. overlap = overlapped / total comm.", 100) + [""])
     lines = []
     for r in doc["per_rank"]:
         st = r["step_time_ns"]
         lines.append(f"rank {r['rank']}: median step {ms(st)} ms over {r['steps']} step(s); "
                      f"overlap ratio {100 * r['overlap_ratio']:.1f}% (overlapped / total comm)")
         rows = [[name, ms(r[key]), pct(r[key], st)] for name, key in BREAKDOWN]
-        rows.append(["= step time", ms(st), pct(st, st)])
+        rows.append(["step time", ms(st), pct(st, st)])
         rows.append(["", "", ""])
         rows.append(["overlapped comm", ms(r["overlapped_comm_ns"]), pct(r["overlapped_comm_ns"], st)])
         rows.append(["total comm", ms(r["comm_ns"]), pct(r["comm_ns"], st)])
-        lines += ["  " + x for x in table(["part of the median step", "ms", "% step"], rows)]
+        lines += ["  " + x if x else "" for x in table(["part of the median step", "ms", "% step"], rows)]
         lines += textwrap.wrap("overlapped comm ran beside compute (counted as compute, not a part); "
                                "total comm = exposed + overlapped", 100, initial_indent="  ", subsequent_indent="  ")
         lines.append("")
@@ -126,7 +126,7 @@ def layer_lines(doc: dict) -> list[str]:
     srows = [[s["stage"], *part_cells(s, n), ms(s["overlapped_comm_ns"] / n)] for s in doc.get("stages", [])]
     lines += ["", f"Per MoE stage (ms, {mean_label(n)}; all layers and phases)"]
     lines += table(["stage", "total", "compute", "exp comm", "exp mem", "idle", "ovl comm"], srows)
-    lines += [""] + textwrap.wrap(OVERLAP_LEGEND, 100)
+    lines += [""] + textwrap.wrap(OVERLAP_LEGEND + " Compute, exp comm, exp mem and idle add up to the total.", 100)
     a = doc.get("attribution") or {}
     if a:
         linked = a.get("backward_linked_share")
@@ -179,7 +179,7 @@ def flops_lines(doc: dict) -> list[str]:
         lines += ["  " + x for x in table(["layer", "phase", "stage", "TFLOP", "compute ms", "TFLOP/s"], rows,
                                           "lllrrr")]
     for n in f.get("notes", []):
-        lines += textwrap.wrap(f"  note: {n}", 100)
+        lines += textwrap.wrap(f"  note: {n}", 100, subsequent_indent="    ")
     return lines + [""]
 
 

@@ -82,7 +82,7 @@ def stall_lines(doc: dict) -> list[str]:
     by = ", ".join(f"{k} {ms(v)}" for k, v in sorted((summ.get("by_cause") or {}).items(), key=lambda kv: -kv[1]) if v)
     out = textwrap.wrap(f"Top stalls ({min(top, len(st))} of {len(st)}; all stalls {ms(total)} ms = the "
                         f"non-compute critical path)", 100)
-    out += textwrap.wrap(f"  by cause (ms): {by}", 100)
+    out += textwrap.wrap(f"  by cause (ms): {by}", 100, subsequent_indent="    ")
     rows = []
     for s in st[:top]:
         ev = textwrap.wrap(evidence_text(s), EVIDENCE_WIDTH, break_long_words=False, break_on_hyphens=False) or [""]

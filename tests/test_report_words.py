@@ -267,3 +267,28 @@ def test_schema_says_what_each_aggregate_is():
     assert all("part of the step" in parts[k]["description"] for k in ("compute_ns", "exposed_comm_ns",
                                                                          "exposed_memory_ns", "idle_ns"))
     assert "not a part" in parts["overlapped_comm_ns"]["description"]
+
+
+def test_stall_evidence_wraps_instead_of_being_cut():
+    """A long evidence line is wrapped onto continuation rows of the text table (every word kept,
+    none cut), and kept whole in Markdown and HTML."""
+    import copy
+    doc = copy.deepcopy(_analyze_doc("h200_overlap"))
+    top = max(doc["stalls"], key=lambda s: s["dur_ns"])
+    top["cause"] = "exposed_a2a"
+    top["evidence"] = {"comm_dur_ns": 962_000, "hidden_ns": 715_000, "independent_work_available": True,
+                       "independent_work_ns": 3_000_000, "independent_stages": ["shared_expert", "attention", "router"]}
+    expected = "0.962 ms long, 0.715 ms hidden; 3.000 ms independent work (shared_expert, attention, router)"
+    tables = [t for t in text_tables(text.render(doc)) if t[0][-1] == "evidence"]
+    assert len(tables) == 1
+    headers, rows = tables[0]
+    i = [k for k, r in enumerate(rows) if r[3] == "exposed_a2a"][0]
+    cells = [rows[i][-1]]
+    for r in rows[i + 1:]:
+        if any(r[:-1]):
+            break
+        cells.append(r[-1])                 # continuation rows: only the evidence column
+    assert len(cells) > 1 and all(len(c) <= 44 for c in cells)
+    assert " ".join(cells) == expected
+    md_rows = [t for t in md_tables(markdown.render(doc)) if t[0][-1] == "evidence"][0][1]
+    assert any("independent work: 3.000 ms" in r[-1] and "…" not in r[-1] for r in md_rows)

@@ -72,8 +72,10 @@ def render(doc: dict) -> str:
     out += ["", "<details><summary>Stages, collectives and kernel families</summary>", ""]
     st = [r for r in d["stages"] if r["delta_ns"]][:12]
     if st:
-        out += table(["stage", "base ms", "new ms", "change ms"],
-                     [[esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"])] for r in st])
+        out += table(["stage", "base ms", "new ms", "change ms", "change: compute ms", "exposed comm ms",
+                      "exposed memory ms", "idle ms"],
+                     [[esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"])]
+                      + [sms((r.get("delta_parts_ns") or {}).get(k)) for k in DELTA_PARTS] for r in st])
         out.append("")
     lr = [r for r in d.get("layers", []) if r["delta_ns"]][:10]
     if lr:

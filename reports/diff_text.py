@@ -95,9 +95,10 @@ def render(doc: dict) -> str:
     out += table(["", "base", "new", "change"], rows)
     st = [r for r in d["stages"] if r["delta_ns"] or r["base_ns"] or r["new_ns"]][:10]
     if st:
-        out += ["", "Stages (ms per median step)"]
-        out += table(["stage", "base", "new", "change"],
-                     [[clip(r["stage"], 30), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"])] for r in st])
+        out += ["", "Stages (ms per median step; the change split into compute, exposed comm, exposed memory, idle)"]
+        out += table(["stage", "base", "new", "change", "compute", "exp comm", "exp mem", "idle"],
+                     [[clip(r["stage"], 24), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"])]
+                      + [signed_ms((r.get("delta_parts_ns") or {}).get(k)) for k in DELTA_PARTS] for r in st])
     lr = [r for r in d.get("layers", []) if r["delta_ns"]][:10]
     if lr:
         out += ["", "Largest changes by layer, phase and stage (ms per median step)"]

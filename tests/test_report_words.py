@@ -292,3 +292,21 @@ def test_stall_evidence_wraps_instead_of_being_cut():
     assert " ".join(cells) == expected
     md_rows = [t for t in md_tables(markdown.render(doc)) if t[0][-1] == "evidence"][0][1]
     assert any("independent work: 3.000 ms" in r[-1] and "…" not in r[-1] for r in md_rows)
+
+
+@pytest.mark.parametrize("fmt", ["text", "markdown", "html"])
+def test_diff_stage_and_layer_changes_split_into_every_part(fmt):
+    """Diff stage and layer tables carry the change of each of the four parts; the printed parts add
+    up to the printed change (each rounded to the µs: within 2 µs), and the change is new - base."""
+    _, tables = render_view(f"diff-h200_blocking_vs_overlap-{fmt}")
+    split = [(h, rows) for h, rows in tables if any(x.startswith("change") for x in h) and len(h) >= 8]
+    assert len(split) == 2, [h for h, _ in tables]             # stages, layers
+    for headers, rows in split:
+        c = next(i for i, x in enumerate(headers) if x.startswith("change"))
+        assert [re.sub(r"^change: | ms$", "", x) for x in headers[c + 1:c + 5]] in (
+            ["compute", "exposed comm", "exposed memory", "idle"], ["compute", "exp comm", "exp mem", "idle"])
+        assert rows
+        for r in rows:
+            change = _units(r[c])
+            assert abs(change - sum(_units(x) for x in r[c + 1:c + 5])) <= 2, r
+            assert abs(change - (_units(r[c - 1]) - _units(r[c - 2]))) <= 1, r

@@ -12,11 +12,12 @@ from pathlib import Path
 
 import altair as alt
 
+from . import palette
 from .escape import clip
 
 PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"),
          ("exposed memory", "exposed_memory_ns"), ("idle", "idle_ns"))
-PART_COLORS = ("#4c78a8", "#e45756", "#f58518", "#bab0ac")
+PART_COLORS = tuple(palette.PART_COLORS[p] for p, _ in PARTS)
 STAGE_ORDER = ("attention", "router", "dispatch", "experts", "shared_expert", "combine", "other")
 WIDTH = 720
 TIMELINE_MAX_MARKS = 400  # per lane (collectives, stalls): the longest; the rest are sub-pixel at this width
@@ -94,7 +95,7 @@ def layer_phase(doc: dict):
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
         x=alt.X("bar:N", sort=order, title="layer · phase", axis=alt.Axis(labelAngle=-40, labelLimit=160)),
         y=alt.Y("ms:Q", stack="zero", title="ms per step (mean over rank-step windows)"),
-        color=alt.Color("stage:N", sort=stages, title="MoE stage", scale=alt.Scale(scheme="tableau10")),
+        color=alt.Color("stage:N", sort=stages, title="MoE stage", scale=palette.scale(stages, palette.STAGE_COLORS)),
         order=alt.Order("stage_order:Q"),
         tooltip=[alt.Tooltip("bar:N", title="layer · phase"), alt.Tooltip("stage:N"),
                  alt.Tooltip("ms:Q", format=",.3f")],
@@ -178,11 +179,13 @@ def timeline(doc: dict):
         if r["lane"] == "stall":
             r["detail"] = clip(evidence_text(r["detail"]), 160)
     ranks = [f"rank {r}" for r in sorted(windows)]
+    whats = sorted({r["what"] for r in rows}, key=lambda w: (w != "step window", not w.startswith("collective"), w))
     base = alt.Chart(alt.Data(values=rows)).encode(
         y=alt.Y("rank:N", sort=ranks, title=None),
         x=alt.X("start:Q", title=f"ms from the start of step {step} (each rank's own window)"),
         x2="end:Q",
-        color=alt.Color("what:N", title="", sort=["step window"]),
+        color=alt.Color("what:N", title="", sort=whats, scale=alt.Scale(domain=whats,
+                                                                          range=[_what_color(w) for w in whats])),
         tooltip=[alt.Tooltip("rank:N"), alt.Tooltip("what:N"), alt.Tooltip("name:N"),
                  alt.Tooltip("start:Q", format=",.3f"), alt.Tooltip("ms:Q", format=",.3f"), alt.Tooltip("detail:N")],
     )
@@ -191,10 +194,22 @@ def timeline(doc: dict):
         layers.append(base.transform_filter(alt.datum.lane == "collective").mark_bar(size=12))
     n_stalls = sum(1 for r in rows if r["lane"] == "stall")
     if n_stalls:
-        layers.append(base.transform_filter(alt.datum.lane == "stall").mark_bar(size=6, stroke="black",
-                                                                              strokeWidth=0.5))
+        # no stroke: on a narrow bar a dark outline would hide the cause's colour
+        layers.append(base.transform_filter(alt.datum.lane == "stall").mark_bar(size=8))
     title = f"Timeline of step {step} ({why}): " + (f"{n_stalls} stall(s) marked" if n_stalls else "no stalls found")
     return alt.layer(*layers).properties(width=WIDTH, height=max(60, 34 * len(ranks)), title=title + note)
+
+
+def _what_color(what: str) -> str:
+    """The timeline's colour for a mark: the step window grey, collectives one blue, each stall
+    its cause's fixed colour."""
+    if what in palette.OTHER_MARKS:
+        return palette.OTHER_MARKS[what]
+    if what.startswith("collective: "):
+        return palette.COLLECTIVE_COLOR
+    if what.startswith("stall: "):
+        return palette.color(what[len("stall: "):], palette.CAUSE_COLORS)
+    return palette.fallback(what)
 
 
 def _longest_marks(rows: list[dict]) -> tuple[list[dict], str]:
@@ -244,7 +259,7 @@ def straggler_ranks(doc: dict) -> dict:
 
 def stragglers_chart(doc: dict):
     per_rank = doc.get("per_rank") or []
-    if not per_rank:
+    if len(per_rank) < 2:          # a straggler is a rank the others wait for: one rank has none
         return None
     flagged = straggler_ranks(doc)
     rows, order = [], []
@@ -259,7 +274,7 @@ def stragglers_chart(doc: dict):
         y=alt.Y("rank:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)),
         x=alt.X("ms:Q", stack="zero", title="ms per step (median over steps)"),
         color=alt.Color("part:N", title="", sort=["busy (compute + exposed memory)", "waiting (exposed comm + idle)"],
-                        scale=alt.Scale(range=["#4c78a8", "#e45756"])),
+                        scale=alt.Scale(range=[palette.PART_COLORS["compute"], palette.PART_COLORS["exposed comm"]])),
         order=alt.Order("order:Q"),
         tooltip=[alt.Tooltip("rank:N"), alt.Tooltip("part:N"), alt.Tooltip("ms:Q", format=",.3f")],
     ).properties(width=WIDTH, height=max(60, 26 * len(order)),

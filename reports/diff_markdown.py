@@ -7,6 +7,7 @@ link, emphasis, code or raw HTML.
 """
 from __future__ import annotations
 
+from .diff_text import DELTA_PARTS, FAMILY_COUNT, cp_rows, family_counts
 from .escape import md
 
 PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
@@ -71,35 +72,43 @@ def render(doc: dict) -> str:
     out += ["", "<details><summary>Stages, collectives and kernel families</summary>", ""]
     st = [r for r in d["stages"] if r["delta_ns"]][:12]
     if st:
-        out += table(["stage", "base ms", "new ms", "change ms"],
-                     [[esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"])] for r in st])
+        out += table(["stage", "base ms", "new ms", "change ms", "change: compute ms", "exposed comm ms",
+                      "exposed memory ms", "idle ms"],
+                     [[esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"])]
+                      + [sms((r.get("delta_parts_ns") or {}).get(k)) for k in DELTA_PARTS] for r in st])
         out.append("")
     lr = [r for r in d.get("layers", []) if r["delta_ns"]][:10]
     if lr:
-        out += table(["layer", "phase", "stage", "base ms", "new ms", "change ms", "compute", "exposed comm", "idle"],
+        out += table(["layer", "phase", "stage", "base ms", "new ms", "change ms", "change: compute ms",
+                      "exposed comm ms", "exposed memory ms", "idle ms"],
                      [[esc(_layer(r["layer"])), esc(r["phase"]), esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]),
-                       sms(r["delta_ns"]), sms(r["delta_parts_ns"]["compute_ns"]),
-                       sms(r["delta_parts_ns"]["exposed_comm_ns"]), sms(r["delta_parts_ns"]["idle_ns"])] for r in lr],
+                       sms(r["delta_ns"])] + [sms(r["delta_parts_ns"].get(k)) for k in DELTA_PARTS] for r in lr],
                      right_from=3)
         out.append("")
     if d["comm"]:
-        out += table(["collective", "base ms", "new ms", "exposed base ms", "exposed new ms"],
-                     [[esc(r["kind"], 30), ms(r["base_total_ns"]), ms(r["new_total_ns"]), ms(r["base_exposed_ns"]),
-                       ms(r["new_exposed_ns"])] for r in d["comm"]])
+        out += table(["collective (mean per rank-step)", "calls per step", "base ms", "new ms", "exposed base ms",
+                      "exposed new ms"],
+                     [[esc(r["kind"], 30), family_counts(r, "→"), ms(r["base_total_ns"]), ms(r["new_total_ns"]),
+                       ms(r["base_exposed_ns"]), ms(r["new_exposed_ns"])] for r in d["comm"]])
         out.append("")
     fam = d["families"]
     for title, key in (("changed", "changed"), ("appeared", "appeared"), ("vanished", "vanished")):
         rows = fam[key][:12]
         if rows:
-            out += table([f"kernel family ({title})", "base ms", "new ms", "change ms", "count"],
+            out += table([f"kernel family ({title}; mean per rank-step)", "base ms", "new ms", "change ms", FAMILY_COUNT],
                          [[esc(r["family"], 60), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"]),
-                           f"{r['base_count']:g} → {r['new_count']:g}"] for r in rows])
+                           family_counts(r, "→")] for r in rows])
             out.append("")
     stalls = [r for r in d.get("stalls") or [] if r["status"] != "same"][:12]
     if stalls:
         out += table(["stall (critical path)", "where", "base ms", "new ms", "status"],
                      [[esc(r["cause"]), esc(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 60), ms(r["base_ns"]),
                        ms(r["new_ns"]), esc(r["status"])] for r in stalls], right_from=2)
+        out.append("")
+    if d.get("critical_path"):
+        out += table(["critical path (median step)", "base ms", "new ms", "change ms"],
+                     [[esc(k), ms(v["base_ns"]), ms(v["new_ns"]), sms(v["delta_ns"])]
+                      for k, v in cp_rows(d["critical_path"])])
         out.append("")
     out += ["</details>", ""]
     return "\n".join(out)

@@ -3,9 +3,27 @@ from __future__ import annotations
 
 import textwrap
 
+from .labels import CP_MEASURES, CP_PARTS, count, words
+
 PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
          ("idle", "idle_ns"), ("overlapped comm", "overlapped_comm_ns"))
 WIDTH = 100
+FAMILY_COUNT = "calls per step"
+DELTA_PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns")
+
+
+def cp_rows(cp: dict) -> list[tuple[str, dict]]:
+    """The critical-path entries of a diff in reading order, as (reader's name, {base_ns, new_ns,
+    delta_ns}): the parts that add up to the window first, then the window and the measures beside it."""
+    known = [k for k in CP_PARTS + CP_MEASURES if k in cp]
+    rest = sorted(k for k in cp if k not in known)
+    return [(words(k, None), cp[k]) for k in known + rest
+            if cp[k].get("base_ns") or cp[k].get("new_ns")]
+
+
+def family_counts(r: dict, arrow: str = "->") -> str:
+    """Calls per step (a mean over the rank-steps): whole numbers, "~N" for a mean that is not whole."""
+    return f"{count(r['base_count'])} {arrow} {count(r['new_count'])}"
 
 
 def ms(ns) -> str:
@@ -77,30 +95,32 @@ def render(doc: dict) -> str:
     out += table(["", "base", "new", "change"], rows)
     st = [r for r in d["stages"] if r["delta_ns"] or r["base_ns"] or r["new_ns"]][:10]
     if st:
-        out += ["", "Stages (ms per median step)"]
-        out += table(["stage", "base", "new", "change"],
-                     [[clip(r["stage"], 30), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"])] for r in st])
+        out += ["", "Stages (ms per median step; the change split into compute, exposed comm, exposed memory, idle)"]
+        out += table(["stage", "base", "new", "change", "compute", "exp comm", "exp mem", "idle"],
+                     [[clip(r["stage"], 24), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"])]
+                      + [signed_ms((r.get("delta_parts_ns") or {}).get(k)) for k in DELTA_PARTS] for r in st])
     lr = [r for r in d.get("layers", []) if r["delta_ns"]][:10]
     if lr:
         out += ["", "Largest changes by layer, phase and stage (ms per median step)"]
-        out += table(["layer", "phase", "stage", "base", "new", "change", "compute", "exp. comm", "idle"],
-                     [[_layer(r["layer"]), clip(r["phase"], 10), clip(r["stage"], 20), ms(r["base_ns"]),
-                       ms(r["new_ns"]), signed_ms(r["delta_ns"]), signed_ms(r["delta_parts_ns"]["compute_ns"]),
-                       signed_ms(r["delta_parts_ns"]["exposed_comm_ns"]), signed_ms(r["delta_parts_ns"]["idle_ns"])]
-                      for r in lr], aligns="lll" + "r" * 6)
+        out += ["  (the change split into its parts: compute, exposed comm, exposed memory and idle add up to it)"]
+        out += table(["layer", "phase", "stage", "base", "new", "change", "compute", "exp comm", "exp mem", "idle"],
+                     [[_layer(r["layer"]), clip(r["phase"], 10), clip(r["stage"], 16), ms(r["base_ns"]),
+                       ms(r["new_ns"]), signed_ms(r["delta_ns"])]
+                      + [signed_ms(r["delta_parts_ns"].get(k)) for k in DELTA_PARTS]
+                      for r in lr], aligns="lll" + "r" * 7)
     if d["comm"]:
-        out += ["", "Collectives (ms per rank-step)"]
-        out += table(["kind", "base", "new", "exposed base", "exposed new"],
-                     [[clip(r["kind"], 24), ms(r["base_total_ns"]), ms(r["new_total_ns"]), ms(r["base_exposed_ns"]),
-                       ms(r["new_exposed_ns"])] for r in d["comm"]])
+        out += ["", "Collectives (ms, mean per rank-step)"]
+        out += table(["kind", "calls per step", "base", "new", "exposed base", "exposed new"],
+                     [[clip(r["kind"], 24), family_counts(r), ms(r["base_total_ns"]), ms(r["new_total_ns"]),
+                       ms(r["base_exposed_ns"]), ms(r["new_exposed_ns"])] for r in d["comm"]])
     fam = d["families"]
     for title, key in (("Kernel families that changed", "changed"), ("Appeared", "appeared"), ("Vanished", "vanished")):
         rows = fam[key][:12]
         if rows:
-            out += ["", f"{title} (kernel time, ms per rank-step)"]
-            out += table(["family", "base", "new", "change", "count"],
+            out += ["", f"{title} (kernel time, ms, mean per rank-step)"]
+            out += table(["family", "base", "new", "change", FAMILY_COUNT],
                          [[clip(r["family"], 40), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"]),
-                           f"{r['base_count']:g} -> {r['new_count']:g}"] for r in rows])
+                           family_counts(r)] for r in rows])
     if d.get("flops"):
         f = d["flops"]
         out += ["", f"Delivered TFLOP/s per GPU: {f['base_tflops']:.1f} -> {f['new_tflops']:.1f} "
@@ -112,10 +132,10 @@ def render(doc: dict) -> str:
                      [[clip(r["cause"], 16), clip(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 40), ms(r["base_ns"]),
                        ms(r["new_ns"]), r["status"]] for r in stalls], aligns="llrrl")
     if d.get("critical_path"):
-        out += ["", "Critical path (ms per median step)"]
+        out += ["", "Critical path (ms per median step; compute to idle add up to the step window)"]
         out += table(["part", "base", "new", "change"],
                      [[k, ms(v["base_ns"]), ms(v["new_ns"]), signed_ms(v["delta_ns"])]
-                      for k, v in d["critical_path"].items() if v["base_ns"] or v["new_ns"]])
+                      for k, v in cp_rows(d["critical_path"])])
     for lab, s in (("base", b), ("new", n)):
         for w in s.get("warnings", [])[:5]:
             out.append(clip(f"warning ({lab}): {w}", WIDTH))

@@ -16,6 +16,7 @@ import functools
 from . import charts as charts_mod
 from . import markdown as mdr
 from .escape import html as h, script_json
+from .labels import OVERLAP_NOTE, count, count_per_step, mean_label, words
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
        "img-src data:; font-src data:; connect-src 'none'; form-action 'none'; base-uri 'none'")
@@ -126,18 +127,17 @@ def _budget_html(doc: dict) -> list[str]:
 def _layers_html(doc: dict) -> list[str]:
     if not doc.get("layers"):
         return []
+    from .text import part_cells
     n = max(1, len(doc.get("steps") or []))
-    rows = [[g["label"], g["phase"], mdr.ms(g["step_time_ns"]), mdr.ms(g["compute_ns"]), mdr.ms(g["exposed_comm_ns"]),
-             mdr.ms(g["overlapped_comm_ns"]), mdr.ms(g["idle_ns"]), g["top_stage"]] for g in mdr._layer_groups(doc)]
-    out = [f"<h2>Per layer and phase (ms per step, mean over {n} rank-step window(s))</h2>",
-           _table(["layer", "phase", "total", "compute", "exposed comm", "overlapped comm", "idle", "top stage"],
-                  rows, "llrrrrrl")]
+    rows = [[g["label"], g["phase"], *part_cells(g), mdr.ms(g["overlapped_comm_ns"]), g["top_stage"]]
+            for g in mdr._layer_groups(doc)]
+    out = [f"<h2>Per layer and phase (ms, {h(mean_label(n))})</h2>", _table(mdr.LAYER_HEADERS, rows, "llrrrrrrl")]
     if doc.get("stages"):
-        srows = [[s["stage"], mdr.ms(s["step_time_ns"] / n), mdr.ms(s["compute_ns"] / n),
-                  mdr.ms(s["exposed_comm_ns"] / n), mdr.ms(s["overlapped_comm_ns"] / n), mdr.ms(s["idle_ns"] / n)]
-                 for s in doc["stages"]]
-        out += ["<h2>Per MoE stage (ms per step, all layers and phases)</h2>",
-                _table(["stage", "total", "compute", "exposed comm", "overlapped comm", "idle"], srows)]
+        srows = [[s["stage"], *part_cells(s, n), mdr.ms(s["overlapped_comm_ns"] / n)] for s in doc["stages"]]
+        out += [f"<h2>Per MoE stage (ms, {h(mean_label(n))}; all layers and phases)</h2>",
+                _table(["stage"] + mdr.LAYER_HEADERS[2:-1], srows)]
+    out.append(f"<p>Compute, exposed comm, exposed memory and idle add up to the total. {h(OVERLAP_NOTE)}"
+               "</p>")
     return out
 
 
@@ -207,7 +207,7 @@ def _collectives_html(doc: dict) -> list[str]:
             total += t or 0
             for k, v in comp.items():
                 sums[k] = sums.get(k, 0) + v
-        rows = [[k, mdr.ms(v / len(cp)), mdr.pct(v, total)]
+        rows = [[words(k), mdr.ms(v / len(cp)), mdr.pct(v, total)]
                 for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
         out += [f"<h2>Critical path composition (mean over {len(cp)} rank-step window(s))</h2>",
                 _table(["part", "ms per step", "% of path"], rows)]
@@ -224,8 +224,8 @@ def render(doc: dict) -> str:
     cards = []
     f = doc.get("flops") or {}
     st = s["step_time_ns"]
-    cards.append(("step time", f"{mdr.ms(st)} ms", f"median over {s['steps']} step(s)"
-                  + (f" and {s['ranks']} ranks" if s.get("ranks", 1) > 1 else "")))
+    cards.append(("step time", f"{mdr.ms(st)} ms", f"the median step of {s['steps']}"
+                  + (f" (the median of {s['ranks']} ranks)" if s.get("ranks", 1) > 1 else "")))
     if f.get("delivered_tflops_per_gpu") is not None:
         cards.append(("delivered per GPU", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s",
                       f"{f.get('method')}-based FLOPs"))
@@ -253,21 +253,26 @@ def render(doc: dict) -> str:
     if len(rows) > 1:
         rows.append(["median", mdr.ms(s["step_time_ns"])] + [cell(s, k) for _, k in mdr.PARTS]
                     + [mdr.ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
-    body += ["<h2>Step breakdown (median over steps, ms and % of the step)</h2>",
+    body += ["<h2>Step breakdown (each rank's median step, ms and % of the step)</h2>",
              _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",
-                     "overlap"], rows)]
+                     "overlap"], rows),
+             "<p>Compute, exposed comm, exposed memory and idle partition each step window. "
+             f"{h(OVERLAP_NOTE)} Overlap = overlapped / total "
+             "communication.</p>"]
     body += _chart_divs(specs)
     body += _layers_html(doc) + _flops_html(f) + _stalls_html(doc) + _collectives_html(doc)
     if doc.get("comm"):
         n = max(1, len(doc.get("steps") or []))
-        crow = [[c["kind"], f"{c['count'] / n:g}", f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+        crow = [[c["kind"], count_per_step(c["count"], n), f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
                  mdr.ms(c["total_ns"] / n), mdr.ms(c["exposed_ns"] / n)] for c in doc["comm"]]
-        body += ["<h2>Communication by collective (per step)</h2>",
-                 _table(["collective", "count", "MB", "total ms", "exposed ms"], crow)]
+        body += [f"<h2>Communication by collective ({h(mean_label(n))})</h2>",
+                 _table(["collective", "calls", "MB", "total ms", "exposed ms"], crow),
+                 "<p>Means per step, so they can differ from the median step of the breakdown.</p>"]
     if doc.get("top_kernels"):
-        krow = [[k["name"], k["class"], k["count"], mdr.ms(k["total_ns"])] for k in doc["top_kernels"]]
-        body += ["<h2>Top kernels by GPU time (all ranks, inside step windows)</h2>",
-                 _table(["kernel", "class", "count", "ms"], krow, "llrr", name_cols=(0,))]
+        from .text import kernel_scope
+        krow = [[k["name"], k["class"], count(k["count"]), mdr.ms(k["total_ns"])] for k in doc["top_kernels"]]
+        body += [f"<h2>Top kernels by GPU time ({h(kernel_scope(doc))})</h2>",
+                 _table(["kernel", "class", "calls", "total ms"], krow, "llrr", name_cols=(0,))]
     if doc.get("inputs"):
         irow = [[i["rank"], i["file"], i["format"], i.get("gpu") or "unknown"] for i in doc["inputs"]]
         body += ["<h2>Inputs</h2>", _table(["rank", "file", "format", "GPU"], irow, "rlll", name_cols=(1,))]
@@ -328,63 +333,92 @@ def render_diff_html(doc: dict) -> str:
     return _page(title, body, specs)
 
 
-def _cell(key: str, v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, (int, float)) and key.endswith("_ns"):
-        return f"{v / 1e6:+,.3f}" if key.startswith("delta") else mdr.ms(v)
-    if isinstance(v, float):
-        return f"{v:,.4g}"
-    if isinstance(v, (dict, list)):
-        return mdr.evidence_text(v)
-    return str(v)
+def _sms(ns) -> str:
+    return "-" if ns is None else f"{ns / 1e6:+,.3f}"
 
 
-def _dict_rows_table(items: list, limit: int = 12) -> str:
-    """A table of a list of flat dicts: the first string-valued keys first, `*_ns` as ms."""
-    items = [it for it in items if isinstance(it, dict)][:limit]
-    keys: list = []
-    for it in items:
-        for k in it:
-            if k not in keys:
-                keys.append(k)
-    keys.sort(key=lambda k: (not isinstance(items[0].get(k), str), k))
-    headers = [(k[:-3] + " ms") if k.endswith("_ns") else k for k in keys]
-    aligns = "".join("l" if isinstance(items[0].get(k), str) else "r" for k in keys)
-    return _table(headers, [[_cell(k, it.get(k)) for k in keys] for it in items], aligns)
+def _layer_name(x) -> str:
+    return "outside layers" if x is None else f"layer {x}"
 
 
 def _diff_details(doc: dict) -> list[str]:
-    """The rest of a diff document: noise, breakdown, stages, collectives, kernel families, stalls."""
+    """The rest of a diff document, in the same words as the text and Markdown diffs: noise,
+    breakdown, stages, layers, collectives, kernel families, stalls, critical path."""
+    from .diff_text import DELTA_PARTS, FAMILY_COUNT, PARTS as DIFF_PARTS, cp_rows, family_counts
     out = []
     base, new, delta = doc.get("base") or {}, doc.get("new") or {}, doc.get("delta") or {}
     nz = doc.get("noise")
     if isinstance(nz, dict) and nz.get("threshold_ns") is not None:
         out.append(f"<p>Noise: the change is {'within' if nz.get('within_noise') else 'outside'} the noise threshold "
                    f"of {h(mdr.ms(nz['threshold_ns']))} ms ({h(nz.get('threshold_from', ''))}).</p>")
-    if isinstance(base.get("breakdown"), dict) and isinstance(new.get("breakdown"), dict):
-        rows = [[k[:-3].replace("_", " ") if k.endswith("_ns") else k, mdr.ms(base["breakdown"].get(k)),
-                 mdr.ms(new["breakdown"].get(k)),
-                 f"{((new['breakdown'].get(k) or 0) - (base['breakdown'].get(k) or 0)) / 1e6:+,.3f}"]
-                for k in base["breakdown"]]
-        out += ["<h2>Breakdown (ms per step)</h2>", _table(["part", "base", "new", "change"], rows)]
+    bb, nb = base.get("breakdown"), new.get("breakdown")
+    if isinstance(bb, dict) and isinstance(nb, dict):
+        rows = [["step time", mdr.ms(base.get("step_time_ns")), mdr.ms(new.get("step_time_ns")),
+                 _sms(delta.get("step_time_ns"))]]
+        rows += [[label, mdr.ms(bb.get(k)), mdr.ms(nb.get(k)), _sms((nb.get(k) or 0) - (bb.get(k) or 0))]
+                 for label, k in DIFF_PARTS if k in bb or k in nb]
+        out += ["<h2>Breakdown of the median step (ms)</h2>", _table(["", "base", "new", "change"], rows),
+                f"<p>{h(OVERLAP_NOTE)}</p>"]
     if isinstance(delta.get("flops"), dict):
         f = delta["flops"]
         out.append(f"<p>Delivered TFLOP/s per GPU: {_cell('', f.get('base_tflops'))} → {_cell('', f.get('new_tflops'))}"
                    f" ({_cell('', f.get('delta_tflops'))}).</p>")
-    for key, title in (("stages", "Stages"), ("comm", "Collectives"), ("stalls", "Stalls")):
-        if isinstance(delta.get(key), list) and delta[key]:
-            out += [f"<h2>{title} (per step)</h2>", _dict_rows_table(delta[key])]
+    part_heads = ["change: compute", "exposed comm", "exposed memory", "idle"]
+
+    def parts(r):
+        dp = r.get("delta_parts_ns") or {}
+        return [_sms(dp.get(k)) for k in DELTA_PARTS]
+    stages = [r for r in delta.get("stages") or [] if isinstance(r, dict)][:12]
+    if stages:
+        out += ["<h2>Stages (ms per median step)</h2>",
+                _table(["stage", "base", "new", "change"] + part_heads,
+                       [[r.get("stage"), mdr.ms(r.get("base_ns")), mdr.ms(r.get("new_ns")), _sms(r.get("delta_ns"))]
+                        + parts(r) for r in stages])]
+    layers = [r for r in delta.get("layers") or [] if isinstance(r, dict) and r.get("delta_ns")][:10]
+    if layers:
+        out += ["<h2>Largest changes by layer, phase and stage (ms per median step)</h2>",
+                _table(["layer", "phase", "stage", "base", "new", "change"] + part_heads,
+                       [[_layer_name(r.get("layer")), r.get("phase"), r.get("stage"), mdr.ms(r.get("base_ns")),
+                         mdr.ms(r.get("new_ns")), _sms(r.get("delta_ns"))] + parts(r) for r in layers], "lll" + "r" * 7)]
+    comm = [r for r in delta.get("comm") or [] if isinstance(r, dict)]
+    if comm:
+        out += ["<h2>Collectives (ms, mean per rank-step)</h2>",
+                _table(["collective", "calls per step", "base", "new", "exposed base", "exposed new"],
+                       [[r.get("kind"), family_counts(r, "→"), mdr.ms(r.get("base_total_ns")), mdr.ms(r.get("new_total_ns")),
+                         mdr.ms(r.get("base_exposed_ns")), mdr.ms(r.get("new_exposed_ns"))] for r in comm])]
     fam = delta.get("families")
     if isinstance(fam, dict):
         for key in ("changed", "appeared", "vanished"):
-            if fam.get(key):
-                out += [f"<h2>Kernel families {key}</h2>", _dict_rows_table(fam[key])]
-    scalars = [[k[:-3] + " (ms)" if k.endswith("_ns") else k,
-                f"{delta[k] / 1e6:+,.3f}" if k.endswith("_ns") else _cell(k, delta[k])] for k in sorted(delta)
-               if not isinstance(delta[k], (dict, list)) and delta[k] is not None]
-    if scalars:
-        out += ["<h2>Change</h2>", _table(["metric", "change"], scalars)]
+            rows = [r for r in fam.get(key) or [] if isinstance(r, dict)][:12]
+            if rows:
+                out += [f"<h2>Kernel families {key} (kernel time, ms, mean per rank-step)</h2>",
+                        _table(["family", "base", "new", "change", FAMILY_COUNT],
+                               [[r.get("family"), mdr.ms(r.get("base_ns")), mdr.ms(r.get("new_ns")),
+                                 _sms(r.get("delta_ns")), family_counts(r, "→")] for r in rows], "lrrrr",
+                               name_cols=(0,))]
+    stalls = [r for r in delta.get("stalls") or [] if isinstance(r, dict) and r.get("status") != "same"][:12]
+    if stalls:
+        out += ["<h2>Stalls that changed (critical path, ms per median step)</h2>",
+                _table(["cause", "where", "base", "new", "change", "status"],
+                       [[r.get("cause"), f"{_layer_name(r.get('layer'))} {r.get('phase')} {r.get('stage')}",
+                         mdr.ms(r.get("base_ns")), mdr.ms(r.get("new_ns")), _sms(r.get("delta_ns")), r.get("status")]
+                        for r in stalls], "llrrrl")]
+    if isinstance(delta.get("critical_path"), dict):
+        out += ["<h2>Critical path (ms per median step; compute to idle add up to the step window)</h2>",
+                _table(["part", "base", "new", "change"],
+                       [[k, mdr.ms(v.get("base_ns")), mdr.ms(v.get("new_ns")), _sms(v.get("delta_ns"))]
+                        for k, v in cp_rows(delta["critical_path"])])]
+    st = delta.get("straggler")
+    if isinstance(st, dict) and st.get("rank") is not None:
+        out.append(f"<p>Straggler: rank {h(st['rank'])} ({h(st.get('source', ''))}).</p>")
     return out
+
+
+def _cell(key: str, v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.4g}"
+    return str(v)

@@ -11,9 +11,8 @@ Every name from a trace goes through `escape.md` (one line, `|` escaped, no raw 
 from __future__ import annotations
 
 from .escape import md
+from .labels import OVERLAP_NOTE, PARTS, count, count_per_step, mean_label, words
 
-PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"),
-         ("exposed memory", "exposed_memory_ns"), ("idle", "idle_ns"))
 TOP = 10
 
 
@@ -45,8 +44,8 @@ def headline(doc: dict) -> list[tuple[str, str]]:
     """(label, value) pairs shared by the Markdown and HTML headlines."""
     s = doc["summary"]
     st = s["step_time_ns"]
-    out = [("step time", f"{ms(st)} ms" + (" (median over ranks)" if s.get("ranks", 1) > 1 else "")
-            + f", {s['steps']} step(s)")]
+    out = [("step time", f"{ms(st)} ms, the median step of {s['steps']}"
+            + (" (the median rank's)" if s.get("ranks", 1) > 1 else ""))]
     f = doc.get("flops") or {}
     if f.get("delivered_tflops_per_gpu") is not None:
         mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a (peak unknown)"
@@ -95,9 +94,10 @@ def breakdown_lines(doc: dict) -> list[str]:
         s = doc["summary"]
         rows.append(["**median**", ms(s["step_time_ns"])] + [cell(s, k) for _, k in PARTS]
                     + [ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
-    return ["### Step breakdown (median over steps, ms and % of the step)", ""] + table(
+    return ["### Step breakdown (each rank's median step, ms and % of the step)", ""] + table(
         ["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm", "overlap"],
-        rows) + [""]
+        rows) + ["", "Compute, exposed comm, exposed memory and idle partition each step window. " + OVERLAP_NOTE
+                 + " Overlap = overlapped / total communication.", ""]
 
 
 def _layer_groups(doc: dict) -> list[dict]:
@@ -109,17 +109,17 @@ def _layer_groups(doc: dict) -> list[dict]:
 def layer_lines(doc: dict) -> list[str]:
     if not doc.get("layers"):
         return []
+    from .text import part_cells
     n = max(1, len(doc.get("steps") or []))
-    rows = [[md(g["label"]), md(g["phase"]), ms(g["step_time_ns"]), ms(g["compute_ns"]), ms(g["exposed_comm_ns"]),
-             ms(g["overlapped_comm_ns"]), ms(g["idle_ns"]), md(g["top_stage"])] for g in _layer_groups(doc)]
-    lines = [f"### Per layer and phase (ms per step, mean over {n} rank-step window(s))", ""]
-    lines += table(["layer", "phase", "total", "compute", "exposed comm", "overlapped comm", "idle", "top stage"],
-                   rows, "llrrrrrl") + [""]
+    rows = [[md(g["label"]), md(g["phase"]), *part_cells(g), ms(g["overlapped_comm_ns"]), md(g["top_stage"])]
+            for g in _layer_groups(doc)]
+    lines = [f"### Per layer and phase (ms, {mean_label(n)})", ""]
+    lines += table(LAYER_HEADERS, rows, "llrrrrrrl") + [""]
     if doc.get("stages"):
-        srows = [[md(s["stage"]), ms(s["step_time_ns"] / n), ms(s["compute_ns"] / n), ms(s["exposed_comm_ns"] / n),
-                  ms(s["overlapped_comm_ns"] / n), ms(s["idle_ns"] / n)] for s in doc["stages"]]
-        lines += ["### Per MoE stage (ms per step, all layers and phases)", ""]
-        lines += table(["stage", "total", "compute", "exposed comm", "overlapped comm", "idle"], srows) + [""]
+        srows = [[md(s["stage"]), *part_cells(s, n), ms(s["overlapped_comm_ns"] / n)] for s in doc["stages"]]
+        lines += [f"### Per MoE stage (ms, {mean_label(n)}; all layers and phases)", ""]
+        lines += table(["stage"] + LAYER_HEADERS[2:-1], srows) + [""]
+    lines += ["Compute, exposed comm, exposed memory and idle add up to the total. " + OVERLAP_NOTE, ""]
     a = doc.get("attribution") or {}
     if a:
         linked = a.get("backward_linked_share")
@@ -128,6 +128,10 @@ def layer_lines(doc: dict) -> list[str]:
                   f"unattributed ({100 * a['unattributed_share']:.1f}%)"
                   + (f"; backward linked to forward ops: {100 * linked:.1f}%." if linked is not None else "."), ""]
     return lines
+
+
+LAYER_HEADERS = ["layer", "phase", "total", "compute", "exposed comm", "exposed memory", "idle",
+                 "overlapped comm", "top stage"]
 
 
 def _num(key: str, v) -> str:
@@ -150,9 +154,9 @@ def evidence_text(ev, depth: int = 0) -> str:
             v = ev[k]
             if v is None or v == "" or v == [] or v == {} or k.endswith(("start_ns", "end_ns")):
                 continue            # absolute times say nothing in a report
-            label = k[:-3] if k.endswith("_ns") else k
+            label = words(k[:-3] if k.endswith("_ns") else k)
             if isinstance(v, (dict, list)):
-                parts.append(f"{label}: {{{evidence_text(v, depth + 1)}}}" if depth < 2 else f"{label}: …")
+                parts.append(f"{label}: ({evidence_text(v, depth + 1)})" if depth < 2 else f"{label}: …")
             else:
                 parts.append(f"{label}: {_num(k, v)}")
         return "; ".join(parts)
@@ -192,7 +196,7 @@ def straggler_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
     if not items:
         return [], []
     keys = sorted({k for it in items for k in it if not isinstance(it[k], (dict, list))} - {"rank"})
-    headers = ["rank"] + [(k[:-3] + " ms") if k.endswith("_ns") else k for k in keys]
+    headers = ["rank"] + [words(k) for k in keys]
     rows = []
     for it in items[:TOP]:
         rows.append([str(it.get("rank", "-"))] + [
@@ -213,7 +217,7 @@ def stall_lines(doc: dict) -> list[str]:
     top = sorted(stalls, key=lambda s: (-(s.get("dur_ns") or 0), s.get("rank", 0), s.get("step", 0),
                                         s.get("start_ns") or 0))[:TOP]
     rows = [[i, _opt(s.get("rank")), _opt(s.get("step")), _opt(s.get("layer")), _opt(s.get("phase")),
-             _opt(s.get("stage")), _opt(s.get("cause")), ms(s.get("dur_ns")), md(_evidence(s.get("evidence")), 120)]
+             _opt(s.get("stage")), _opt(s.get("cause")), ms(s.get("dur_ns")), md(_evidence(s.get("evidence")))]
             for i, s in enumerate(top, 1)]
     total = sum(s.get("dur_ns") or 0 for s in stalls)
     return [f"### Top stalls ({min(TOP, len(stalls))} of {len(stalls)}, {ms(total)} ms in all)", ""] + table(
@@ -249,7 +253,7 @@ def critical_path_lines(doc: dict) -> list[str]:
         for k, v in comp.items():
             sums[k] = sums.get(k, 0) + v
     n = len(cp)
-    rows = [[md(k), ms(v / n), pct(v, total)] for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
+    rows = [[md(words(k)), ms(v / n), pct(v, total)] for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
     return [f"### Critical path composition (mean over {n} rank-step window(s))", ""] + table(
         ["part", "ms per step", "% of path"], rows) + [""]
 
@@ -258,10 +262,11 @@ def comm_lines(doc: dict) -> list[str]:
     if not doc.get("comm"):
         return []
     n = max(1, len(doc.get("steps") or []))
-    rows = [[md(c["kind"]), f"{c['count'] / n:g}", f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+    rows = [[md(c["kind"]), count_per_step(c["count"], n), f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
              ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
-    return ["### Communication by collective (per step)", ""] + table(
-        ["collective", "count", "MB", "total ms", "exposed ms"], rows) + [""]
+    return [f"### Communication by collective ({mean_label(n)})", ""] + table(
+        ["collective", "calls", "MB", "total ms", "exposed ms"], rows) + [
+        "", "Means per step, so they can differ from the median step of the breakdown.", ""]
 
 
 def flops_lines(doc: dict) -> list[str]:
@@ -278,6 +283,7 @@ def flops_lines(doc: dict) -> list[str]:
         rows = [[f"layer {g['layer']}" if g["layer"] is not None else "outside", md(g["phase"]), md(g["stage"]),
                  f"{g['flops_per_step'] / 1e12:,.2f}", ms(g["compute_ns_per_step"]),
                  f"{g['achieved_tflops']:,.0f}" if g.get("achieved_tflops") else "-"] for g in groups]
+        lines += [f"By group ({mean_label(max(1, len(doc.get('steps') or [])))}):", ""]
         lines += table(["layer", "phase", "stage", "TFLOP", "compute ms", "TFLOP/s"], rows, "lllrrr") + [""]
     for n in f.get("notes") or []:
         lines += [f"- note: {md(n)}"]
@@ -338,9 +344,10 @@ def precision_lines(f: dict) -> list[str]:
 def kernel_lines(doc: dict) -> list[str]:
     if not doc.get("top_kernels"):
         return []
-    rows = [[md(k["name"], 90), md(k["class"]), k["count"], ms(k["total_ns"])] for k in doc["top_kernels"]]
-    return ["### Top kernels by GPU time (all ranks, inside step windows)", ""] + table(
-        ["kernel", "class", "count", "ms"], rows, "llrr") + [""]
+    from .text import kernel_scope
+    rows = [[md(k["name"], 90), md(k["class"]), count(k["count"]), ms(k["total_ns"])] for k in doc["top_kernels"]]
+    return [f"### Top kernels by GPU time ({kernel_scope(doc)})", ""] + table(
+        ["kernel", "class", "calls", "total ms"], rows, "llrr") + [""]
 
 
 CHART_TITLES = {"step_breakdown": "Step breakdown per step and rank", "layer_phase": "Per layer × phase",

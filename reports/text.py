@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import textwrap
 
-BREAKDOWN = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"),
-             ("exposed memory", "exposed_memory_ns"), ("idle", "idle_ns"))
+from .labels import PARTS as BREAKDOWN, count, count_per_step, mean_label, rounded_parts, total_label
+
+OVERLAP_LEGEND = ("exp = exposed (nothing else ran beside it); ovl comm = overlapped communication, which ran "
+                  "beside compute: that time is counted as compute, so it is not a part and can exceed the total.")
 
 
 def ms(ns: int | float) -> str:
@@ -42,25 +44,37 @@ def breakdown_lines(doc: dict) -> list[str]:
         rows.append(["median", ms(s["step_time_ns"]), ms(s["compute_ns"]), ms(s["exposed_comm_ns"]),
                      ms(s["exposed_memory_ns"]), ms(s["idle_ns"]), ms(s["overlapped_comm_ns"]),
                      f"{100 * s['overlap_ratio']:.1f}%"])
-        return ["Step breakdown per rank (median over steps, ms)"] + table(
-            ["rank", "step", "compute", "exp comm", "exp mem", "idle", "ovl comm", "overlap"], rows) + [""]
+        return (["Step breakdown per rank (each rank's median step, ms; median = median over ranks)"] + table(
+            ["rank", "step", "compute", "exp comm", "exp mem", "idle", "ovl comm", "overlap"], rows)
+            + [""] + textwrap.wrap(OVERLAP_LEGEND + " Compute, exp comm, exp mem and idle partition each step "
+                                   "window. overlap = overlapped / total comm.", 100) + [""])
     lines = []
     for r in doc["per_rank"]:
         st = r["step_time_ns"]
         lines.append(f"rank {r['rank']}: median step {ms(st)} ms over {r['steps']} step(s); "
                      f"overlap ratio {100 * r['overlap_ratio']:.1f}% (overlapped / total comm)")
         rows = [[name, ms(r[key]), pct(r[key], st)] for name, key in BREAKDOWN]
+        rows.append(["step time", ms(st), pct(st, st)])
+        rows.append(["", "", ""])
         rows.append(["overlapped comm", ms(r["overlapped_comm_ns"]), pct(r["overlapped_comm_ns"], st)])
         rows.append(["total comm", ms(r["comm_ns"]), pct(r["comm_ns"], st)])
-        lines += ["  " + x for x in table(["part", "ms", "% step"], rows)]
+        lines += ["  " + x if x else "" for x in table(["part of the median step", "ms", "% step"], rows)]
+        lines += textwrap.wrap("overlapped comm ran beside compute (counted as compute, not a part); "
+                               "total comm = exposed + overlapped", 100, initial_indent="  ", subsequent_indent="  ")
         lines.append("")
     return lines
 
 
 def top_kernel_lines(doc: dict) -> list[str]:
-    rows = [[clip(k["name"], 60), k["class"], k["count"], ms(k["total_ns"])] for k in doc["top_kernels"]]
-    return ["Top kernels by GPU time (all ranks, inside step windows)"] + table(
-        ["kernel", "class", "count", "ms"], rows, "llrr") + [""]
+    rows = [[clip(k["name"], 60), k["class"], count(k["count"]), ms(k["total_ns"])] for k in doc["top_kernels"]]
+    return [f"Top kernels by GPU time ({kernel_scope(doc)})"] + table(
+        ["kernel", "class", "calls", "total ms"], rows, "llrr") + [""]
+
+
+def kernel_scope(doc: dict) -> str:
+    """What the top-kernel totals cover: every step window of every rank."""
+    s = doc["summary"]
+    return f"{total_label(s['steps'], s['ranks'])}, inside step windows"
 
 
 def _n_windows(doc: dict) -> int:
@@ -93,19 +107,26 @@ def group_layers(doc: dict) -> list[dict]:
     return out
 
 
+def part_cells(r: dict, n: int = 1) -> list[str]:
+    """[total, compute, exposed comm, exposed memory, idle] of a row (values / n) in ms, rounded so
+    that the printed parts add up to the printed total."""
+    parts, total = rounded_parts([r[k] / n for _, k in BREAKDOWN])
+    return [f"{total:,.3f}"] + [f"{p:,.3f}" for p in parts]
+
+
 def layer_lines(doc: dict) -> list[str]:
     if not doc.get("layers"):
         return []
-    rows = [[clip(g["label"], 16), g["phase"], ms(g["step_time_ns"]), ms(g["compute_ns"]), ms(g["exposed_comm_ns"]),
-             ms(g["overlapped_comm_ns"]), ms(g["idle_ns"]), g["top_stage"]] for g in group_layers(doc)]
-    lines = [f"Per layer and phase (ms per step, mean over {_n_windows(doc)} rank-step window(s))"]
-    lines += table(["layer", "phase", "total", "compute", "exp comm", "ovl comm", "idle", "top stage"],
-                   rows, "llrrrrrl")
     n = _n_windows(doc)
-    srows = [[s["stage"], ms(s["step_time_ns"] / n), ms(s["compute_ns"] / n), ms(s["exposed_comm_ns"] / n),
-              ms(s["overlapped_comm_ns"] / n), ms(s["idle_ns"] / n)] for s in doc.get("stages", [])]
-    lines += ["", "Per MoE stage (ms per step, all layers and phases)"]
-    lines += table(["stage", "total", "compute", "exp comm", "ovl comm", "idle"], srows)
+    rows = [[clip(g["label"], 16), g["phase"], *part_cells(g), ms(g["overlapped_comm_ns"]), g["top_stage"]]
+            for g in group_layers(doc)]
+    lines = [f"Per layer and phase (ms, {mean_label(n)})"]
+    lines += table(["layer", "phase", "total", "compute", "exp comm", "exp mem", "idle", "ovl comm", "top stage"],
+                   rows, "llrrrrrrl")
+    srows = [[s["stage"], *part_cells(s, n), ms(s["overlapped_comm_ns"] / n)] for s in doc.get("stages", [])]
+    lines += ["", f"Per MoE stage (ms, {mean_label(n)}; all layers and phases)"]
+    lines += table(["stage", "total", "compute", "exp comm", "exp mem", "idle", "ovl comm"], srows)
+    lines += [""] + textwrap.wrap(OVERLAP_LEGEND + " Compute, exp comm, exp mem and idle add up to the total.", 100)
     a = doc.get("attribution") or {}
     if a:
         linked = a.get("backward_linked_share")
@@ -121,11 +142,11 @@ def comm_lines(doc: dict) -> list[str]:
     if not doc.get("comm"):
         return []
     n = _n_windows(doc)
-    rows = [[c["kind"], f"{c['count'] / n:g}", f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
-             ms(c["total_ns"] / n),
-             ms(c["exposed_ns"] / n)] for c in doc["comm"]]
-    return ["Communication by collective (per step)"] + table(
-        ["collective", "count", "MB", "total ms", "exposed ms"], rows) + [""]
+    rows = [[c["kind"], count_per_step(c["count"], n), f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+             ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
+    return textwrap.wrap(f"Communication by collective ({mean_label(n)}; the breakdown above is the median "
+                         "step)", 100) + table(
+        ["collective", "calls", "MB", "total ms", "exposed ms"], rows) + [""]
 
 
 def flops_lines(doc: dict) -> list[str]:
@@ -154,10 +175,11 @@ def flops_lines(doc: dict) -> list[str]:
         rows = [[("layer %s" % g["layer"]) if g["layer"] is not None else "outside", g["phase"], g["stage"],
                  f"{g['flops_per_step'] / 1e12:,.2f}", ms(g["compute_ns_per_step"]),
                  f"{g['achieved_tflops']:,.0f}" if g.get("achieved_tflops") else "-"] for g in groups]
+        lines.append(f"  by group ({mean_label(_n_windows(doc))})")
         lines += ["  " + x for x in table(["layer", "phase", "stage", "TFLOP", "compute ms", "TFLOP/s"], rows,
                                           "lllrrr")]
     for n in f.get("notes", []):
-        lines += textwrap.wrap(f"  note: {n}", 100)
+        lines += textwrap.wrap(f"  note: {n}", 100, subsequent_indent="    ")
     return lines + [""]
 
 

@@ -9,6 +9,7 @@ import textwrap
 from .text import clip, ms, table
 
 MAX_CP_ROWS = 24
+EVIDENCE_WIDTH = 44
 PHASE = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 
 
@@ -57,8 +58,9 @@ def cp_lines(doc: dict) -> list[str]:
     rows = [[c["rank"], c["step"], ms(c["window_ns"]), ms(c["compute_ns"]), ms(c["all_to_all_ns"]),
              ms(c["other_comm_ns"]), ms(c["launch_bound_ns"]), ms(c["host_sync_ns"]), ms(c["idle_ns"]),
              ms(c["peer_wait_ns"])] for c in cps[:MAX_CP_ROWS]]
-    out = ["Critical path per step (ms; a2a and comm include peer wait)"]
-    out += table(["rank", "step", "window", "compute", "a2a", "comm", "launch", "sync", "idle", "peer wt"], rows)
+    out = ["Critical path per step (ms; a2a = all-to-all, comm = other communication, launch = launch-bound,",
+           "sync = host sync; compute to idle add up to the window; a2a and comm include the peer wait)"]
+    out += table(["rank", "step", "window", "compute", "a2a", "comm", "launch", "sync", "idle", "peer wait"], rows)
     if len(cps) > MAX_CP_ROWS:
         out.append(f"... and {len(cps) - MAX_CP_ROWS} more windows (JSON: critical_path)")
     total = sum(c["window_ns"] for c in cps)
@@ -80,9 +82,12 @@ def stall_lines(doc: dict) -> list[str]:
     by = ", ".join(f"{k} {ms(v)}" for k, v in sorted((summ.get("by_cause") or {}).items(), key=lambda kv: -kv[1]) if v)
     out = textwrap.wrap(f"Top stalls ({min(top, len(st))} of {len(st)}; all stalls {ms(total)} ms = the "
                         f"non-compute critical path)", 100)
-    out += textwrap.wrap(f"  by cause (ms): {by}", 100)
-    rows = [[s["rank"], s["step"], clip(where(s), 24), s["cause"], ms(s["dur_ns"]), clip(evidence_text(s), 42)]
-            for s in st[:top]]
+    out += textwrap.wrap(f"  by cause (ms): {by}", 100, subsequent_indent="    ")
+    rows = []
+    for s in st[:top]:
+        ev = textwrap.wrap(evidence_text(s), EVIDENCE_WIDTH, break_long_words=False, break_on_hyphens=False) or [""]
+        rows.append([s["rank"], s["step"], clip(where(s), 24), s["cause"], ms(s["dur_ns"]), ev[0]])
+        rows += [["", "", "", "", "", more] for more in ev[1:]]      # the evidence wraps onto its own lines
     out += table(["rank", "step", "where", "cause", "ms", "evidence"], rows, "rrllrl")
     return out + [""]
 

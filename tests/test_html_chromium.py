@@ -1,7 +1,8 @@
 """The HTML report opened in headless Chromium with the network unreachable.
 
 Chromium is Debian's `chromium` package (`.ci/install-chromium.sh` installs it; `.ci/run` calls that).
-Without it these tests fail, unless TRACEVIEW_NO_CHROMIUM=1 says to skip them.
+Without it these tests are skipped with the reason, except in CI (`CI=true`), where they fail
+(tests/tools.py).
 
 Each page is loaded from a file:// URL with a proxy on a dead port and every host name unresolvable,
 a fresh profile, and a virtual-time budget so the charts finish rendering; `--dump-dom` gives the DOM
@@ -13,24 +14,23 @@ The screenshot of the real-trace report is kept in tests/artifacts/ (ignored by 
 from __future__ import annotations
 
 import json
-import os
 import re
-import shutil
 import subprocess
 from html.parser import HTMLParser
 
 import pytest
 from helpers import ROOT
 from reports_support import GEN, HOSTILE_KERNEL, analyze, corpus, with_issue6
+from tools import chromium
 
 from traceview.reports import html as html_report
 
 ARTIFACTS = ROOT / "tests" / "artifacts"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 
-if CHROMIUM is None:
-    if os.environ.get("TRACEVIEW_NO_CHROMIUM") == "1":
-        pytest.skip("TRACEVIEW_NO_CHROMIUM=1: headless Chromium tests skipped", allow_module_level=True)
+
+@pytest.fixture(autouse=True)
+def _needs_chromium():
+    chromium()          # skip (or, in CI, fail) before any work when Chromium is missing
 
 HOOK = """<script>(function () {
   var log = [];
@@ -50,7 +50,7 @@ HOOK = """<script>(function () {
 
 
 def chromium_flags(profile) -> list[str]:
-    return [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    return [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
             "--disable-component-update", "--disable-sync", "--no-first-run", "--disable-default-apps",
             f"--user-data-dir={profile}", "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND",
             "--enable-logging=stderr", "--v=0", "--virtual-time-budget=10000", "--window-size=1280,4200"]
@@ -58,8 +58,6 @@ def chromium_flags(profile) -> list[str]:
 
 def open_page(html_text: str, tmp_path, name: str, screenshot=None) -> dict:
     """Load a hooked copy of the page; return the dumped DOM, recorded events and console log lines."""
-    if CHROMIUM is None:
-        pytest.fail("chromium not found: run .ci/install-chromium.sh (or set TRACEVIEW_NO_CHROMIUM=1 to skip)")
     assert html_text.index("<head>") < 100      # our <head>, not a string inside the inlined Vega bundle
     page = tmp_path / f"{name}.html"
     page.write_text(html_text.replace("<head>", "<head>" + HOOK, 1), encoding="utf-8")
@@ -168,7 +166,7 @@ def test_h200_report_renders_offline_in_chromium(tmp_path):
     shot = ARTIFACTS / "html_report_h200_moe_overlap.png"
     shot.unlink(missing_ok=True)
     result = open_page(page, tmp_path, "h200", screenshot=shot)
-    p = assert_renders_offline(result, ["step_breakdown", "layer_phase", "timeline", "stragglers"])
+    p = assert_renders_offline(result, ["step_breakdown", "layer_phase", "timeline"])   # one rank: no stragglers
     # the step-breakdown chart draws one bar per (step, part): 3 steps x 4 parts
     assert p.charts["step_breakdown"]["marks"] >= 12
     assert shot.exists() and shot.stat().st_size > 30_000
@@ -179,7 +177,7 @@ def test_hostile_names_do_not_inject_in_chromium(tmp_path):
     """The kernel `<img src=x onerror=alert(1)>` shows as text; no <img> element, no alert()."""
     doc = with_issue6(analyze(GEN / "hostile_names.json"), stall_evidence=f"{HOSTILE_KERNEL} </script><script>alert(2)</script>")
     result = open_page(html_report.render(doc), tmp_path, "hostile")
-    p = assert_renders_offline(result, ["step_breakdown", "layer_phase", "timeline", "stragglers"])
+    p = assert_renders_offline(result, ["step_breakdown", "layer_phase", "timeline"])
     assert p.imgs == 0
     assert "&lt;img src=x onerror=alert(1)&gt;" in result["dom"]
 
@@ -218,3 +216,70 @@ def test_diff_report_renders_offline_in_chromium(tmp_path):
     assert bars == len(doc["explanation"]) + 2
     assert shot.exists()
     print(f"screenshot: {shot}")
+
+
+class Marks(HTMLParser):
+    """Every SVG bar Vega drew, per chart: its aria-label fields and its fill/stroke attributes."""
+
+    def __init__(self):
+        super().__init__()
+        self.marks: list = []
+        self.chart = None
+        self.depth = 0
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "div" and a.get("data-chart"):
+            self.chart = a["data-chart"]
+        if tag == "path" and a.get("aria-roledescription") == "bar" and self.chart:
+            fields = dict(kv.split(": ", 1) for kv in (a.get("aria-label") or "").split("; ") if ": " in kv)
+            self.marks.append({"chart": self.chart, "fields": fields, "fill": a.get("fill"),
+                               "stroke": a.get("stroke"), "stroke-width": a.get("stroke-width")})
+
+
+def rendered_marks(dom: str) -> list[dict]:
+    p = Marks()
+    p.feed(dom)
+    return p.marks
+
+
+# The colours the reports promise (README / reports/palette.py), written out here as the spec.
+STAGE_HEX = {"attention": "#72b7b2", "router": "#b279a2", "dispatch": "#9d755d", "experts": "#54a24b",
+             "shared_expert": "#eeca3b", "combine": "#2f5f8a", "other": "#8c8c8c"}
+CAUSE_HEX = {"exposed_a2a": "#e45756", "exposed_comm": "#ff9da6", "peer_wait": "#b07aa1", "imbalance": "#9c755f",
+             "host_sync": "#f28e2b", "launch_bound": "#edc948", "idle": "#79706e"}
+EXPOSED_COMM_RED = "#e45756"
+
+
+def test_rendered_colours_stall_causes_and_fixed_stage_colours(tmp_path):
+    """In the SVG Chromium renders: each stall bar of the timeline is filled with its cause's colour
+    and has no dark outline; each stage has the same colour in two different reports (and none is
+    the red of exposed communication)."""
+    reports = {
+        "overlap": analyze(corpus("kineto", "h200_moe", "overlap.json.gz")),
+        "hostbound": analyze(corpus("kineto", "h200_moe_hostbound", "blocking.json.gz")),
+        "planted": with_issue6(analyze(GEN / "straggler_4rank")),     # exposed_a2a and host_sync stalls
+    }
+    stage_fills: dict = {}
+    causes_seen = set()
+    for name, doc in reports.items():
+        result = open_page(html_report.render(doc), tmp_path, name)
+        marks = rendered_marks(result["dom"])
+        stalls = [m for m in marks if m["chart"] == "timeline" and m["fields"].get("what", "").startswith("stall: ")]
+        assert stalls, f"{name}: no stall bar rendered"
+        for m in stalls:
+            cause = m["fields"]["what"][len("stall: "):]
+            causes_seen.add(cause)
+            assert m["fill"] == CAUSE_HEX[cause], (name, cause, m["fill"])
+            assert m["stroke"] in (None, "none", "transparent") or m["stroke"] == m["fill"], m
+        fills: dict = {}
+        for m in marks:
+            if m["chart"] == "layer_phase":
+                fills.setdefault(m["fields"]["stage"], set()).add(m["fill"])
+        assert fills and all(len(v) == 1 for v in fills.values()), fills
+        stage_fills[name] = {k: v.pop() for k, v in fills.items()}
+    assert {"launch_bound", "exposed_a2a", "host_sync"} <= causes_seen
+    a, b = stage_fills["overlap"], stage_fills["hostbound"]
+    assert set(a) == set(b) and len(a) >= 5
+    assert a == b == {k: STAGE_HEX[k] for k in a}
+    assert EXPOSED_COMM_RED not in a.values()

@@ -11,6 +11,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 
 import pytest
+import tools
 
 from traceview.errors import TraceError
 from traceview.load import load
@@ -31,12 +32,7 @@ PID = "((({}) >> 24) & 16777215)"
 
 def _nsys_or_fail():
     """The installed nsys; CI must have it (.ci/install-nsys.sh), elsewhere the test is skipped."""
-    exe = shutil.which("nsys")
-    if exe is None:
-        if os.environ.get("CI"):
-            pytest.fail("nsys is not installed but CI is set: run .ci/install-nsys.sh")
-        pytest.skip("nsys (Nsight Systems CLI) not installed; run .ci/install-nsys.sh")
-    return exe
+    return tools.nsys()
 
 
 def _nsys_version(exe) -> tuple[int, ...]:
@@ -46,7 +42,7 @@ def _nsys_version(exe) -> tuple[int, ...]:
 
 def _corpus_files():
     if not CORPUS.is_dir():
-        if os.environ.get("CI"):
+        if tools.in_ci():
             pytest.fail(f"trace corpus missing: {CORPUS}")
         return []
     return sorted(p for p in CORPUS.iterdir() if p.is_file())

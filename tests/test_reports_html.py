@@ -71,7 +71,7 @@ def test_self_contained_and_offline():
     assert not any(a.get("src") for a, _ in p.scripts)
     before_scripts = page.split("<script")[0]                # head (with the style) and the tables
     assert "@import" not in before_scripts and "url(" not in before_scripts
-    assert sorted(specs_of(page)) == ["layer_phase", "step_breakdown", "stragglers", "timeline"]
+    assert sorted(specs_of(page)) == ["layer_phase", "step_breakdown", "timeline"]  # one rank: no stragglers chart
 
 
 def test_deterministic():
@@ -237,3 +237,30 @@ def test_timeline_keeps_the_longest_marks():
     kept = sorted(round(v["ms"] * 1e6) for v in vals if v["lane"] == "stall")
     assert kept == list(range(n - charts.TIMELINE_MAX_MARKS + 1, n + 1))
     assert f"{charts.TIMELINE_MAX_MARKS} longest of {n} stalls shown" in chart.to_dict()["title"]
+
+
+def test_stragglers_chart_only_with_several_ranks():
+    one = analyze(GEN / "tiny_breakdown.json")
+    assert len(one["per_rank"]) == 1 and charts.stragglers_chart(one) is None
+    assert "stragglers" not in dict(charts.specs(one))
+    four = analyze(GEN / "straggler_4rank")
+    assert len(four["per_rank"]) == 4 and "stragglers" in dict(charts.specs(four))
+
+
+def test_stage_colours_fixed_whatever_the_stages_present():
+    """A stage keeps its colour whether or not other stages occur (the scale is keyed by name), and
+    an unknown stage gets the same colour in every process (not Python's salted hash)."""
+    import subprocess
+    import sys
+    from traceview.reports import palette
+    doc = analyze(corpus("kineto", "h200_moe", "overlap.json.gz"))
+    full = charts.layer_phase(doc).to_dict(validate=False)["encoding"]["color"]["scale"]
+    doc["layers"] = [r for r in doc["layers"] if r["stage"] in ("experts", "combine")]
+    part = charts.layer_phase(doc).to_dict(validate=False)["encoding"]["color"]["scale"]
+    colour = lambda sc: dict(zip(sc["domain"], sc["range"]))  # noqa: E731
+    assert colour(part) == {k: colour(full)[k] for k in ("experts", "combine")}
+    assert colour(full)["experts"] == "#54a24b" and "#e45756" not in colour(full).values()
+    code = "from traceview.reports import palette; print(palette.fallback('my_new_stage'))"
+    seen = {subprocess.run([sys.executable, "-c", code], env={**__import__("os").environ, "PYTHONHASHSEED": seed},
+                           capture_output=True, text=True).stdout.strip() for seed in ("1", "2", "3")}
+    assert seen == {palette.fallback("my_new_stage")} and seen <= set(palette.SPARE)

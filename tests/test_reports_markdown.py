@@ -173,7 +173,7 @@ def test_issue6_sections_and_budget(tmp_path):
     idle = sum(s["idle_ns"] for s in steps)
     assert cp["idle"] == (f"{idle / len(steps) / 1e6:,.3f}", f"{100 * idle / total:.1f}%")
     a2a = sum(s["exposed_comm_ns"] for s in steps)
-    assert cp["all_to_all"] == (f"{a2a / len(steps) / 1e6:,.3f}", f"{100 * a2a / total:.1f}%")
+    assert cp["all-to-all"] == (f"{a2a / len(steps) / 1e6:,.3f}", f"{100 * a2a / total:.1f}%")
 
 
 def test_chart_links_only_when_given():

@@ -220,9 +220,9 @@ def test_html_is_self_contained_with_the_changes_in_the_charts(planted, tmp_path
 
 
 def test_html_renders_offline_in_chromium(planted, tmp_path):
-    from test_html_chromium import CHROMIUM, assert_renders_offline, open_page
-    if CHROMIUM is None and os.environ.get("TRACEVIEW_NO_CHROMIUM") == "1":
-        pytest.skip("TRACEVIEW_NO_CHROMIUM=1")
+    from tools import chromium
+    chromium()          # skip (or, in CI, fail) when Chromium is missing
+    from test_html_chromium import assert_renders_offline, open_page
     from traceview.history_cli import render_history
     _, folder, _ = planted
     result = open_page(render_history(build([folder]), "html"), tmp_path, "history")

@@ -5,7 +5,6 @@ noise on every metric, a planted regression); the expected numbers are computed 
 generated values, independently of traceview.history.
 """
 import json
-import os
 import re
 import statistics
 

@@ -62,13 +62,13 @@ def step_breakdown(doc: dict):
 
 
 def _layer_key(r: dict):
-    return (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"])
+    return (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"],
+            bool(r.get("layer_inferred")))
 
 
 def _layer_label(r: dict) -> str:
-    if r["region"] == "layer":
-        return f"layer {r['layer']}"
-    return "outside layers" if r["region"] == "outside" else "unattributed"
+    from .text import layer_label
+    return layer_label(r)
 
 
 def layer_phase(doc: dict):
@@ -84,7 +84,8 @@ def layer_phase(doc: dict):
     rows, order = [], []
     for (lk, phase, stage), ns in sorted(agg.items(), key=lambda kv: (kv[0][0], phase_rank.get(kv[0][1], 9),
                                                                        kv[0][1], kv[0][2])):
-        label = _layer_label({"region": lk[2], "layer": None if lk[1] < 0 else lk[1]}) + " · " + phase
+        label = _layer_label({"region": lk[2], "layer": None if lk[1] < 0 else lk[1], "layer_inferred": lk[3]}) \
+            + " · " + phase
         if label not in order:
             order.append(label)
         rows.append({"bar": label, "phase": phase, "stage": stage, "ms": _ms(ns / n),

@@ -138,6 +138,9 @@ def _layers_html(doc: dict) -> list[str]:
                 _table(["stage"] + mdr.LAYER_HEADERS[2:-1], srows)]
     out.append(f"<p>Compute, exposed comm, exposed memory and idle add up to the total. {h(OVERLAP_NOTE)}"
                "</p>")
+    if doc.get("attribution"):
+        from .text import attribution_sentence
+        out.append(f"<p>{h(attribution_sentence(doc['attribution']))}.</p>")
     return out
 
 
@@ -263,11 +266,13 @@ def render(doc: dict) -> str:
     body += _layers_html(doc) + _flops_html(f) + _stalls_html(doc) + _collectives_html(doc)
     if doc.get("comm"):
         n = max(1, len(doc.get("steps") or []))
-        crow = [[c["kind"], count_per_step(c["count"], n), f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+        crow = [[c["kind"], count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
+                 f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
                  mdr.ms(c["total_ns"] / n), mdr.ms(c["exposed_ns"] / n)] for c in doc["comm"]]
         body += [f"<h2>Communication by collective ({h(mean_label(n))})</h2>",
-                 _table(["collective", "calls", "MB", "total ms", "exposed ms"], crow),
-                 "<p>Means per step, so they can differ from the median step of the breakdown.</p>"]
+                 _table(["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], crow),
+                 "<p>Means per step, so they can differ from the median step of the breakdown. Ops: collectives or "
+                 "dispatch/combine operations; kernels: their GPU activities.</p>"]
     if doc.get("top_kernels"):
         from .text import kernel_scope
         krow = [[k["name"], k["class"], count(k["count"]), mdr.ms(k["total_ns"])] for k in doc["top_kernels"]]

@@ -122,11 +122,8 @@ def layer_lines(doc: dict) -> list[str]:
     lines += ["Compute, exposed comm, exposed memory and idle add up to the total. " + OVERLAP_NOTE, ""]
     a = doc.get("attribution") or {}
     if a:
-        linked = a.get("backward_linked_share")
-        lines += [f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers, "
-                  f"{100 * a['outside_layers_share']:.1f}% outside them, {a['unattributed_count']} activities "
-                  f"unattributed ({100 * a['unattributed_share']:.1f}%)"
-                  + (f"; backward linked to forward ops: {100 * linked:.1f}%." if linked is not None else "."), ""]
+        from .text import attribution_sentence
+        lines += [md(attribution_sentence(a)) + ".", ""]
     return lines
 
 
@@ -262,11 +259,13 @@ def comm_lines(doc: dict) -> list[str]:
     if not doc.get("comm"):
         return []
     n = max(1, len(doc.get("steps") or []))
-    rows = [[md(c["kind"]), count_per_step(c["count"], n), f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+    rows = [[md(c["kind"]), count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
+             f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
              ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
     return [f"### Communication by collective ({mean_label(n)})", ""] + table(
-        ["collective", "calls", "MB", "total ms", "exposed ms"], rows) + [
-        "", "Means per step, so they can differ from the median step of the breakdown.", ""]
+        ["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], rows) + [
+        "", "Means per step, so they can differ from the median step of the breakdown. Ops: collectives or "
+        "dispatch/combine operations; kernels: their GPU activities.", ""]
 
 
 def flops_lines(doc: dict) -> list[str]:

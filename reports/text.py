@@ -83,8 +83,28 @@ def _n_windows(doc: dict) -> int:
 
 def layer_label(r: dict) -> str:
     if r["region"] == "layer":
-        return f"layer {r['layer']}"
-    return "outside layers" if r["region"] == "outside" else "unattributed"
+        return f"layer {r['layer']}" + (" (inferred)" if r.get("layer_inferred") else "")
+    return {"outside": "outside layers", "layer_unknown": "layer unknown"}.get(r["region"], "unattributed")
+
+
+def attribution_sentence(a: dict) -> str:
+    """The attribution summary in one sentence (text and Markdown reports)."""
+    linked = a.get("backward_linked_share")
+    s = (f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers"
+         + (f" ({100 * a['inferred_layer_share']:.1f}% with layer numbers inferred from repeating annotation blocks)"
+            if a.get("inferred_layer_share") else "")
+         + (f", {100 * a['layer_unknown_share']:.1f}% in a stage of an unknown layer" if a.get("layer_unknown_share") else "")
+         + f", {100 * a['outside_layers_share']:.1f}% outside them (embedding, head, loss, optimizer), "
+         f"{a['unattributed_count']} activities unattributed ({100 * a['unattributed_share']:.1f}%)"
+         + (f"; backward linked to forward ops: {100 * linked:.1f}%" if linked is not None else ""))
+    x = a.get("cross_thread") or {}
+    if x.get("count") or x.get("ambiguous_count"):
+        s += (f"; attributed across threads (launched by a thread without annotations, named by the training "
+              f"thread's annotation open at launch): {x['count']} activities, {x['busy_ns'] / 1e6:,.3f} ms busy "
+              f"({100 * x['share']:.1f}%)"
+              + (f", {x['ambiguous_count']} left unattributed (annotations open on several training threads)"
+                 if x.get("ambiguous_count") else ""))
+    return s
 
 
 def group_layers(doc: dict) -> list[dict]:
@@ -92,7 +112,8 @@ def group_layers(doc: dict) -> list[dict]:
     n = _n_windows(doc)
     groups: dict = {}
     for r in doc.get("layers", []):
-        key = (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"], r["phase"])
+        key = (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"],
+               bool(r.get("layer_inferred")), r["phase"])
         g = groups.setdefault(key, {"label": layer_label(r), "phase": r["phase"], "stages": {},
                                     **{f: 0.0 for f in ("step_time_ns", "compute_ns", "exposed_comm_ns",
                                                         "overlapped_comm_ns", "idle_ns", "exposed_memory_ns")}})
@@ -118,7 +139,7 @@ def layer_lines(doc: dict) -> list[str]:
     if not doc.get("layers"):
         return []
     n = _n_windows(doc)
-    rows = [[clip(g["label"], 16), g["phase"], *part_cells(g), ms(g["overlapped_comm_ns"]), g["top_stage"]]
+    rows = [[clip(g["label"], 20), g["phase"], *part_cells(g), ms(g["overlapped_comm_ns"]), g["top_stage"]]
             for g in group_layers(doc)]
     lines = [f"Per layer and phase (ms, {mean_label(n)})"]
     lines += table(["layer", "phase", "total", "compute", "exp comm", "exp mem", "idle", "ovl comm", "top stage"],
@@ -129,12 +150,8 @@ def layer_lines(doc: dict) -> list[str]:
     lines += [""] + textwrap.wrap(OVERLAP_LEGEND + " Compute, exp comm, exp mem and idle add up to the total.", 100)
     a = doc.get("attribution") or {}
     if a:
-        linked = a.get("backward_linked_share")
         lines.append("")
-        lines += textwrap.wrap(f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers, "
-                     f"{100 * a['outside_layers_share']:.1f}% outside them (embedding, head, loss, optimizer), "
-                     f"{a['unattributed_count']} activities unattributed ({100 * a['unattributed_share']:.1f}%)"
-                     + (f"; backward linked to forward ops: {100 * linked:.1f}%" if linked is not None else ""), 100)
+        lines += textwrap.wrap(attribution_sentence(a), 100)
     return lines + [""]
 
 
@@ -142,11 +159,12 @@ def comm_lines(doc: dict) -> list[str]:
     if not doc.get("comm"):
         return []
     n = _n_windows(doc)
-    rows = [[c["kind"], count_per_step(c["count"], n), f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+    rows = [[c["kind"], count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
+             f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
              ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
     return textwrap.wrap(f"Communication by collective ({mean_label(n)}; the breakdown above is the median "
-                         "step)", 100) + table(
-        ["collective", "calls", "MB", "total ms", "exposed ms"], rows) + [""]
+                         "step; ops: collectives or dispatch/combine operations, kernels: their GPU activities)",
+                         100) + table(["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], rows) + [""]
 
 
 def flops_lines(doc: dict) -> list[str]:

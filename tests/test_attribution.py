@@ -65,7 +65,7 @@ def test_activity_attribution_golden():
         144: (None, "optimizer", "other", "outside", False),
         145: (2, "backward", "attention", "layer", True),         # MmBackward0 seq 7 -> forward aten::mm
         146: (None, "backward", "other", "unattributed", False),  # AccumulateGrad: no forward op with seq 99
-        147: (None, "backward", "combine", "outside", False),     # combine(B): stage from its own annotation
+        147: (None, "backward", "combine", "layer_unknown", False),  # combine(B): a stage, no layer number
         148: (None, "other", "other", "unattributed", False),     # launched outside any range, step 1
     }
     for i, (layer, phase, stage, region, linked) in want.items():

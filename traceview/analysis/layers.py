@@ -28,8 +28,10 @@ def _tag_sql(rules: Rules) -> tuple[str, dict]:
         if not parts:
             return f"CAST(NULL AS {typ})"
         # framework ops (aten::topk, MmBackward0, ...) name no layer or stage: only annotations,
-        # NVTX ranges and module (python) ranges do
-        guard = "WHEN kind = 'op' THEN NULL " if annotations_only else ""
+        # NVTX ranges and module (python) ranges do; `with_stack` frames (`file.py(12): fn`) do
+        # not either (`_must_dispatch_in_python`, `_prepare_4d_attention_mask` name no stage)
+        guard = ("WHEN kind = 'op' THEN NULL WHEN kind = 'python' AND regexp_matches(name, '\\.py\\(\\d+\\): ') "
+                 "THEN NULL " if annotations_only else "")
         return f"CAST(CASE {guard}{' '.join(parts)} END AS {typ})"
 
     sql = (sql_text("range_context")
@@ -39,10 +41,61 @@ def _tag_sql(rules: Rules) -> tuple[str, dict]:
     return sql, params
 
 
+def infer_blocks(heads: list[dict]) -> dict[int, int]:
+    """Layer ordinals for stage annotations without layer numbers: {head range id: layer}.
+
+    `heads` come ordered per (rank, step, tid, phase, pass) by start time. Within one such
+    sequence a new block starts where a name appears that the current block already holds
+    (`attn(F) dispatch(F) mlp(F) combine(F) | attn(F) ...`), so blocks of different shape
+    (dense and MoE layers) still split. Only sequences of two or more blocks whose first block
+    holds two or more stage annotations are numbered: a single block is no repetition, and one
+    annotation repeating (`MoE[...]` called three times) may be iterations as well as layers;
+    their layer stays unknown. The `(W)` pass (one annotation per layer) is numbered when it has
+    as many blocks as the backward pass it belongs to. Forward blocks are numbered
+    0, 1, ... in order; backward blocks count down (backward runs the layers in reverse), so
+    the backward of layer k gets the same ordinal as its forward."""
+    out: dict[int, int] = {}
+    seqs: dict = {}
+    for h in heads:
+        seqs.setdefault((h["rank"], h["step"], h["tid"], h["phase"], h["pass"]), []).append(h)
+    numbered: dict = {}   # (rank, step, tid, phase) -> blocks numbered in its main pass
+    for key in sorted(seqs, key=lambda k: (k[4] == "W",) + tuple(str(x) for x in k)):
+        rank, step, tid, phase, pass_ = key
+        blocks: list[list[int]] = []
+        seen: set = set()
+        for h in seqs[key]:
+            if not blocks or h["name"] in seen:
+                blocks.append([])
+                seen = set()
+            blocks[-1].append(h["id"])
+            seen.add(h["name"])
+        n = len(blocks)
+        if pass_ == "W":   # one weight-gradient annotation per layer: numbered as its backward pass
+            if numbered.get((rank, step, tid, phase)) != n:
+                continue
+        elif n < 2 or len(blocks[0]) < 2:   # no repetition, or not a block of stages
+            continue
+        else:
+            numbered[(rank, step, tid, phase)] = n
+        for i, ids in enumerate(blocks):
+            for rid in ids:
+                out[rid] = (n - 1 - i) if phase == "backward" else i
+    return out
+
+
 def prepare(session: Session, rules: Rules) -> None:
-    """Materialize range_context and activity_attribution (needs breakdown.prepare first)."""
+    """Materialize range_context (layer ordinals inferred where annotations carry none) and
+    activity_attribution (needs breakdown.prepare first)."""
+    import pyarrow as pa
     sql, params = _tag_sql(rules)
-    session.create_table("range_context", sql, **params)
+    session.create_table("range_context_raw", sql, **params)
+    ordinals = infer_blocks(session.query("layer_heads").to_pylist())
+    session.register("layer_blocks", pa.table({"id": pa.array(list(ordinals), pa.int64()),
+                                               "layer": pa.array(list(ordinals.values()), pa.int32())}))
+    session.create_table("range_context", """
+        SELECT r.id, r.rank, r.tid, coalesce(r.layer, b.layer) AS layer, r.stage, r.phase, r.anchor,
+               r.names_stage, r.head, (r.layer IS NULL AND b.layer IS NOT NULL) AS layer_inferred
+        FROM range_context_raw r LEFT JOIN layer_blocks b ON b.id = r.head""")
     session.materialize("activity_attribution")
 
 
@@ -52,9 +105,11 @@ def layer_rows(session: Session) -> list[dict]:
 
 
 def attribution_summary(session: Session) -> dict:
-    """How much GPU time could be attributed (counts and shares), backward linkage included."""
+    """How much GPU time could be attributed (counts and shares), backward linkage included, and
+    how much was attributed across threads or got an inferred layer number."""
     r = session.rows("""
-        SELECT t.region, t.is_backward, t.linked, count(*) AS n, sum(a.end_ns - a.start_ns)::BIGINT AS busy_ns
+        SELECT t.region, t.is_backward, t.linked, t.cross_thread, t.cross_ambiguous, t.layer_inferred,
+               count(*) AS n, sum(a.end_ns - a.start_ns)::BIGINT AS busy_ns
         FROM activity_attribution t JOIN gpu_activities a ON a.id = t.id
         WHERE t.step IS NOT NULL
         GROUP BY ALL""")
@@ -63,13 +118,23 @@ def attribution_summary(session: Session) -> dict:
     bwd_total = sum(x["busy_ns"] for x in bwd) or 0
     bwd_linked = sum(x["busy_ns"] for x in bwd if x["linked"] or x["region"] == "layer")
     un = [x for x in r if x["region"] == "unattributed"]
+    cross = [x for x in r if x["cross_thread"]]
+    inferred = [x for x in r if x["layer_inferred"] and x["region"] == "layer"]
     return {
         "activities": sum(x["n"] for x in r),
         "in_layers_share": sum(x["busy_ns"] for x in r if x["region"] == "layer") / total,
+        "layer_unknown_share": sum(x["busy_ns"] for x in r if x["region"] == "layer_unknown") / total,
         "outside_layers_share": sum(x["busy_ns"] for x in r if x["region"] == "outside") / total,
         "unattributed_count": sum(x["n"] for x in un),
         "unattributed_share": sum(x["busy_ns"] for x in un) / total,
         "backward_linked_share": (bwd_linked / bwd_total) if bwd_total else None,
+        "inferred_layer_share": sum(x["busy_ns"] for x in inferred) / total,
+        "cross_thread": {
+            "count": sum(x["n"] for x in cross),
+            "busy_ns": sum(x["busy_ns"] for x in cross),
+            "share": sum(x["busy_ns"] for x in cross) / total,
+            "ambiguous_count": sum(x["n"] for x in r if x["cross_ambiguous"]),
+        },
     }
 
 
@@ -79,7 +144,7 @@ exposed AS (
     SELECT c.comm_kind, sum(s.exposed)::DOUBLE AS exposed_ns
     FROM ops c JOIN comm_exposure s ON s.id = c.id GROUP BY c.comm_kind
 )
-SELECT o.comm_kind AS kind, count(*) AS count, sum(o.bytes)::BIGINT AS bytes,
+SELECT o.comm_kind AS kind, count(DISTINCT o.op_key) AS ops, count(*) AS count, sum(o.bytes)::BIGINT AS bytes,
        sum(o.end_ns - o.start_ns)::BIGINT AS total_ns,
        round(coalesce(any_value(e.exposed_ns), 0))::BIGINT AS exposed_ns
 FROM ops o

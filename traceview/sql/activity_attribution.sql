@@ -3,10 +3,17 @@
 -- Backward work: the forward op it differentiates, found through the backward node's
 -- fwd_id (Kineto fwdbwd flow) or its autograd sequence number; that op's layer and stage
 -- apply, unless the backward work carries its own annotations (e.g. DeepSeek `combine(B)`).
--- region: 'layer' (inside a layer), 'outside' (attributed, outside the layers: embedding,
--- output head, loss, optimizer...), 'unattributed' (backward work with no link to a forward op,
--- or work with no launching CPU op).
--- Input: activity_origin, cpu_ranges, range_context, step_ranges, windows.
+-- Cross-thread: work whose launching thread names no layer and no stage (and, for backward
+-- work, whose forward link names none either), launched by another thread than a training
+-- thread (the autograd engine, a comm or data-loader thread), takes the innermost annotation
+-- naming a stage or layer that is open at its launch on the process's training thread (the
+-- thread holding the step ranges; with no step ranges, every thread with such annotations),
+-- when exactly one training thread has one open then (several: ambiguous, not used).
+-- region: 'layer' (a layer number, named or inferred), 'layer_unknown' (a stage of a layer
+-- but no layer number), 'outside' (attributed, in no layer-like annotation: embedding, output
+-- head, loss, optimizer...), 'unattributed' (backward work with no link to a forward op and no
+-- annotation, or work with no launching CPU op).
+-- Input: activity_origin, cpu_ranges, range_context, step_ranges.
 WITH fwd_by_seq AS (
     SELECT r.rank, r.seq, r.id AS fwd_op
     FROM cpu_ranges r JOIN range_context c ON c.id = r.id
@@ -14,40 +21,94 @@ WITH fwd_by_seq AS (
     QUALIFY row_number() OVER (PARTITION BY r.rank, r.seq ORDER BY coalesce(r.depth, 0), r.start_ns, r.id) = 1
 ),
 base AS (
-    SELECT o.id, o.rank, o.origin_start_ns, c.layer, c.stage, c.phase, c.anchor,
+    SELECT o.id, o.rank, o.tid, o.origin_start_ns, o.op_id, c.layer, c.stage, c.phase, c.anchor,
+           coalesce(c.layer_inferred, false) AS layer_inferred,
            coalesce(ar.fwd_id, fs.fwd_op) AS fwd_op
     FROM activity_origin o
     LEFT JOIN range_context c ON c.id = o.op_id
     LEFT JOIN cpu_ranges ar ON ar.id = c.anchor
     LEFT JOIN fwd_by_seq fs ON fs.rank = ar.rank AND fs.seq = ar.seq
 ),
-joined AS (
+linked AS (
     SELECT b.*, (b.anchor IS NOT NULL OR b.phase = 'backward') AS bwd,
-           f.layer AS f_layer, f.stage AS f_stage
+           f.layer AS f_layer, f.stage AS f_stage, coalesce(f.layer_inferred, false) AS f_inferred
     FROM base b LEFT JOIN range_context f ON f.id = b.fwd_op
+),
+training_threads AS (
+    SELECT DISTINCT rank, tid FROM step_ranges
+    UNION
+    SELECT DISTINCT c.rank, c.tid FROM range_context c
+    WHERE c.names_stage AND NOT EXISTS (SELECT 1 FROM step_ranges s WHERE s.rank = c.rank)
+),
+candidates AS (   -- annotations naming a stage or layer on the training threads
+    SELECT c.id, c.rank, c.tid, r.start_ns, r.end_ns, coalesce(r.depth, 0) AS depth,
+           c.layer, c.stage, c.phase, coalesce(c.layer_inferred, false) AS layer_inferred
+    FROM range_context c
+    JOIN training_threads t ON t.rank = c.rank AND t.tid = c.tid
+    JOIN cpu_ranges r ON r.id = c.id
+    WHERE r.kind <> 'op' AND (c.layer IS NOT NULL OR c.stage IS NOT NULL)
+),
+need AS (
+    SELECT id, rank, tid, origin_start_ns FROM linked
+    WHERE origin_start_ns IS NOT NULL AND layer IS NULL AND stage IS NULL
+      AND NOT (bwd AND (f_layer IS NOT NULL OR f_stage IS NOT NULL))
+      AND NOT EXISTS (SELECT 1 FROM training_threads t WHERE t.rank = linked.rank AND t.tid = linked.tid)
+),
+open_at AS (      -- per activity and training thread: the innermost candidate open at launch
+    SELECT n.id, k.tid AS x_tid, k.id AS x_range, k.layer, k.stage, k.phase, k.layer_inferred
+    FROM need n JOIN candidates k
+      ON k.rank = n.rank AND n.origin_start_ns >= k.start_ns AND n.origin_start_ns < k.end_ns
+    QUALIFY row_number() OVER (PARTITION BY n.id, k.tid ORDER BY k.depth DESC, k.start_ns DESC, k.id) = 1
+),
+cross_thread AS (
+    SELECT id, count(*) AS n_threads, any_value(x_range) AS x_range, any_value(layer) AS x_layer,
+           any_value(stage) AS x_stage, any_value(phase) AS x_phase, bool_or(layer_inferred) AS x_inferred
+    FROM open_at GROUP BY id
+),
+joined AS (
+    SELECT l.*, x.n_threads,
+           CASE WHEN x.n_threads = 1 THEN x.x_layer END AS x_layer,
+           CASE WHEN x.n_threads = 1 THEN x.x_stage END AS x_stage,
+           CASE WHEN x.n_threads = 1 THEN x.x_phase END AS x_phase,
+           CASE WHEN x.n_threads = 1 THEN x.x_inferred ELSE false END AS x_inferred,
+           x.n_threads = 1 AS cross
+    FROM linked l LEFT JOIN cross_thread x ON x.id = l.id
+),
+resolved AS (
+    SELECT j.*,
+           (j.bwd OR coalesce(j.cross AND j.x_phase = 'backward', false)) AS is_bwd,
+           coalesce(j.layer, CASE WHEN j.bwd THEN j.f_layer END, CASE WHEN j.cross THEN j.x_layer END) AS r_layer,
+           coalesce(j.stage, CASE WHEN j.bwd THEN j.f_stage END, CASE WHEN j.cross THEN j.x_stage END) AS r_stage,
+           CASE WHEN j.layer IS NOT NULL THEN j.layer_inferred
+                WHEN j.bwd AND j.f_layer IS NOT NULL THEN j.f_inferred
+                WHEN j.cross AND j.x_layer IS NOT NULL THEN j.x_inferred
+                ELSE false END AS r_inferred
+    FROM joined j
 ),
 stepped AS (
     SELECT j.id, s.step
-    FROM joined j JOIN step_ranges s
+    FROM resolved j JOIN step_ranges s
       ON s.rank = j.rank AND j.origin_start_ns >= s.cpu_start_ns AND j.origin_start_ns < s.cpu_end_ns
     QUALIFY row_number() OVER (PARTITION BY j.id ORDER BY s.step) = 1
 )
 SELECT j.id, j.rank,
        coalesce(st.step, CASE WHEN (SELECT count(*) FROM step_ranges) = 0 THEN 0 END) AS step,
-       CASE WHEN j.bwd THEN coalesce(j.layer, j.f_layer) ELSE j.layer END AS layer,
-       CASE WHEN j.bwd THEN 'backward'
+       j.r_layer AS layer,
+       CASE WHEN j.is_bwd THEN 'backward'
             WHEN j.phase IS NOT NULL THEN j.phase
-            WHEN j.layer IS NOT NULL THEN 'forward'
+            WHEN coalesce(j.cross, false) AND j.x_phase IS NOT NULL THEN j.x_phase
+            WHEN j.r_layer IS NOT NULL THEN 'forward'
             ELSE 'other' END AS phase,
-       coalesce(j.stage, CASE WHEN j.bwd THEN j.f_stage END,
-                CASE WHEN coalesce(j.layer, CASE WHEN j.bwd THEN j.f_layer END) IS NOT NULL THEN 'other' END,
-                'other') AS stage,
-       CASE WHEN (CASE WHEN j.bwd THEN coalesce(j.layer, j.f_layer) ELSE j.layer END) IS NOT NULL THEN 'layer'
-            WHEN j.bwd AND j.fwd_op IS NULL AND j.stage IS NULL THEN 'unattributed'
-            WHEN j.anchor IS NULL AND j.phase IS NULL AND j.layer IS NULL AND j.stage IS NULL
-                 AND j.fwd_op IS NULL AND NOT EXISTS (SELECT 1 FROM activity_origin x WHERE x.id = j.id AND x.op_id IS NOT NULL)
+       coalesce(j.r_stage, 'other') AS stage,
+       CASE WHEN j.r_layer IS NOT NULL THEN 'layer'
+            WHEN j.r_stage IS NOT NULL THEN 'layer_unknown'
+            WHEN j.bwd AND j.fwd_op IS NULL THEN 'unattributed'
+            WHEN j.op_id IS NULL AND j.anchor IS NULL AND j.phase IS NULL AND NOT coalesce(j.cross, false)
                  THEN 'unattributed'
             ELSE 'outside' END AS region,
-       j.bwd AS is_backward,
-       j.fwd_op IS NOT NULL AS linked
-FROM joined j LEFT JOIN stepped st ON st.id = j.id
+       j.is_bwd AS is_backward,
+       j.fwd_op IS NOT NULL AS linked,
+       j.r_inferred AS layer_inferred,
+       coalesce(j.cross, false) AS cross_thread,
+       coalesce(j.n_threads > 1, false) AS cross_ambiguous
+FROM resolved j LEFT JOIN stepped st ON st.id = j.id

@@ -4,8 +4,33 @@
 -- launched it (c10d::alltoall_base_, nccl:all_to_all, ncclAllReduce, ...), else from the
 -- kernel name (ncclDevKernel_AllReduce..., DeepEP dispatch/combine -> all_to_all).
 -- Bytes: memcpy bytes, else message elements x element size where recorded.
--- Input: activity_class, gpu_activities.
-WITH src AS (
+-- op_key: the communication operation the activity belongs to (one collective, or one DeepEP
+-- dispatch / combine, may run as several kernels): the outermost collective CPU range around
+-- its launch (c10d::alltoall_base_, nccl:*, record_param_comms...); else, for an NCCL/RCCL
+-- kernel, the kernel itself (each is one collective or group); else (DeepEP, NVSHMEM and other
+-- libraries PyTorch records no op for) the innermost annotation around the launch, split by
+-- role (dispatch / combine, from the kernel name); else the activity itself.
+-- Input: activity_class, activity_origin, gpu_activities, cpu_ranges.
+WITH RECURSIVE up AS (   -- the launching range of each comm activity and its ancestors
+    SELECT c.id, o.op_id AS rid, 0 AS lvl
+    FROM activity_class c JOIN activity_origin o ON o.id = c.id
+    WHERE c.class = 'comm' AND o.op_id IS NOT NULL
+    UNION ALL
+    SELECT u.id, r.parent_id, u.lvl + 1
+    FROM up u JOIN cpu_ranges r ON r.id = u.rid
+    WHERE r.parent_id IS NOT NULL
+),
+chain AS (
+    SELECT u.id, u.lvl, r.id AS rid, r.name, r.kind, c.coll_range
+    FROM up u JOIN cpu_ranges r ON r.id = u.rid JOIN activity_class c ON c.id = u.id
+),
+coll_scope AS (
+    SELECT id, arg_max(rid, lvl) AS rid FROM chain WHERE name = coll_range GROUP BY id
+),
+annot_scope AS (
+    SELECT id, arg_min(rid, lvl) AS rid FROM chain WHERE kind <> 'op' GROUP BY id
+),
+src AS (
     SELECT c.id, c.rank, c.start_ns, c.end_ns, c.name, c.kind, g.bytes, g.coll_in_nelems, g.coll_dtype,
            lower(replace(coalesce(g.coll_name, ''), '_', '')) AS meta,
            lower(replace(coalesce(c.coll_range, ''), '_', '')) AS rng,
@@ -30,11 +55,19 @@ kinds AS (
         ELSE 'other' END AS comm_kind
     FROM src
 )
-SELECT id, rank, start_ns, end_ns, name, comm_kind,
+SELECT k.id, rank, start_ns, end_ns, name, comm_kind,
        coalesce(bytes, coll_in_nelems * CASE
            WHEN regexp_matches(lower(coalesce(coll_dtype, '')), 'double|float64|int64|long') THEN 8
            WHEN regexp_matches(lower(coalesce(coll_dtype, '')), 'float32|^float$|int32|^int$') THEN 4
            WHEN regexp_matches(lower(coalesce(coll_dtype, '')), 'bfloat16|half|float16|int16') THEN 2
            WHEN regexp_matches(lower(coalesce(coll_dtype, '')), 'int8|uint8|byte|char|bool|fp8|float8') THEN 1
-           END) AS bytes
-FROM kinds
+           END) AS bytes,
+       CASE WHEN cs.rid IS NOT NULL THEN 'c' || cs.rid
+            WHEN regexp_matches(kname, 'nccl') THEN 'k' || k.id
+            WHEN a.rid IS NOT NULL THEN 'a' || a.rid || CASE WHEN regexp_matches(kname, 'combine') THEN ':combine'
+                                                          WHEN regexp_matches(kname, 'dispatch') THEN ':dispatch'
+                                                          ELSE '' END
+            ELSE 'k' || k.id END AS op_key
+FROM kinds k
+LEFT JOIN coll_scope cs ON cs.id = k.id
+LEFT JOIN annot_scope a ON a.id = k.id

@@ -5,6 +5,7 @@
 -- activities, memory-only segments among memory ops. An idle segment is charged to the
 -- activity that ends it (the next one to start), whose launch the GPU was waiting for.
 -- The parts of all groups add up to the step window (up to rounding of the shares).
+-- layer_inferred: the group's layer number was inferred from repeating annotation blocks.
 -- Input: segments, activity_spans, activity_attribution.
 WITH cover AS (
     SELECT rank, step, id, class, unnest(range(i0, i1)) AS seg FROM activity_spans
@@ -32,7 +33,7 @@ per_activity AS (
     UNION ALL
     SELECT id, rank, step, 0, 0, 0, 0, idle_ns FROM idle
 )
-SELECT p.rank, p.step, t.layer, t.phase, t.stage, t.region,
+SELECT p.rank, p.step, t.layer, t.phase, t.stage, t.region, bool_or(t.layer_inferred) AS layer_inferred,
        round(sum(p.compute_ns))::BIGINT AS compute_ns,
        round(sum(p.exposed_comm_ns))::BIGINT AS exposed_comm_ns,
        round(sum(p.overlapped_comm_ns))::BIGINT AS overlapped_comm_ns,

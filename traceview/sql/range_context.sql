@@ -1,11 +1,15 @@
--- range_context: for every CPU range, the layer, stage and phase named by itself or by its
--- innermost tagged ancestor on the same thread, and `anchor`: the innermost enclosing backward
--- node (an autograd `evaluate_function` / `*Backward` range with a sequence number).
+-- range_context (before layer inference): for every CPU range, the layer, stage and phase named
+-- by itself or by its innermost tagged ancestor on the same thread, and `anchor`: the innermost
+-- enclosing backward node (an autograd `evaluate_function` / `*Backward` range with a sequence
+-- number).
+-- `names_stage`: the range itself names a stage or a layer (an annotation or module range).
+-- `head`: for ranges inside a stage-naming annotation whose context has no layer number, the
+-- outermost such annotation (the member of a repeating block that `layer_blocks` numbers).
 -- The tag expressions (/*LAYER*/, /*STAGE*/, /*PHASE*/) are generated from the attribution rules
 -- and reference the rules' regexes as parameters only.
 -- Input: cpu_ranges.
 WITH RECURSIVE tags AS (
-    SELECT id, rank, parent_id, kind, name, seq, fwd_id,
+    SELECT id, rank, tid, parent_id, kind, name, seq, fwd_id,
            /*LAYER*/ AS layer,
            /*STAGE*/ AS stage,
            /*PHASE*/ AS phase,
@@ -14,11 +18,16 @@ WITH RECURSIVE tags AS (
     FROM cpu_ranges
 ),
 ctx AS (
-    SELECT id, rank, layer, stage, phase, CASE WHEN bwd_node THEN id END AS anchor
+    SELECT id, rank, tid, layer, stage, phase, CASE WHEN bwd_node THEN id END AS anchor,
+           (layer IS NOT NULL OR stage IS NOT NULL) AS names_stage,
+           CASE WHEN stage IS NOT NULL AND layer IS NULL THEN id END AS head
     FROM tags WHERE parent_id IS NULL
     UNION ALL
-    SELECT t.id, t.rank, coalesce(t.layer, c.layer), coalesce(t.stage, c.stage), coalesce(t.phase, c.phase),
-           CASE WHEN t.bwd_node THEN t.id ELSE c.anchor END
+    SELECT t.id, t.rank, t.tid, coalesce(t.layer, c.layer), coalesce(t.stage, c.stage), coalesce(t.phase, c.phase),
+           CASE WHEN t.bwd_node THEN t.id ELSE c.anchor END,
+           (t.layer IS NOT NULL OR t.stage IS NOT NULL),
+           CASE WHEN c.head IS NOT NULL THEN c.head
+                WHEN t.stage IS NOT NULL AND coalesce(t.layer, c.layer) IS NULL THEN t.id END
     FROM tags t JOIN ctx c ON t.parent_id = c.id
 )
 SELECT * FROM ctx

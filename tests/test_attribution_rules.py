@@ -113,3 +113,17 @@ def test_infer_blocks_splits_where_a_name_repeats():
     assert layers.infer_blocks(seq) == {1: 0, 2: 0, 3: 1, 4: 1, 5: 1, 6: 1, 7: 2, 8: 2, 9: 2, 10: 2}
     # one annotation repeating (iterations or layers: cannot tell) is not numbered
     assert layers.infer_blocks([h(1, "MoE[x]"), h(2, "MoE[x]")]) == {}
+
+
+def test_thread_with_annotations_elsewhere_still_takes_the_open_one_on_another_thread():
+    # no step ranges: threads 1 and 2 both hold stage annotations (both are training threads);
+    # thread 2's kernel at 150 is launched while only thread 1 has one open (attn(B) [100, 300))
+    p = make_profile(
+        cpu=[dict(id=1, tid=1, start_ns=100, end_ns=300, name="attn(B)"),
+             dict(id=2, tid=2, start_ns=400, end_ns=500, name="combine(B)"),
+             dict(id=3, tid=2, start_ns=140, end_ns=200, name="aten::mm", kind="op")],
+        launches=[dict(id=9, tid=2, start_ns=150, end_ns=155, correlation=9, op_id=3)],
+        gpu=[dict(id=90, stream=7, start_ns=5000, end_ns=5100, name="k", correlation=9, launch_id=9)])
+    _, got = _attr(p)
+    assert (got[90]["cross_thread"], got[90]["phase"], got[90]["stage"], got[90]["region"]) == \
+        (True, "backward", "attention", "layer_unknown")

@@ -18,3 +18,11 @@ def test_readme_starts_with_the_two_setup_commands():
     assert block[1] == "pip install -e '.[test]' && python -m pytest -q"
     ci = (ROOT / ".ci" / "run").read_text()
     assert "python3 -m pip install -q -e '.[test]' && python3 -m pytest -q" in ci
+
+
+def test_conventions_doc_names_every_framework_fixture():
+    from fixtures import frameworks
+    text = (ROOT / "docs" / "CONVENTIONS.md").read_text()
+    for name in frameworks.NAMES:
+        assert f"`{name}`" in text, name
+    assert "fixtures/deepseek.py" in text

@@ -1,6 +1,7 @@
 """Attribution patterns: how annotation names map to layer, MoE stage and phase.
 
-Defaults cover the conventions in use; `--config traceview.toml` overrides or extends them:
+Defaults cover the conventions in use (docs/CONVENTIONS.md: which framework writes which
+names); `--config traceview.toml` overrides or extends them:
 
     [attribution]
     # regexes whose first group is the layer number (tried in order; innermost range wins)
@@ -27,16 +28,22 @@ PHASES = ("forward", "backward", "optimizer", "other")
 
 DEFAULT_LAYER = [
     r"(?i)^layer[_ ]?(\d+)(?:/|$)",                      # layer_03/moe/dispatch (traceview markers, our H200 traces)
-    r"(?:^|[./])layers?[._](\d+)(?:[./]|$)",               # layers.3, decoder.layers.3.mlp.experts, model.layers.3
-    r"(?i)^(?:nn\.Module: )?\w*(?:Layer|Block)_(\d+)$",    # nn.Module: DecoderLayer_3 (with_modules)
+    r"(?:^|[./(])layers?[._](\d+)(?:[./)]|$)",            # layers.3, decoder.layers.3.mlp.experts, model.layers.3,
+                                                          # FSDP2's `FSDP::pre_forward (layers.3.moe.experts)`
+    r"^(?:nn\.Module: )?(?:\w*[^\WEe_])?(?:Layer|Block)_(\d+)$",  # with_modules: MixtralDecoderLayer_3,
+                                                          # TransformerBlock_3; not MoELayer_0 / SparseMoeBlock_0,
+                                                          # numbered per class, not per decoder layer
 ]
 DEFAULT_STAGE = [
-    (r"(?i)shared[_ ]?experts?|shared_mlp", "shared_expert"),
-    (r"(?i)dispatch", "dispatch"),
+    (r"(?i)shared[_ ]?experts?|shared_mlp", "shared_expert"),   # shared_experts, SharedExpertMLP
+    (r"(?i)dispatch", "dispatch"),                              # dispatch(F), token_dispatch
     (r"(?i)combine", "combine"),
-    (r"(?i)router|(^|[./_])gate($|[./_(])|topk|gating", "router"),
-    (r"(?i)(^|[./_])(experts?|mlp|ffn|moe_mlp|grouped_mm)($|[./_(])", "experts"),
-    (r"(?i)(^|[./_])(attn|attention|self_attn|self_attention)($|[./_(])", "attention"),
+    (r"(?i)router|(^|[./_])gate($|[./_()])|topk|gating", "router"),   # mlp.gate, TopKRouter, DeepseekV3TopkRouter
+    (r"(?i)(^|[./_])(experts?|mlp|ffn|moe_mlp|grouped_mm)($|[./_()])", "experts"),
+    (r"^nn\.Module: \w*(GroupedMLP|SequentialMLP|Experts|SparseTop2MLP)_\d+$", "experts"),  # TEGroupedMLP,
+                                                          # GroupedExperts, MixtralBlockSparseTop2MLP (with_modules)
+    (r"(?i)(^|[./_])(attn|attention|self_attn|self_attention)($|[./_()])", "attention"),
+    (r"^nn\.Module: \w*Attention_\d+$", "attention"),  # MixtralAttention_0, SelfAttention_0 (with_modules)
 ]
 DEFAULT_PHASE = [
     (r"\((F)\)$", "forward"),

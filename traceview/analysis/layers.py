@@ -14,12 +14,12 @@ def _tag_sql(rules: Rules) -> tuple[str, dict]:
     layer = []
     for i, rx in enumerate(rules.layer):
         params[f"layer_{i}"] = rx
-        layer.append(f"WHEN regexp_matches(name, $layer_{i}) "
-                     f"THEN try_cast(regexp_extract(name, $layer_{i}, 1) AS INTEGER)")
+        layer.append(f"WHEN regexp_matches(tname, $layer_{i}) "
+                     f"THEN try_cast(regexp_extract(tname, $layer_{i}, 1) AS INTEGER)")
     stage, phase = [], []
     for i, (rx, name) in enumerate(rules.stage):
         params[f"stage_{i}"], params[f"stage_name_{i}"] = rx, name
-        stage.append(f"WHEN regexp_matches(name, $stage_{i}) THEN $stage_name_{i}")
+        stage.append(f"WHEN regexp_matches(tname, $stage_{i}) THEN $stage_name_{i}")
     for i, (rx, name) in enumerate(rules.phase):
         params[f"phase_{i}"], params[f"phase_name_{i}"] = rx, name
         phase.append(f"WHEN regexp_matches(name, $phase_{i}) THEN $phase_name_{i}")
@@ -30,8 +30,10 @@ def _tag_sql(rules: Rules) -> tuple[str, dict]:
         # framework ops (aten::topk, MmBackward0, ...) name no layer or stage: only annotations,
         # NVTX ranges and module (python) ranges do; `with_stack` frames (`file.py(12): fn`) do
         # not either (`_must_dispatch_in_python`, `_prepare_4d_attention_mask` name no stage)
-        guard = ("WHEN kind = 'op' THEN NULL WHEN kind = 'python' AND regexp_matches(name, '\\.py\\(\\d+\\): ') "
-                 "THEN NULL " if annotations_only else "")
+        # (except Megatron's MoE token dispatcher, whose methods are the only record of dispatch / combine)
+        guard = ("WHEN kind = 'op' THEN NULL WHEN regexp_matches(name, '\\.py\\(\\d+\\): ') "
+                 "AND NOT regexp_matches(name, 'moe/token_dispatcher\\.py\\(\\d+\\): ') THEN NULL "
+                 if annotations_only else "")
         return f"CAST(CASE {guard}{' '.join(parts)} END AS {typ})"
 
     sql = (sql_text("range_context")

@@ -3,12 +3,12 @@
 -- Backward work: the forward op it differentiates, found through the backward node's
 -- fwd_id (Kineto fwdbwd flow) or its autograd sequence number; that op's layer and stage
 -- apply, unless the backward work carries its own annotations (e.g. DeepSeek `combine(B)`).
--- Cross-thread: work whose launching thread names no layer and no stage (and, for backward
--- work, whose forward link names none either), launched by another thread than a training
--- thread (the autograd engine, a comm or data-loader thread), takes the innermost annotation
--- naming a stage or layer that is open at its launch on the process's training thread (the
--- thread holding the step ranges; with no step ranges, every thread with such annotations),
--- when exactly one training thread has one open then (several: ambiguous, not used).
+-- Cross-thread: work whose launching thread names no layer and no stage at the launch (and, for
+-- backward work, whose forward link names none either) -- the autograd engine's, a comm or a
+-- data-loader thread -- takes the innermost annotation naming a stage or layer that is open at
+-- its launch on another thread that is a training thread of the process (the thread holding
+-- the step ranges; with no step ranges, every thread with such annotations), when exactly one
+-- such thread has one open then (several: ambiguous, not used).
 -- region: 'layer' (a layer number, named or inferred), 'layer_unknown' (a stage of a layer
 -- but no layer number), 'outside' (attributed, in no layer-like annotation: embedding, output
 -- head, loss, optimizer...), 'unattributed' (backward work with no link to a forward op and no
@@ -52,12 +52,11 @@ need AS (
     SELECT id, rank, tid, origin_start_ns FROM linked
     WHERE origin_start_ns IS NOT NULL AND layer IS NULL AND stage IS NULL
       AND NOT (bwd AND (f_layer IS NOT NULL OR f_stage IS NOT NULL))
-      AND NOT EXISTS (SELECT 1 FROM training_threads t WHERE t.rank = linked.rank AND t.tid = linked.tid)
 ),
 open_at AS (      -- per activity and training thread: the innermost candidate open at launch
     SELECT n.id, k.tid AS x_tid, k.id AS x_range, k.layer, k.stage, k.phase, k.layer_inferred
     FROM need n JOIN candidates k
-      ON k.rank = n.rank AND n.origin_start_ns >= k.start_ns AND n.origin_start_ns < k.end_ns
+      ON k.rank = n.rank AND k.tid <> n.tid AND n.origin_start_ns >= k.start_ns AND n.origin_start_ns < k.end_ns
     QUALIFY row_number() OVER (PARTITION BY n.id, k.tid ORDER BY k.depth DESC, k.start_ns DESC, k.id) = 1
 ),
 cross_thread AS (

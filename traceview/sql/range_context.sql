@@ -6,16 +6,22 @@
 -- `head`: for ranges inside a stage-naming annotation whose context has no layer number, the
 -- outermost such annotation (the member of a repeating block that `layer_blocks` numbers).
 -- The tag expressions (/*LAYER*/, /*STAGE*/, /*PHASE*/) are generated from the attribution rules
--- and reference the rules' regexes as parameters only.
+-- and reference the rules' regexes as parameters only. Layer and stage rules read `tname`: the
+-- name, or for a `with_stack` frame (`path/file.py(12): fn`) the function name alone.
 -- Input: cpu_ranges.
-WITH RECURSIVE tags AS (
+WITH RECURSIVE named AS (
+    SELECT *, CASE WHEN regexp_matches(name, '\.py\(\d+\): ')
+                   THEN regexp_extract(name, '\.py\(\d+\): (.*)$', 1) ELSE name END AS tname
+    FROM cpu_ranges
+),
+tags AS (
     SELECT id, rank, tid, parent_id, kind, name, seq, fwd_id,
            /*LAYER*/ AS layer,
            /*STAGE*/ AS stage,
            /*PHASE*/ AS phase,
            (seq IS NOT NULL AND (name LIKE 'autograd::engine::evaluate_function%'
                                  OR regexp_matches(name, 'Backward[0-9]*$'))) AS bwd_node
-    FROM cpu_ranges
+    FROM named
 ),
 ctx AS (
     SELECT id, rank, tid, layer, stage, phase, CASE WHEN bwd_node THEN id END AS anchor,

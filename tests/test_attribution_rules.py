@@ -127,3 +127,32 @@ def test_thread_with_annotations_elsewhere_still_takes_the_open_one_on_another_t
     _, got = _attr(p)
     assert (got[90]["cross_thread"], got[90]["phase"], got[90]["stage"], got[90]["region"]) == \
         (True, "backward", "attention", "layer_unknown")
+
+
+def test_communication_operations_group_kernels_of_one_collective_or_dispatch():
+    # thread 1, step [0, 10000):
+    #   c10d::alltoall_base_ [10, 100) launching two copies (one operation, two activities)
+    #   dispatch(F) [200, 300): DeepEP notify_dispatch + dispatch (one dispatch operation)
+    #   combine(F) [400, 500): DeepEP cached_notify_combine + combine (one combine)
+    #   two NCCL kernels launched outside any collective range, inside `forward` (two operations)
+    cpu = [dict(id=1, tid=1, start_ns=0, end_ns=10_000, name="ProfilerStep#1"),
+           dict(id=2, tid=1, start_ns=5, end_ns=9_000, name="forward", depth=1, parent_id=1),
+           dict(id=3, tid=1, start_ns=10, end_ns=100, name="c10d::alltoall_base_", kind="op", depth=2, parent_id=2),
+           dict(id=4, tid=1, start_ns=200, end_ns=300, name="dispatch(F)", depth=2, parent_id=2),
+           dict(id=5, tid=1, start_ns=400, end_ns=500, name="combine(F)", depth=2, parent_id=2)]
+    kernels = [(3, "Memcpy DtoD (Device -> Device)", 20), (3, "Memcpy DtoD (Device -> Device)", 40),
+               (4, "void deep_ep::intranode::notify_dispatch<8>(int const*)", 210),
+               (4, "void deep_ep::intranode::dispatch<8, 768, 8192>(int4*)", 220),
+               (5, "void deep_ep::intranode::cached_notify_combine<8>(void**)", 410),
+               (5, "void deep_ep::intranode::combine<__nv_bfloat16, 8, 768, 4096>(__nv_bfloat16*)", 420),
+               (2, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 600),
+               (2, "ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", 700)]
+    launches, gpu = [], []
+    for i, (op, name, t) in enumerate(kernels):
+        launches.append(dict(id=i + 1, tid=1, start_ns=t, end_ns=t + 5, correlation=i + 1, op_id=op))
+        gpu.append(dict(id=100 + i, stream=21, start_ns=20_000 + 1000 * i, end_ns=20_500 + 1000 * i, name=name,
+                        correlation=i + 1, launch_id=i + 1, kind="memcpy" if name.startswith("Memcpy") else "kernel"))
+    from traceview.analysis.analyze import analyze
+    doc = analyze(make_profile(cpu, launches, gpu))
+    rows = {r["kind"]: (r["ops"], r["count"]) for r in doc["comm"]}
+    assert rows == {"all_to_all": (3, 6), "all_reduce": (2, 2)}

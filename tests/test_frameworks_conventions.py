@@ -34,3 +34,16 @@ def test_named_layers_are_not_marked_inferred(written, fw):
     paths, _ = written[fw]
     _, got = attributed(paths["kineto"])
     assert not any(r["layer_inferred"] for r in got.values())
+
+
+@pytest.mark.parametrize("fmt", ["kineto", "nsys"])
+@pytest.mark.parametrize("fw", ["megatron_nvtx", "megatron_modules", "torchtitan"])
+def test_expert_parallel_all_to_alls_counted_as_planted(written, fw, fmt):
+    from fixtures.scenario_base import NCCL_A2A
+    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+    paths, truth = written[fw]
+    planted = sum(1 for (_, _, name) in truth if name == NCCL_A2A)   # fwd dispatch + combine, their backward
+    assert planted == 4 * frameworks.LAYERS
+    doc = run_analyze([str(paths[fmt])], AnalyzeOptions())
+    a2a = [c for c in doc["comm"] if c["kind"] == "all_to_all"]
+    assert [(c["ops"], c["count"]) for c in a2a] == [(planted, planted)]

@@ -91,3 +91,14 @@ def test_truth_flops_split_by_precision():
                      + 2 * M * I * H + 2 * M * H * 2 * I                                        # dgrad (as planted)
                      + 2 * M * 2 * I * H + 2 * M * H * I)                                       # wgrad
     assert truth["flops_per_step"]["fp8"] == 4 * per_layer_fp8
+
+
+def test_backward_linked_share_counts_own_annotations_not_cross_thread(ds):
+    from fixtures.trace_builder import AUTOGRAD
+    paths, truth = ds
+    rt, _ = deepseek.deepseek_step()
+    tid = {(a.gpu.start, a.gpu.end, a.gpu.name): a.tid for a in rt.apis if a.gpu is not None}
+    bwd = {k: e - s for k, p in truth["activities"].items() for (s, e, _) in [k] if p.phase == "backward"}
+    own = sum(d for k, d in bwd.items() if tid[k] != AUTOGRAD)     # DeepEP and mlp(W): main thread
+    doc = run_analyze([str(paths["kineto"])], AnalyzeOptions())
+    assert doc["attribution"]["backward_linked_share"] == pytest.approx(own / sum(bwd.values()), abs=1e-12)

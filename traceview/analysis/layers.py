@@ -118,7 +118,8 @@ def attribution_summary(session: Session) -> dict:
     total = sum(x["busy_ns"] for x in r) or 1
     bwd = [x for x in r if x["is_backward"]]
     bwd_total = sum(x["busy_ns"] for x in bwd) or 0
-    bwd_linked = sum(x["busy_ns"] for x in bwd if x["linked"] or x["region"] == "layer")
+    # linked: through a forward op, or named by its own annotations (not across threads)
+    bwd_linked = sum(x["busy_ns"] for x in bwd if x["linked"] or (x["region"] == "layer" and not x["cross_thread"]))
     un = [x for x in r if x["region"] == "unattributed"]
     cross = [x for x in r if x["cross_thread"]]
     inferred = [x for x in r if x["layer_inferred"] and x["region"] == "layer"]

@@ -102,3 +102,16 @@ def test_backward_linked_share_counts_own_annotations_not_cross_thread(ds):
     own = sum(d for k, d in bwd.items() if tid[k] != AUTOGRAD)     # DeepEP and mlp(W): main thread
     doc = run_analyze([str(paths["kineto"])], AnalyzeOptions())
     assert doc["attribution"]["backward_linked_share"] == pytest.approx(own / sum(bwd.values()), abs=1e-12)
+
+
+def test_perfetto_layer_track_marks_inferred_layers(ds, tmp_path):
+    import json
+    from traceview.export_perfetto import export
+    paths, _ = ds
+    out = tmp_path / "ds.perfetto.json"
+    export([str(paths["kineto"])], out)
+    ev = json.loads(out.read_text())
+    events = ev["traceEvents"] if isinstance(ev, dict) else ev
+    names = {e["name"] for e in events if e.get("cat") == "traceview.layer"}
+    assert {f"layer {k} (inferred)" for k in range(4)} <= names
+    assert not any(n.startswith("unattributed") for n in names)

@@ -77,6 +77,8 @@ idle AS (
 charged AS (SELECT * FROM deciding UNION ALL SELECT * FROM idle)
 SELECT g.rank, g.step, g.seg, s.t, s.t_end,
        list_sort(list_distinct(list(CASE t.region WHEN 'layer' THEN 'layer ' || t.layer::VARCHAR
+                                                       || CASE WHEN t.layer_inferred THEN ' (inferred)' ELSE '' END
+                                                  WHEN 'layer_unknown' THEN 'layer unknown'
                                                   WHEN 'outside' THEN 'outside layers'
                                                   ELSE 'unattributed' END))) AS layers,
        list_sort(list_distinct(list(t.phase))) AS phases,

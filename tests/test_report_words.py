@@ -199,8 +199,10 @@ def _layer_expectations(doc: dict) -> tuple[dict, dict]:
     n = max(1, len(doc["steps"]))
     groups, stages = {}, {}
     for r in doc.get("layers") or []:
-        label = f"layer {r['layer']}" if r["region"] == "layer" else (
-            "outside layers" if r["region"] == "outside" else "unattributed")
+        if r["region"] == "layer":
+            label = f"layer {r['layer']}" + (" (inferred)" if r.get("layer_inferred") else "")
+        else:
+            label = {"outside": "outside layers", "layer_unknown": "layer unknown"}.get(r["region"], "unattributed")
         g = groups.setdefault((label, r["phase"]), [0, 0, 0, 0, 0])
         for i, k in enumerate(("step_time_ns", "compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns")):
             g[i] += r[k] / n

@@ -1,34 +1,60 @@
-"""Report renderers: one module per output format, all fed the same report document."""
+"""Report renderers: one module per output format, all fed the same report document.
+
+Names in a document come from traces and file names: `render` and `render_diff` show their
+control characters as escapes (`\\x1b`) in text, Markdown and HTML (reports/escape.py), keep them
+as JSON escapes in JSON, and the charts of a bundle are drawn with them removed."""
 from __future__ import annotations
+
+from . import escape
 
 
 def render(doc: dict, fmt: str) -> str:
     if fmt == "json":
         from . import json_report
         return json_report.render(doc)
+    doc = escape.neutralize(doc)
     if fmt == "text":
         from . import text
-        return text.render(doc)
+        return escape.controls(text.render(doc))
     if fmt == "markdown":
         from . import markdown
-        return markdown.render(doc)
+        return escape.controls(markdown.render(doc))
     if fmt == "html":
         from . import html
         return html.render(doc)
     raise ValueError(f"unknown format {fmt}")
 
 
-def write_bundle(doc: dict, out_dir) -> None:
-    """report.json, report.md (linking the charts), report.html and charts/*.svg|png into out_dir.
-    Everything is rendered before anything is written; each file is written atomically, and a
-    directory that cannot be written is a usage error naming it."""
-    from pathlib import Path
-    from traceview.cli import write_output
+def render_diff(doc: dict, fmt: str) -> str:
+    """A traceview.diff/1 document in one of the formats of `render`."""
+    if fmt == "json":
+        from . import json_report
+        return json_report.render_diff(doc)
+    doc = escape.neutralize(doc)
+    if fmt == "markdown":
+        from . import diff_markdown
+        return escape.controls(diff_markdown.render(doc))
+    if fmt == "html":   # the reports' self-contained page (waterfall of the explanation)
+        from . import html
+        return html.render_diff_html(doc)
+    if fmt == "text":
+        from . import diff_text
+        return escape.controls(diff_text.render(doc))
+    raise ValueError(f"unknown format {fmt}")
+
+
+def bundle_files(doc: dict) -> list[tuple[str, str | bytes]]:
+    """(relative path, content) of the --out-dir bundle: report.json, report.md (linking the
+    charts), report.html and charts/*.svg|png. Everything is rendered here, nothing written."""
     from . import charts, html, json_report, markdown
-    out_dir = Path(out_dir)
-    images = charts.render_images(doc)
-    files = images + [("report.json", json_report.render(doc)),
-                      ("report.md", markdown.render(doc, images=[rel for rel, _ in images])),
-                      ("report.html", html.render(doc))]
-    for rel, data in files:
-        write_output(data, out_dir / rel)
+    images = charts.render_images(escape.neutralize(doc, escape.strip_controls))
+    shown = escape.neutralize(doc)
+    return images + [("report.json", json_report.render(doc)),
+                     ("report.md", escape.controls(markdown.render(shown, images=[rel for rel, _ in images]))),
+                     ("report.html", html.render(shown))]
+
+
+def write_bundle(doc: dict, out_dir) -> None:
+    """Render the bundle, then write it into out_dir all or nothing (traceview/output.py)."""
+    from traceview.output import write_tree
+    write_tree(bundle_files(doc), out_dir)

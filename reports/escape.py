@@ -11,6 +11,9 @@ Every such string is hostile until escaped for the format it is written into:
 - `script_json(obj)`: JSON to put inside a `<script>` element: `<`, `>`, `&`, U+2028/U+2029
   as \\u escapes, so `</script>` or `<!--` in a name cannot end the script.
 - `clip(s, n)`: one line of at most n characters (before escaping).
+- `controls(s)` / `neutralize(doc)`: control characters shown as escapes (`\\x1b`) for terminal text,
+  Markdown and HTML; `strip_controls` removes them for the SVG/PNG charts; `one_line_controls` for
+  the one-line error (line breaks escaped too); `json_controls` for DEL and C1 in JSON.
 """
 from __future__ import annotations
 
@@ -76,3 +79,64 @@ def script_json(obj, **kw) -> str:
     text = json.dumps(obj, ensure_ascii=False, allow_nan=False, sort_keys=True, separators=(",", ":"), **kw)
     return (text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
             .replace("\u2028", "\\u2028").replace("\u2029", "\\u2029"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Control characters: C0 (below 0x20) except tab and newline, DEL and the C1 range (0x80-0x9f).
+# A terminal acts on them (ESC starts a sequence, CR rewinds the line, C1 CSI is ESC[ on some
+# terminals), XML/SVG cannot hold most of them and the PNG renderer rejects them.
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROL_OR_BREAK = re.compile("[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_JSON_RAW_CONTROL = re.compile("[\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+
+
+def _show(m: re.Match) -> str:
+    ch = m.group(0)
+    return _NAMED.get(ch) or (f"\\x{ord(ch):02x}" if ord(ch) < 0x100 else f"\\u{ord(ch):04x}")
+
+
+def controls(s) -> str:
+    """Control characters shown as escapes (`ESC` as `\\x1b`); tab and newline kept."""
+    s = str(s)
+    return _CONTROL.sub(_show, s) if _CONTROL.search(s) else s
+
+
+def one_line_controls(s) -> str:
+    """For an error line: every control character and line break shown as an escape (`\\n`)."""
+    s = str(s)
+    return _CONTROL_OR_BREAK.sub(_show, s) if _CONTROL_OR_BREAK.search(s) else s
+
+
+def strip_controls(s) -> str:
+    """Control characters removed (for the SVG/PNG charts, which cannot hold them)."""
+    s = str(s)
+    return _CONTROL.sub("", s) if _CONTROL.search(s) else s
+
+
+def json_controls(text: str) -> str:
+    """Rendered JSON with DEL, C1 controls and U+2028/9 as \\u escapes (json.dumps leaves them raw;
+    they only occur inside strings, so the parsed value is unchanged)."""
+    return _JSON_RAW_CONTROL.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
+
+
+def neutralize(obj, fn=controls):
+    """A copy of a report document with `fn` applied to every string (keys included); the same
+    object back when nothing needs changing, so valid traces render exactly as before."""
+    if isinstance(obj, str):
+        return fn(obj)
+    if isinstance(obj, dict):
+        out = {}
+        changed = False
+        for k, v in obj.items():
+            k2 = fn(k) if isinstance(k, str) else k
+            v2 = neutralize(v, fn)
+            changed = changed or k2 is not k or v2 is not v
+            out[k2] = v2
+        return out if changed else obj
+    if isinstance(obj, (list, tuple)):
+        items = [neutralize(v, fn) for v in obj]
+        if all(a is b for a, b in zip(items, obj)):
+            return obj
+        return type(obj)(items) if isinstance(obj, list) else tuple(items)
+    return obj

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import sys
-import tempfile
 import traceback
 from pathlib import Path
 from typing import List, Optional
@@ -11,6 +10,7 @@ from typing import List, Optional
 import typer
 
 from .errors import TraceError, UsageError
+from .output import Interrupted
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Performance-trace analysis for MoE training (Kineto JSON, Nsight Systems).")
@@ -24,42 +24,43 @@ def _root() -> None:
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> None:
-    sys.stderr.write(f"traceview: {message}\n")
+    """One line on stderr: control characters and line breaks from file or trace names escaped."""
+    from .reports.escape import one_line_controls
+    sys.stderr.write(f"traceview: {one_line_controls(message)}\n")
+    sys.stderr.flush()
     raise typer.Exit(code)
 
 
 def write_output(text: str | bytes, out: Optional[Path]) -> None:
-    """Print, or write atomically to `out` (nothing is left behind on failure)."""
+    """Print, or write to `out` all or nothing (traceview/output.py: symlinks are written through,
+    FIFOs and devices written to in place)."""
     if out is None:
-        sys.stdout.write(text)
+        sys.stdout.write(text if isinstance(text, str) else text.decode("utf-8"))
         return
-    out = Path(out)
-    directory = out.parent if str(out.parent) else Path(".")
-    tmp = None
+    from .output import write_file
+    write_file(text, out)
+
+
+def check_out_dir(out_dir: Path, also: tuple[str, ...] = ()) -> None:
+    """Refuse an --out-dir that cannot become a bundle directory before any work is done."""
+    from .output import check_dir_target
+    check_dir_target(out_dir, also)
+
+
+def check_out(out: Optional[Path]) -> None:
+    """Refuse an -o FILE that cannot be written before any work is done."""
+    if out is not None:
+        from .output import check_file_target
+        check_file_target(out)
+
+
+def inside(path: Path, directory: Path) -> Optional[str]:
+    """`path` relative to `directory` when it lies inside it (as a POSIX path), else None."""
     try:
-        directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{out.name}.", dir=directory)
-        with (os.fdopen(fd, "wb") if isinstance(text, bytes) else os.fdopen(fd, "w", encoding="utf-8")) as fh:
-            fh.write(text)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(tmp, 0o666 & ~umask)
-        os.replace(tmp, out)
-    except OSError as e:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
-        raise UsageError(out, f"cannot write output ({e.strerror or e})") from e
-
-
-def check_out_dir(out_dir: Path) -> None:
-    """Refuse an --out-dir that cannot become a directory before any work is done."""
-    p = Path(out_dir)
-    while not p.exists() and p != p.parent:
-        p = p.parent
-    if not p.is_dir():
-        raise UsageError(out_dir, f"--out-dir: {p} is not a directory")
-    if not os.access(p, os.W_OK | os.X_OK):
-        raise UsageError(out_dir, f"--out-dir: {p} is not writable")
+        rel = Path(os.path.abspath(path)).relative_to(os.path.abspath(directory))
+    except ValueError:
+        return None
+    return rel.as_posix() if str(rel) != "." else None
 
 
 def guarded(debug: bool, fn, *args, **kwargs):
@@ -74,6 +75,8 @@ def guarded(debug: bool, fn, *args, **kwargs):
         fail(str(e))
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except Interrupted as e:   # SIGTERM/SIGINT while writing: the outputs were cleaned up
+        fail(f"interrupted ({e})", 128 + e.signum)
     except Exception as e:  # an internal error: say so, short, unless --debug
         if debug:
             traceback.print_exc()
@@ -113,25 +116,36 @@ def analyze(
     """Where each step's GPU time went, per rank (and layer, stage, stall, FLOPs)."""
     if fmt not in FORMATS:
         fail(f"unknown --format {fmt!r} (choose from {', '.join(FORMATS)})")
+    staged = inside(out, out_dir) if out is not None and out_dir is not None else None
 
     def run():
+        from .options import MAX_COUNT, MAX_TOKENS, count, finite
+        count(top, "--top", 0, MAX_COUNT, "--top must be 0 or more")
+        count(tokens_per_step, "--tokens-per-step", 1, MAX_TOKENS, "--tokens-per-step must be positive")
+        finite(peak_tflops, "--peak-tflops", positive=True)
         if out_dir is not None:
-            check_out_dir(out_dir)
+            check_out_dir(out_dir, (staged,) if staged else ())
+        if staged is None:
+            check_out(out)
         from .analysis.pipeline import AnalyzeOptions, run_analyze
         opts = AnalyzeOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
                               model=model, model_config=model_config, tokens_per_step=tokens_per_step,
                               peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys,
                               whole_trace=whole_trace)
         doc = run_analyze([str(p) for p in paths], opts)
-        if out_dir is not None:
-            from .reports import write_bundle
-            write_bundle(doc, out_dir)
         text = render(doc, fmt)
+        if out_dir is not None:
+            from .output import write_tree
+            from .reports import bundle_files
+            files = bundle_files(doc)
+            if staged:                  # -o inside the bundle: written with it, all or nothing
+                files = [f for f in files if f[0] != staged] + [(staged, text)]
+            write_tree(files, out_dir)
         if fmt == "text" and out is None:
             from .reports.tty import colorize, want_color
             if want_color(sys.stdout):
                 text = colorize(text)
-        if out_dir is None or out is not None or fmt == "text":
+        if staged is None and (out_dir is None or out is not None or fmt == "text"):
             write_output(text, out)
         return doc
 
@@ -191,9 +205,51 @@ def _skip_pyarrow_pandas_probe() -> None:
     sys.modules["pandas"] = None  # type: ignore[assignment]
 
 
+def _click_class(name: str):
+    """click's exception class `name`, wherever this typer keeps click (vendored or not)."""
+    return next(c for c in typer.BadParameter.__mro__ if c.__name__ == name)
+
+
+def usage_error(e) -> int:
+    """A command-line parse error as `traceview: <problem>` and one hint line (exit 2)."""
+    from .reports.escape import one_line_controls
+    ctx = getattr(e, "ctx", None)
+    if type(e).__name__ == "NoArgsIsHelpError":        # bare `traceview`: the help, as typer shows it
+        sys.stderr.write(e.format_message() + "\n")
+        return e.exit_code
+    sys.stderr.write(f"traceview: {one_line_controls(e.format_message())}\n")
+    if ctx is not None:
+        sys.stderr.write(f"Try '{one_line_controls(ctx.command_path)} --help'.\n")
+    return e.exit_code
+
+
+def run_cli(argv: Optional[List[str]] = None) -> int:
+    """Run the command line on argv (sys.argv[1:] by default); returns the exit code."""
+    click_exception = _click_class("ClickException")
+    try:
+        rv = app(args=argv, prog_name="traceview", standalone_mode=False)
+    except click_exception as e:
+        return usage_error(e) if isinstance(e, _click_class("UsageError")) else _other_click_error(e)
+    except typer.Abort:
+        sys.stderr.write("traceview: aborted\n")
+        return 1
+    except KeyboardInterrupt:
+        sys.stderr.write("traceview: interrupted\n")
+        return 130
+    except BrokenPipeError:
+        return 1
+    return rv if isinstance(rv, int) else 0
+
+
+def _other_click_error(e) -> int:
+    from .reports.escape import one_line_controls
+    sys.stderr.write(f"traceview: {one_line_controls(e.format_message())}\n")
+    return e.exit_code
+
+
 def main() -> None:
     _skip_pyarrow_pandas_probe()
-    app()
+    sys.exit(run_cli())
 
 
 if __name__ == "__main__":

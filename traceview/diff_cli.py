@@ -16,23 +16,14 @@ from typing import List, Optional
 
 import typer
 
-from .cli import fail, guarded, write_output
+from .cli import check_out, fail, guarded, write_output
 
 DIFF_FORMATS = ("text", "json", "markdown", "html")
 
 
 def render_diff(doc: dict, fmt: str) -> str:
-    if fmt == "json":
-        import json
-        return json.dumps(doc, indent=1, sort_keys=True, default=str) + "\n"
-    if fmt == "markdown":
-        from .reports import diff_markdown
-        return diff_markdown.render(doc)
-    if fmt == "html":   # the reports' self-contained page (waterfall of the explanation)
-        from .reports import html
-        return html.render_diff_html(doc)
-    from .reports import diff_text
-    return diff_text.render(doc)
+    from .reports import render_diff as render_any
+    return render_any(doc, fmt)
 
 
 def slower_than(doc: dict, pct: float | None) -> bool:
@@ -67,12 +58,13 @@ def diff_command(
     """Explain a change in step time between two runs: ranked causes that add up to it."""
     if fmt not in DIFF_FORMATS:
         fail(f"unknown --format {fmt!r} (choose from {', '.join(DIFF_FORMATS)})")
-    if top < 1:
-        fail("--top must be at least 1")
-    if noise_floor < 0:
-        fail("--noise-floor must not be negative")
 
     def run():
+        from .options import MAX_COUNT, count, finite
+        count(top, "--top", 1, MAX_COUNT)
+        finite(noise_floor, "--noise-floor", at_least=0)
+        finite(fail_if_slower, "--fail-if-slower")
+        check_out(out)
         from .config import check_pattern_options
         from .diff.document import DiffOptions, run_diff
         check_pattern_options(step_regex, comm_regex)

@@ -1,6 +1,7 @@
 """`traceview mfu`: TFLOP/s per GPU <-> tokens/s per GPU <-> MFU for a model, without a trace."""
 from __future__ import annotations
 
+import math
 import sys
 from fractions import Fraction
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Optional
 import typer
 
 from ..errors import TraceError, UsageError
+from ..reports.escape import one_line_controls
 from .mfu import decimal_str, roundtrip_str, tflops_from_tokens, tokens_from_tflops
 from .models import param_counts, resolve, training_flops_per_token
 from .peaks import normalize_dtype, peak_tflops as lookup_peak
@@ -17,10 +19,14 @@ from .peaks import normalize_dtype, peak_tflops as lookup_peak
 def _num(text: str | None, flag: str) -> Fraction | None:
     if text is None:
         return None
+    clean = text.strip().replace("_", "")
     try:
-        v = Fraction(text.strip().replace("_", ""))
-    except (ValueError, ZeroDivisionError):
+        approx = float(clean)       # first, so that 1e999999 is refused before it is expanded
+        v = Fraction(clean)
+    except (ValueError, ZeroDivisionError, OverflowError):
         raise UsageError(None, f"{flag}: not a number: {text!r}") from None
+    if not math.isfinite(approx) or (approx == 0 and v != 0):
+        raise UsageError(None, f"{flag}: {text!r} is out of range (a finite double is needed)")
     if v <= 0:
         raise UsageError(None, f"{flag} must be positive")
     return v
@@ -123,7 +129,11 @@ def mfu_command(
         lines = mfu_lines(model, model_config, gpu, dtype, peak_tflops, seq_len, step_time, tokens_per_step,
                           tokens_per_second_per_gpu, tflops_per_gpu, mfu)
     except TraceError as e:
-        sys.stderr.write(f"traceview: {e}\n")
+        sys.stderr.write(f"traceview: {one_line_controls(e)}\n")
+        raise typer.Exit(2)
+    except (OverflowError, ZeroDivisionError):     # a result beyond a double's range
+        sys.stderr.write("traceview: mfu: the numbers given overflow a double-precision result; "
+                         "check their magnitudes\n")
         raise typer.Exit(2)
     typer.echo("\n".join(lines))
 

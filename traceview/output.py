@@ -1,0 +1,249 @@
+"""Writing outputs all or nothing: `-o FILE` and the `--out-dir` bundle.
+
+- `write_file(data, path)`: a regular file (or a new one) is written to a temporary file beside it
+  and renamed over it, keeping an existing file's permissions. A symlink is written through: the
+  file it points to is replaced the same way and the link stays. A FIFO, character device or
+  socket (`/dev/stdout`, `/dev/null`, a named pipe), and anything under /dev or /proc, is opened
+  and written to, never replaced.
+- `write_tree(files, out_dir)`: the bundle is written into a temporary folder beside `out_dir`,
+  then swapped in (the old bundle renamed aside, the new one renamed in, the old one removed), so
+  a failed or interrupted run leaves the previous bundle as it was and no temporary files.
+- SIGTERM and SIGINT during the write raise `Interrupted` (after the temporary files are removed);
+  during the renames of the swap they are held until the swap is complete.
+- `check_file_target` / `check_dir_target` refuse a location that cannot be written before any
+  analysis starts.
+
+TRACEVIEW_TEST_WRITE_DELAY=SECONDS sleeps in the middle of the write (tests interrupt it there).
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+import stat
+import tempfile
+import time
+from pathlib import Path
+
+from .errors import UsageError
+
+BUNDLE_TOP = ("report.json", "report.md", "report.html", "charts")
+
+
+class Interrupted(BaseException):
+    """SIGTERM or SIGINT arrived while outputs were being written (they were cleaned up)."""
+
+    def __init__(self, signum: int):
+        self.signum = signum
+        super().__init__(signal.Signals(signum).name)
+
+
+_state = {"hold": 0, "pending": None}
+
+
+def _on_signal(signum, frame):
+    if _state["hold"]:
+        _state["pending"] = signum
+        return
+    raise Interrupted(signum)
+
+
+@contextlib.contextmanager
+def _signals_raise():
+    """SIGTERM/SIGINT raise Interrupted inside the block (main thread only)."""
+    try:
+        old = {s: signal.signal(s, _on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+    except ValueError:          # not the main thread: leave signals alone
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+@contextlib.contextmanager
+def _signals_held():
+    """A signal arriving inside the block is acted on when the block is done."""
+    _state["hold"] += 1
+    try:
+        yield
+    finally:
+        _state["hold"] -= 1
+        pending, _state["pending"] = _state["pending"], None
+        if pending is not None and not _state["hold"]:
+            raise Interrupted(pending)
+
+
+def _test_delay() -> None:
+    delay = os.environ.get("TRACEVIEW_TEST_WRITE_DELAY")
+    if delay:
+        time.sleep(float(delay))
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def _is_special(path: Path) -> bool:
+    """A target that is written to in place: not a regular file (or under /dev, /proc)."""
+    absolute = os.path.abspath(path)
+    if absolute.startswith(("/dev/", "/proc/")):
+        return True
+    try:
+        st = os.stat(path)
+    except OSError:
+        return False
+    return not stat.S_ISREG(st.st_mode) and not stat.S_ISDIR(st.st_mode)
+
+
+def _reason(e: OSError) -> str:
+    return e.strerror or str(e)
+
+
+def check_file_target(path: Path, flag: str = "-o") -> None:
+    """Refuse an output file that cannot be written (before any work)."""
+    path = Path(path)
+    if _is_special(path):
+        if not os.path.exists(path):
+            raise UsageError(path, f"{flag}: no such file or device")
+        if not os.access(path, os.W_OK):
+            raise UsageError(path, f"{flag}: not writable")
+        return
+    target = Path(os.path.realpath(path))
+    if target.is_dir():
+        raise UsageError(path, f"{flag}: is a directory")
+    _check_dir_chain(target.parent, path, flag)
+
+
+def _check_dir_chain(directory: Path, shown: Path, flag: str) -> None:
+    p = directory
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    if not p.is_dir():
+        raise UsageError(shown, f"{flag}: {p} is not a directory")
+    try:                       # a real probe: access() says yes to root, and /proc lies
+        os.rmdir(tempfile.mkdtemp(prefix=".traceview-probe.", dir=p))
+    except OSError as e:
+        raise UsageError(shown, f"{flag}: cannot create files in {p} ({_reason(e)})") from None
+
+
+def write_file(data: str | bytes, path: Path) -> None:
+    """Write `data` to `path` as described in the module docstring (UsageError when it cannot)."""
+    path = Path(path)
+    raw = data.encode("utf-8") if isinstance(data, str) else data
+    with _signals_raise():
+        if _is_special(path):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_APPEND)
+                with os.fdopen(fd, "wb") as fh:
+                    fh.write(raw)
+            except OSError as e:
+                raise UsageError(path, f"cannot write output ({_reason(e)})") from e
+            return
+        target = Path(os.path.realpath(path))     # a symlink: write through to the file it names
+        tmp = None
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                mode = stat.S_IMODE(os.stat(target).st_mode)
+            except FileNotFoundError:
+                mode = 0o666 & ~_umask()
+            fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(raw)
+            os.chmod(tmp, mode)
+            _test_delay()
+            with _signals_held():
+                os.replace(tmp, target)
+                tmp = None
+        except OSError as e:
+            raise UsageError(path, f"cannot write output ({_reason(e)})") from e
+        finally:
+            with _signals_held():
+                if tmp is not None:
+                    with contextlib.suppress(OSError):
+                        os.unlink(tmp)
+
+
+def _bundle_leftovers(directory: Path, also: set[str]) -> list[str]:
+    """Files in an existing --out-dir that traceview would not have written there."""
+    out = []
+    for p in sorted(directory.rglob("*")):
+        rel = p.relative_to(directory).as_posix()
+        top = rel.split("/", 1)[0]
+        if rel in also or (p.is_dir() and rel == "charts"):
+            continue
+        if top == "charts" and p.is_file() and p.suffix in (".svg", ".png") and rel.count("/") == 1:
+            continue
+        if top in BUNDLE_TOP[:3] and p.is_file():
+            continue
+        out.append(rel)
+    return out
+
+
+def check_dir_target(out_dir: Path, also: tuple[str, ...] = ()) -> None:
+    """Refuse an --out-dir that cannot become a bundle before any work is done: a file, a
+    location below a file or not writable, or an existing directory holding files traceview did
+    not write (they would be removed when the new bundle replaces it). `also`: other files this
+    run writes inside it (an -o FILE there)."""
+    out_dir = Path(out_dir)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise UsageError(out_dir, "--out-dir: is not a directory")
+    _check_dir_chain(Path(os.path.realpath(out_dir)), out_dir, "--out-dir")
+    real = Path(os.path.realpath(out_dir))
+    if real.is_dir():
+        if real == real.parent:
+            raise UsageError(out_dir, "--out-dir: cannot replace the root directory")
+        _check_dir_chain(real.parent, out_dir, "--out-dir")
+        other = _bundle_leftovers(real, set(also))
+        if other:
+            more = f" and {len(other) - 1} more" if len(other) > 1 else ""
+            raise UsageError(out_dir, f"--out-dir: holds {other[0]!r}{more}, which traceview did not write "
+                                      "(the bundle replaces the whole directory); give a new or empty directory")
+
+
+def write_tree(files: list[tuple[str, str | bytes]], out_dir: Path) -> None:
+    """Write (relative path, content) pairs as the directory `out_dir`, all or nothing."""
+    out_dir = Path(out_dir)
+    target = Path(os.path.realpath(out_dir))      # a symlink to a directory: replace what it names
+    tmp = old = None
+    with _signals_raise():
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent))
+            mode = stat.S_IMODE(os.stat(target).st_mode) if target.is_dir() else 0o777 & ~_umask()
+            fmode = 0o666 & ~_umask()
+            for i, (rel, data) in enumerate(files):
+                p = tmp / rel
+                p.parent.mkdir(parents=True, exist_ok=True)
+                with open(p, "wb") as fh:
+                    fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+                os.chmod(p, fmode)
+                if i == 0:
+                    _test_delay()
+            for d in [tmp, *(q for q in tmp.rglob("*") if q.is_dir())]:
+                os.chmod(d, mode)
+            with _signals_held():
+                if target.exists():
+                    old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
+                    os.rename(target, old / "bundle")
+                    try:
+                        os.rename(tmp, target)
+                    except OSError:
+                        os.rename(old / "bundle", target)      # put the previous bundle back
+                        raise
+                else:
+                    os.rename(tmp, target)
+                tmp = None
+        except OSError as e:
+            raise UsageError(out_dir, f"cannot write output ({_reason(e)})") from e
+        finally:
+            with _signals_held():
+                for leftover in (tmp, old):
+                    if leftover is not None:
+                        shutil.rmtree(leftover, ignore_errors=True)

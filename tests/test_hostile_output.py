@@ -167,6 +167,14 @@ def test_each_format_shows_or_keeps_control_characters(capsys, tmp_path, fmt):
             assert shown(KERNEL) in text
 
 
+def test_text_to_a_pipe_has_no_control_bytes(tmp_path):
+    f = hostile_file(tmp_path, GEN / "control_names.sqlite")
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(f)], capture_output=True, cwd=ROOT,
+                       timeout=300, env={**os.environ, "FORCE_COLOR": "", "NO_COLOR": ""})
+    assert r.returncode == 0 and bad_bytes(r.stdout) == [] and bad_bytes(r.stderr) == [], r.stderr
+    assert shown(KERNEL)[:40].encode() in r.stdout
+
+
 def test_diff_formats_show_control_characters(capsys, tmp_path):
     f = hostile_file(tmp_path, GEN / "control_names.json")
     for fmt in ("text", "markdown", "html", "json"):

@@ -413,3 +413,33 @@ def test_option_missing_its_value_is_one_line(capsys):
 def test_usage_error_from_the_real_entry_point():
     r = tv("analyze", "--top", "\x1b[2Jx", "t.json")
     assert r.returncode == 2 and len(r.stderr.splitlines()) == 2 and "\x1b" not in r.stderr, r.stderr
+
+
+def test_o_dev_stdout_redirected_to_a_file_keeps_that_file(tmp_path):
+    """stdout is a regular file: -o /dev/stdout writes into it (the shell's file is not replaced)."""
+    target = tmp_path / "redirected.json"
+    with open(target, "wb") as fh:
+        ino = os.fstat(fh.fileno()).st_ino
+        r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(TINY), "-f", "json", "-o", "/dev/stdout"],
+                           stdout=fh, stderr=subprocess.PIPE, text=True, cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert target.stat().st_ino == ino
+    assert validate(json.loads(target.read_text()))["schema"] == "traceview.report/1"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["redirected.json"]
+
+
+def test_sigterm_during_o_leaves_the_old_file(tmp_path):
+    out = tmp_path / "r.json"
+    out.write_text("previous report")
+    p = subprocess.Popen([sys.executable, "-m", "traceview", "analyze", str(TINY), "-f", "json", "-o", str(out)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+                         env={**os.environ, "TRACEVIEW_TEST_WRITE_DELAY": "60"})
+    deadline = time.monotonic() + 240
+    while time.monotonic() < deadline and not list(tmp_path.glob(".r.json.*.tmp")):
+        time.sleep(0.05)
+    assert list(tmp_path.glob(".r.json.*.tmp")), "the write never started"
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=60)
+    assert p.returncode == 128 + signal.SIGTERM and err.count("\n") == 1 and "interrupted" in err, err
+    assert out.read_text() == "previous report"
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["r.json"]

@@ -3,8 +3,8 @@
 - `write_file(data, path)`: a regular file (or a new one) is written to a temporary file beside it
   and renamed over it, keeping an existing file's permissions. A symlink is written through: the
   file it points to is replaced the same way and the link stays. A FIFO, character device or
-  socket (`/dev/stdout`, `/dev/null`, a named pipe), and anything under /dev or /proc, is opened
-  and written to, never replaced.
+  socket (`/dev/null`, a named pipe, a terminal), and a file descriptor's name (`/dev/stdout`,
+  `/dev/fd/N`, anything under /proc), is opened and written to (appending), never replaced.
 - `write_tree(files, out_dir)`: the bundle is written into a temporary folder beside `out_dir`,
   then swapped in (the old bundle renamed aside, the new one renamed in, the old one removed), so
   a failed or interrupted run leaves the previous bundle as it was and no temporary files.
@@ -90,9 +90,11 @@ def _umask() -> int:
 
 
 def _is_special(path: Path) -> bool:
-    """A target that is written to in place: not a regular file (or under /dev, /proc)."""
+    """A target that is written to in place: not a regular file, or a file descriptor's name
+    (/dev/stdout, /dev/fd/N, /proc/...: stdout redirected to a file must not be replaced)."""
     absolute = os.path.abspath(path)
-    if absolute.startswith(("/dev/", "/proc/")):
+    if absolute in ("/dev/stdout", "/dev/stderr") or absolute.startswith(("/dev/fd/", "/proc/")) \
+            or os.path.realpath(path).startswith("/proc/"):
         return True
     try:
         st = os.stat(path)

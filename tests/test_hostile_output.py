@@ -224,9 +224,12 @@ def make_old_bundle(capsys, parent: Path) -> Path:
     return out
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 128 + signal.SIGTERM), (signal.SIGINT, 130)])
-def test_signal_during_the_write_leaves_the_old_bundle(capsys, tmp_path, sig, code):
+@pytest.mark.parametrize("sig,code,foreign", [(signal.SIGTERM, 128 + signal.SIGTERM, False),
+                                              (signal.SIGINT, 130, False), (signal.SIGTERM, 143, True)])
+def test_signal_during_the_write_leaves_the_old_bundle(capsys, tmp_path, sig, code, foreign):
     out = make_old_bundle(capsys, tmp_path)
+    if foreign:     # a directory that also holds a file of the user's
+        (out / "notes.txt").write_text("mine")
     before = snapshot(out)
     p = subprocess.Popen([sys.executable, "-m", "traceview", "analyze", str(GEN / "moe_overlap_1rank.json"),
                           "--out-dir", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -269,13 +272,16 @@ def test_rerun_replaces_the_bundle_as_a_whole(capsys, tmp_path):
     assert sorted(q.name for q in tmp_path.iterdir()) == ["perf"]
 
 
-def test_out_dir_holding_other_files_is_refused_before_work(capsys, tmp_path):
+def test_out_dir_holding_other_files_keeps_them(capsys, tmp_path):
+    """A directory with files traceview did not write: they stay; the old run's extra chart goes."""
     out = make_old_bundle(capsys, tmp_path)
     (out / "notes.txt").write_text("mine")
-    before = snapshot(out)
-    code, _, err = cli(capsys, "analyze", tmp_path / "missing.json", "--out-dir", out)
-    assert code == 2 and err.count("\n") == 1 and "notes.txt" in err and "missing.json" not in err, err
-    assert snapshot(out) == before
+    (out / "charts" / "old_chart.svg").write_text("<svg/>")
+    code, _, err = cli(capsys, "analyze", GEN / "moe_overlap_1rank.json", "--out-dir", out, "-f", "json")
+    assert code == 0, err
+    assert (out / "notes.txt").read_text() == "mine" and not (out / "charts" / "old_chart.svg").exists()
+    assert json.loads((out / "report.json").read_text())["inputs"][0]["file"] == "moe_overlap_1rank.json"
+    assert sorted(q.name for q in tmp_path.iterdir()) == ["perf"]
 
 
 def test_o_inside_the_bundle_is_part_of_it(capsys, tmp_path):

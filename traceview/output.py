@@ -7,7 +7,10 @@
   `/dev/fd/N`, anything under /proc), is opened and written to (appending), never replaced.
 - `write_tree(files, out_dir)`: the bundle is written into a temporary folder beside `out_dir`,
   then swapped in (the old bundle renamed aside, the new one renamed in, the old one removed), so
-  a failed or interrupted run leaves the previous bundle as it was and no temporary files.
+  a failed or interrupted run leaves the previous bundle as it was and no temporary files. A
+  directory that also holds files traceview did not write keeps them: there every staged file is
+  renamed into place, one after the other with signals held, and the earlier run's charts that
+  this run did not draw are removed.
 - SIGTERM and SIGINT during the write raise `Interrupted` (after the temporary files are removed);
   during the renames of the swap they are held until the swap is complete.
 - `check_file_target` / `check_dir_target` refuse a location that cannot be written before any
@@ -189,10 +192,9 @@ def _bundle_leftovers(directory: Path, also: set[str]) -> list[str]:
 
 
 def check_dir_target(out_dir: Path, also: tuple[str, ...] = ()) -> None:
-    """Refuse an --out-dir that cannot become a bundle before any work is done: a file, a
-    location below a file or not writable, or an existing directory holding files traceview did
-    not write (they would be removed when the new bundle replaces it). `also`: other files this
-    run writes inside it (an -o FILE there)."""
+    """Refuse an --out-dir that cannot become a bundle before any work is done: a file, or a
+    location below a file or where no files can be created. `also`: other files this run writes
+    inside it (an -o FILE there)."""
     out_dir = Path(out_dir)
     if out_dir.exists() and not out_dir.is_dir():
         raise UsageError(out_dir, "--out-dir: is not a directory")
@@ -202,11 +204,29 @@ def check_dir_target(out_dir: Path, also: tuple[str, ...] = ()) -> None:
         if real == real.parent:
             raise UsageError(out_dir, "--out-dir: cannot replace the root directory")
         _check_dir_chain(real.parent, out_dir, "--out-dir")
-        other = _bundle_leftovers(real, set(also))
-        if other:
-            more = f" and {len(other) - 1} more" if len(other) > 1 else ""
-            raise UsageError(out_dir, f"--out-dir: holds {other[0]!r}{more}, which traceview did not write "
-                                      "(the bundle replaces the whole directory); give a new or empty directory")
+
+
+def _move_files_in(tmp: Path, target: Path, files, old_own: list[str]) -> None:
+    """The directory holds files traceview did not write: keep them, rename each staged file into
+    place and remove the bundle files of an earlier run that this one did not write."""
+    new = {rel for rel, _ in files}
+    for rel, _ in files:
+        (target / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(tmp / rel, target / rel)
+    for rel in old_own:
+        if rel not in new and (target / rel).is_file():
+            os.unlink(target / rel)
+
+
+def _own_files(directory: Path) -> list[str]:
+    """Files in an existing bundle directory that traceview writes (report.*, charts/*.svg|png)."""
+    out = []
+    for p in sorted(directory.rglob("*")):
+        rel = p.relative_to(directory).as_posix()
+        if p.is_file() and (rel in BUNDLE_TOP[:3] or (rel.startswith("charts/") and rel.count("/") == 1
+                                                       and p.suffix in (".svg", ".png"))):
+            out.append(rel)
+    return out
 
 
 def write_tree(files: list[tuple[str, str | bytes]], out_dir: Path) -> None:
@@ -231,7 +251,10 @@ def write_tree(files: list[tuple[str, str | bytes]], out_dir: Path) -> None:
             for d in [tmp, *(q for q in tmp.rglob("*") if q.is_dir())]:
                 os.chmod(d, mode)
             with _signals_held():
-                if target.exists():
+                foreign = _bundle_leftovers(target, {rel for rel, _ in files}) if target.is_dir() else []
+                if foreign:
+                    _move_files_in(tmp, target, files, _own_files(target))
+                elif target.exists():
                     old = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".old", dir=target.parent))
                     os.rename(target, old / "bundle")
                     try:
@@ -241,7 +264,8 @@ def write_tree(files: list[tuple[str, str | bytes]], out_dir: Path) -> None:
                         raise
                 else:
                     os.rename(tmp, target)
-                tmp = None
+                if not foreign:
+                    tmp = None         # moved in whole (else the emptied staging folder is removed)
         except OSError as e:
             raise UsageError(out_dir, f"cannot write output ({_reason(e)})") from e
         finally:

@@ -25,6 +25,8 @@ from adbc_driver_sqlite import dbapi
 
 from traceview.errors import TraceError
 
+from .bounded_read import open_regular
+
 SQLITE_MAGIC = b"SQLite format 3\x00"
 EXPORT_TIMEOUT_S = 6 * 3600
 _CACHE_SUBDIR = ".traceview-cache"
@@ -113,9 +115,9 @@ def _may_write(d: Path) -> bool:
 
 def is_sqlite(path: Path) -> bool:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except OSError:
+    except (OSError, TraceError):
         return False
 
 

@@ -81,6 +81,8 @@ def guarded(debug: bool, fn, *args, **kwargs):
 
 
 FORMATS = ("text", "json", "markdown", "html")
+MAX_INPUT_HELP = ("most bytes of JSON read from one trace file, after gzip inflation (e.g. 16G; "
+                  "default: 8G or a quarter of the RAM, whichever is less)")
 
 
 def render(doc: dict, fmt: str) -> str:
@@ -108,6 +110,7 @@ def analyze(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="data type for the peak (bf16, fp8, ...)"),
     budget: Optional[Path] = typer.Option(None, "--budget", help="budget TOML: exit 1 when violated"),
     nsys: Optional[str] = typer.Option(None, "--nsys", help="path of the nsys binary for .nsys-rep"),
+    max_input_size: Optional[str] = typer.Option(None, "--max-input-size", metavar="SIZE", help=MAX_INPUT_HELP),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ):
     """Where each step's GPU time went, per rank (and layer, stage, stall, FLOPs)."""
@@ -115,6 +118,8 @@ def analyze(
         fail(f"unknown --format {fmt!r} (choose from {', '.join(FORMATS)})")
 
     def run():
+        from .parsers import bounded_read
+        bounded_read.apply_option(max_input_size)
         if out_dir is not None:
             check_out_dir(out_dir)
         from .analysis.pipeline import AnalyzeOptions, run_analyze

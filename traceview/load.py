@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import TraceError
+from .parsers.bounded_read import check_regular
 from .profile import Profile, merge
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -38,6 +39,7 @@ def expand(paths: list[str | Path]) -> list[Path]:
                 raise TraceError(p, "directory holds no trace files (.json, .json.gz, .sqlite, .nsys-rep)")
             files.extend(found)
         else:
+            check_regular(p)  # a FIFO, device or socket is refused before anything reads it
             files.append(p)
     return files
 

@@ -352,3 +352,25 @@ def test_wrong_types_in_many_kineto_fields_never_give_an_internal_error(tmp_path
             kineto.read(f)
         except TraceError as e:
             assert str(f) in str(e) and "\n" not in str(e)
+
+
+# ------------------------------------------------------------------ nothing written on a refusal
+def test_refusals_write_nothing_into_out_dir_or_output(tmp_path):
+    fifo = tmp_path / "p.json"
+    os.mkfifo(fifo)
+    deep = tmp_path / "deep.json"
+    deep.write_text(json.dumps(_nested_under_a_skipped_key(80)))
+    flows = tmp_path / "flows.json"
+    d = trace_dict()
+    _kernels(d)[0]["ts"] = 1e300
+    flows.write_text(json.dumps(d))
+    cases = [(fifo, (), "a FIFO"), (deep, (), "nested more than 64"), (flows, (), "out of range"),
+             (SMALL, ("--max-input-size", "2K"), "input size limit")]
+    for i, (path, extra, words) in enumerate(cases):
+        bundle = tmp_path / f"bundle{i}"
+        out = tmp_path / f"r{i}.md"
+        r = tv("analyze", path, "--out-dir", bundle, "-o", out, "-f", "markdown", *extra, timeout=120)
+        assert_refused(r, path, words, out)
+        assert not bundle.exists()
+        r = tv("diff", SMALL, path, "-o", out, *extra, timeout=120)
+        assert_refused(r, path, words, out)

@@ -153,21 +153,31 @@ def read_bytes(path: Path, limit: int | None = None):
         if magic != GZIP_MAGIC:
             if size > limit:
                 raise _too_big(path, limit, f"file of {format_size(size)}:")
-            data = magic + _read_all(fh, limit - len(magic), path)
-            return data
+            fh.seek(0)
+            return _read_all(fh, size, path)
         if size > limit:
             raise _too_big(path, limit, f"gzip file of {format_size(size)}:")
         return _inflate(path, fh, limit)
 
 
-def _read_all(fh, budget: int, path: Path) -> bytes:
+def _read_all(fh, size: int, path: Path) -> bytearray:
+    """The file's `size` bytes into one buffer of that size (a single read() returns at most
+    about 2 GiB on Linux, so read until full)."""
+    buf = bytearray(size)
+    view, n = memoryview(buf), 0
     try:
-        data = fh.read(budget + 1)  # regular file: one read to its end
+        while n < size:
+            got = fh.readinto(view[n:])
+            if not got:
+                break
+            n += got
+        grew = fh.read(1)
     except OSError as e:
         raise TraceError(path, f"cannot read file ({e.strerror or e})") from None
-    if len(data) > budget:  # grew while being read
-        raise _too_big(path, budget, "file of")
-    return data
+    del view
+    if n != size or grew:
+        raise TraceError(path, "file changed while being read")
+    return buf
 
 
 class _Sink:

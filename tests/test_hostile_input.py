@@ -189,6 +189,28 @@ def test_bad_size_values_are_one_line_usage_errors(text):
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "--max-input-size" in r.stderr
 
 
+@pytest.mark.parametrize("one_pass", [1 << 10, 7777, bounded_read.ONE_PASS_BYTES])
+@pytest.mark.parametrize("chunk", [100, bounded_read.CHUNK])
+def test_streamed_inflation_equals_gzip_module(tmp_path, monkeypatch, one_pass, chunk):
+    """Small buffers force the measure-then-inflate path (files over ONE_PASS_BYTES) and member
+    boundaries inside a read; the bytes must equal what the gzip module inflates."""
+    monkeypatch.setattr(bounded_read, "ONE_PASS_BYTES", one_pass)
+    monkeypatch.setattr(bounded_read, "CHUNK", chunk)
+    text = gzip.decompress(SMALL.read_bytes())
+    f = tmp_path / "t.json.gz"
+    for data in (gzip.compress(text), gzip.compress(text[:5000]) + gzip.compress(text[5000:]),
+                 gzip.compress(text[:3]) + bytes(7) + gzip.compress(b"") + gzip.compress(text[3:]) + bytes(300)):
+        f.write_bytes(data)
+        assert gzip.decompress(data) == text  # the gzip module skips zero padding too
+        assert bytes(bounded_read.read_bytes(f)) == text
+        assert bytes(bounded_read.read_bytes(f, limit=len(text))) == text
+        with pytest.raises(TraceError, match="input size limit"):
+            bounded_read.read_bytes(f, limit=len(text) - 1)
+    f.write_bytes(gzip.compress(text)[:-9])
+    with pytest.raises(TraceError, match="truncated or corrupt gzip"):
+        bounded_read.read_bytes(f)
+
+
 # ------------------------------------------------------------------ multi-member gzip
 def test_multi_member_gzip_whose_first_member_size_equals_the_trailer_is_read(tmp_path):
     text = gzip.decompress(SMALL.read_bytes())

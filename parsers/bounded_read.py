@@ -199,7 +199,27 @@ class _Sink:
         self.n = end
 
 
-def _inflate(path: Path, fh, limit: int) -> bytearray:
+def _one_call(path: Path, fh, size: int, limit: int) -> bytes | None:
+    """A single-member file of modest size, inflated in one zlib call with its output capped
+    (the common case, as fast as an uncapped inflate); None when that is not enough."""
+    if size > ONE_PASS_BYTES:
+        return None
+    fh.seek(0)
+    d = zlib.decompressobj(31)
+    try:
+        out = d.decompress(fh.read(size + 1), min(limit, ONE_PASS_BYTES) + 1)
+    except zlib.error as e:
+        raise TraceError(path, f"truncated or corrupt gzip ({e})") from None
+    if d.eof and not d.unused_data.strip(b"\x00") and len(out) <= limit:
+        return out
+    return None
+
+
+def _inflate(path: Path, fh, limit: int):
+    size = os.fstat(fh.fileno()).st_size
+    out = _one_call(path, fh, size, limit)
+    if out is not None:
+        return out
     hint = _trailer_size(fh)
     fh.seek(0)
     sink = _Sink(min(limit, ONE_PASS_BYTES), hint)

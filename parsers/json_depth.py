@@ -16,6 +16,7 @@ import re
 
 MAX_DEPTH = 64
 _CHUNK = 1 << 22
+_WHOLE = 1 << 28  # texts up to this size without backslashes are scanned whole (output: a few %)
 _BRACKETS_AND_QUOTES = b'[]{}"'
 _DROP = bytes(b for b in range(256) if b not in _BRACKETS_AND_QUOTES)
 _STRING = re.compile(rb'"[^"]*"')
@@ -24,14 +25,16 @@ _STRING = re.compile(rb'"[^"]*"')
 def _skeleton(data) -> bytes:
     """The text's brackets and quotes in order; escaped quotes dropped, and adjacent quote pairs
     (strings without brackets) too, which keeps the parity of the quotes before every bracket."""
+    if isinstance(data, (bytes, bytearray)) and len(data) <= _WHOLE and b"\\" not in data:  # one pass, no copy
+        return data.translate(None, _DROP).replace(b'""', b"")
     view = memoryview(data)
     parts, i, n = [], 0, len(data)
     while i < n:
         j = min(n, i + _CHUNK)
         while j < n and view[j - 1] == 0x5C:  # never part a backslash from what it escapes
             j += 1
-        chunk = data if (i, j) == (0, n) and isinstance(data, bytes) else bytes(view[i:j])
-        if b'\\"' in chunk:
+        chunk = bytes(view[i:j])
+        if b"\\" in chunk:
             chunk = chunk.replace(b"\\\\", b"").replace(b'\\"', b"")
         parts.append(chunk.translate(None, _DROP).replace(b'""', b""))
         i = j

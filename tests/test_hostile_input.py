@@ -251,11 +251,13 @@ def test_json_depth_matches_a_recursive_count_on_the_corpus():
 @pytest.mark.parametrize("chunk", [1, 2, 5, 1 << 22])
 def test_json_depth_with_escapes_and_brackets_in_strings(monkeypatch, chunk):
     monkeypatch.setattr(json_depth, "_CHUNK", chunk)
+    if chunk < 1 << 22:
+        monkeypatch.setattr(json_depth, "_WHOLE", 0)  # the chunked path for every text
     values = [{"a": "[[[", "b": ['\\"]]', "x\\\\", {"c": [["}"]]}]}, ['"', "\\", "{[", [[[[]]]]],
               {"k\\\"[": {"\\\\[": [1, "]}", {"z": [[[{}]]]}]}}, "plain", [], {}]
     for v in values:
         text = json.dumps(v).encode()
-        assert json_depth.depth(text) == nesting(v), text
+        assert json_depth.depth(text) == nesting(v) == json_depth.depth(memoryview(b" " + text)[1:]), text
         assert json_depth.depth_exceeds(text, nesting(v)) is False
         assert json_depth.depth_exceeds(text, nesting(v) - 1) is (nesting(v) > 0)
 

@@ -5,7 +5,6 @@ Decoding uses msgspec with typed structs that keep only the fields traceview nee
 """
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from pathlib import Path
 from typing import Optional
@@ -19,6 +18,7 @@ from traceview.profile import Profile
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from . import bounded_read, json_depth
 from ._nesting import innermost_container, nest
 from .kineto_events import CpuArgs, GpuArgs, LaunchArgs, SyncArgs, Trace
 
@@ -31,34 +31,10 @@ _SYNC = {"Stream Wait Event": "stream_wait_event", "Event Sync": "event_sync",
 
 def sniff(path: Path) -> bool:
     try:
-        head = _open_bytes(path, limit=4096).removeprefix(b"\xef\xbb\xbf").lstrip()
+        head = bounded_read.head(path, 4096).removeprefix(b"\xef\xbb\xbf").lstrip()
     except TraceError:
         return False
     return head[:1] == b"{"
-
-
-def _open_bytes(path: Path, limit: int | None = None):
-    """The file's bytes. gzip is inflated in one call into a buffer of the size the gzip trailer
-    records (no regrowth: peak memory is the JSON's size, not twice it); a multi-member file or a
-    wrong trailer falls back to the gzip module."""
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read()
-    except OSError as e:
-        raise TraceError(path, f"cannot read file ({e.strerror or e})") from e
-    if data[:2] != b"\x1f\x8b":
-        return data[:limit] if limit else data
-    try:
-        if limit:
-            return zlib.decompressobj(31).decompress(data, limit)
-        size = int.from_bytes(data[-4:], "little") if len(data) >= 18 else 0
-        out = zlib.decompress(data, 31, max(size, 1 << 16))
-        if len(out) != size:
-            import gzip
-            out = gzip.decompress(data)
-        return out
-    except (EOFError, zlib.error, OSError) as e:
-        raise TraceError(path, f"truncated or corrupt gzip ({e})") from e
 
 
 def _decode(path: Path, raw) -> Trace:
@@ -66,8 +42,13 @@ def _decode(path: Path, raw) -> Trace:
         raw = memoryview(raw)[3:]
     if not bytes(raw[:4096]).strip():
         raise TraceError(path, "file is empty")
+    if json_depth.depth_exceeds(raw):
+        raise TraceError(path, f"JSON nested more than {json_depth.MAX_DEPTH} levels deep (real traces need "
+                               "fewer than 10): not a trace")
     try:
         return msgspec.json.decode(raw, type=Trace)
+    except RecursionError:  # not expected after the depth check; kept as a guard
+        raise TraceError(path, "JSON nested too deeply to decode: not a trace") from None
     except msgspec.ValidationError as e:
         if bytes(raw[:4096]).lstrip()[:1] == b"[":
             raise TraceError(path, "legacy autograd-profiler export (a bare JSON list of events): "
@@ -135,17 +116,32 @@ def _dims(r) -> str | None:
     return b[1:-1].replace(b" ", b"").decode("ascii", "replace")
 
 
-def _ns_array(vals: list) -> pa.Array:
-    """µs timestamps (int or float) -> int64 ns, exact for ints, nearest ns for floats."""
+# Timestamps are kept as int64 ns; beyond +-2^62 ns (about 146 years from the epoch) sums and
+# differences of two of them could overflow, and no profiler records such a time.
+MAX_ABS_NS = 1 << 62
+
+
+def _ns_array(vals: list, what: str = "ts") -> pa.Array:
+    """µs timestamps (int or float) -> int64 ns, exact for ints, nearest ns for floats.
+    Values beyond +-MAX_ABS_NS raise OverflowError naming the largest."""
     arr = pa.array(vals)
-    if pa.types.is_integer(arr.type):
-        return pc.multiply(arr.cast(pa.int64()), 1000)
     if pa.types.is_null(arr.type):
         return pa.nulls(len(arr), pa.int64())
+    if not (pa.types.is_integer(arr.type) or pa.types.is_floating(arr.type)):
+        raise pa.ArrowTypeError(f"'{what}' holds {arr.type} values, not numbers")
+    worst = pc.max(pc.abs_checked(arr)).as_py() if len(arr) else None
+    if worst is not None and not worst * 1000 <= MAX_ABS_NS:  # also catches inf and nan
+        raise OverflowError(f"'{what}' of {worst:g} µs, beyond +-{MAX_ABS_NS / 1000:.3g} µs")
+    if pa.types.is_integer(arr.type):
+        return pc.multiply(arr.cast(pa.int64()), 1000)
     arr = arr.cast(pa.float64())
     whole = pc.floor(arr)
     frac_ns = pc.round(pc.multiply(pc.subtract(arr, whole), 1000.0))
     return pc.add(pc.multiply(whole.cast(pa.int64()), 1000), frac_ns.cast(pa.int64()))
+
+
+def _number(v) -> bool:
+    return type(v) in (int, float)
 
 
 _NULL = b"null"
@@ -183,12 +179,14 @@ def read(path: Path) -> Profile:
 
 
 def _read(path: Path) -> Profile:
-    trace = _decode(path, _open_bytes(path))
+    trace = _decode(path, bounded_read.read_bytes(path))
     events = trace.traceEvents
     if events is None:
         raise TraceError(path, "not a Kineto trace: no 'traceEvents' list")
     groups: dict[str, list] = {"gpu": [], "cpu": [], "launch": [], "sync": []}
     flows_s, flows_f = [], []
+    dropped: Counter = Counter()  # events of a routed category without ts or name, per group
+    odd_flows = 0
     route = {**{c: "gpu" for c in _GPU}, **{c: "cpu" for c in _CPU_KIND},
              **{c: "launch" for c in _LAUNCH}, "cuda_sync": "sync"}
     lower: dict = {}
@@ -196,19 +194,25 @@ def _read(path: Path) -> Profile:
         ph = ev.ph
         if ph == "X":
             cat = ev.cat
-            g = lower.get(cat)
+            g = lower.get(cat) if type(cat) is str else ""
             if g is None:
-                g = lower[cat] = route.get(cat.lower() if isinstance(cat, str) else "", "")
-            if g and ev.ts is not None and ev.name is not None:
-                groups[g].append(ev)
-        elif ev.cat == "fwdbwd" and ev.ts is not None:
-            if ph == "s":
-                flows_s.append(ev)
-            elif ph == "f":
-                flows_f.append(ev)
+                g = lower[cat] = route.get(cat.lower(), "")
+            if g:
+                if ev.ts is not None and ev.name is not None:
+                    groups[g].append(ev)
+                else:
+                    dropped[g] += 1
+        elif ev.cat == "fwdbwd" and ph in ("s", "f"):
+            if type(ev.id) in (int, str, float) and _number(ev.ts):
+                (flows_s if ph == "s" else flows_f).append(ev)
+            else:
+                odd_flows += 1
     del events
     trace.traceEvents = None
     if not groups["gpu"]:
+        if dropped["gpu"]:
+            raise TraceError(path, f"no usable GPU activity: all {dropped['gpu']} kernels, memcpys and memsets "
+                                   "lack 'ts' or 'name'")
         if groups["cpu"]:
             raise TraceError(path, "no GPU activity (kernels, memcpy, memset): a CPU-only trace; "
                                    "record with ProfilerActivity.CUDA to analyze GPU time")
@@ -223,13 +227,19 @@ def _read(path: Path) -> Profile:
 
     def times(evs):
         start = _ns_array([e.ts for e in evs])
-        dur = _ns_array([e.dur if e.dur is not None else 0 for e in evs])
-        return start, pc.add(start, pc.max_element_wise(dur, 0))
+        dur = _ns_array([e.dur if e.dur is not None else 0 for e in evs], "dur")
+        end = pc.add(start, pc.max_element_wise(dur, 0))  # both within +-2^62: no overflow
+        worst = pc.max(pc.abs(end)).as_py() if len(end) else None
+        if worst is not None and worst > MAX_ABS_NS:
+            raise OverflowError(f"'ts' + 'dur' of {worst / 1000:g} µs, beyond +-{MAX_ABS_NS / 1000:.3g} µs")
+        return start, end
 
     # Each group is turned into columns and then released, so that the decoded events,
     # the file's bytes they point into, and the new columns are not all alive at once.
     gpu_ev = groups.pop("gpu")
     ga = _args(gpu_ev, GpuArgs)
+    no_args = sum(1 for a in ga if a is None or (a.correlation is None and a.external_id is None
+                                                 and a.external_id_old is None))
     gpu = {"id": ids(len(gpu_ev)), "kind": [_GPU[e.cat.lower()] for e in gpu_ev], "name": [str(e.name) for e in gpu_ev],
            "correlation": _ints(_col(ga, "correlation")), "bytes": _ints(_col(ga, "bytes")),
            "grid": [_dims(x) for x in _col(ga, "grid")], "block": [_dims(x) for x in _col(ga, "block")],
@@ -309,12 +319,28 @@ def _read(path: Path) -> Profile:
     gpu.update(rank=[rank] * len(gpu["id"]), launch_id=g_launch, op_id=g_op)
     syn.update(rank=[rank] * len(syn["id"]))
     return Profile(
+        warnings=_warnings(path, dropped, no_args, odd_flows),
         gpu_activities=schema.from_pydict("gpu_activities", gpu),
         cpu_ranges=schema.from_pydict("cpu_ranges", cpu),
         launches=schema.from_pydict("launches", lau),
         syncs=schema.from_pydict("syncs", syn),
         meta=schema.from_pydict("meta", {k: [v] for k, v in meta_info.items()}),
     )
+
+
+_GROUP = {"gpu": "GPU activities (kernels, memcpy, memset)", "cpu": "CPU ranges", "launch": "CUDA API calls",
+          "sync": "sync records"}
+
+
+def _warnings(path: Path, dropped: Counter, no_args: int, odd_flows: int) -> list[str]:
+    """Events that were left out or could not be linked, counted (nothing is lost silently)."""
+    out = [f"{path}: {n} {_GROUP[g]} without 'ts' or 'name' dropped" for g, n in sorted(dropped.items())]
+    if no_args:
+        out.append(f"{path}: {no_args} GPU activities without a correlation or External id in 'args': "
+                   "linked to no launch, so outside every step window")
+    if odd_flows:
+        out.append(f"{path}: {odd_flows} fwdbwd flow events with an 'id' or 'ts' of the wrong type ignored")
+    return out
 
 
 def _colls(d: dict, args: list) -> None:

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import duckdb
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceview import schema
 from traceview.errors import TraceError
@@ -61,7 +62,7 @@ def read(path, nsys_bin=None) -> Profile:
     if not nsys_export.is_sqlite(db):
         raise TraceError(path, "not an SQLite file (expected an Nsight Systems SQLite export or .nsys-rep report)")
     try:
-        src = nsys_export.Export(db)
+        src = nsys_export.Export(db, path)
     except (nsys_export.dbapi.Error, OSError) as e:
         raise TraceError(path, f"cannot open the SQLite file: {_line(e)}") from None
     try:
@@ -78,8 +79,9 @@ def _line(e: Exception) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
 
-_GPU = {"start_ns": "start", "end_ns": "end", "device": "deviceId", "stream": "streamId",
+_GPU = {"start_ns": "start TIME", "end_ns": "end TIME", "device": "deviceId", "stream": "streamId",
         "correlation": "correlationId", "gpid": "globalPid"}
+_NEED_GPU = ("start", "end", "globalPid")  # a table without them cannot be placed on a timeline
 
 
 class _Reader:
@@ -119,30 +121,55 @@ class _Reader:
             raise TraceError(self.path, "not an Nsight Systems export (none of its tables, e.g. StringIds, "
                                         "is in this SQLite file)")
         types = self.event_types()
-        k = s.table("CUPTI_ACTIVITY_KIND_KERNEL", {**_GPU, "name_id": "demangledName", "short_id": "shortName",
-                    "gx": "gridX", "gy": "gridY", "gz": "gridZ", "bx": "blockX", "by": "blockY", "bz": "blockZ"})
+        k_all = s.table("CUPTI_ACTIVITY_KIND_KERNEL", {
+            **_GPU, "name_id": "demangledName", "short_id": "shortName", "gx": "gridX", "gy": "gridY", "gz": "gridZ",
+            "bx": "blockX", "by": "blockY", "bz": "blockZ"}, need=_NEED_GPU)
+        k = self.timed("kernels", k_all)
         if not k.num_rows:
-            raise TraceError(self.path, NO_KERNELS)
+            raise TraceError(self.path, f"none of the {k_all.num_rows} kernel records has a valid start and end "
+                                        "(integer ns)" if k_all.num_rows else NO_KERNELS)
+        del k_all
         self.reg("k", k)
-        self.reg("mc", s.table("CUPTI_ACTIVITY_KIND_MEMCPY", {**_GPU, "bytes": "bytes", "copy_kind": "copyKind",
-                                                             "src_kind": "srcKind", "dst_kind": "dstKind"}))
-        self.reg("ms", s.table("CUPTI_ACTIVITY_KIND_MEMSET", {**_GPU, "bytes": "bytes", "mem_kind": "memKind"}))
-        api = {"start_ns": "start", "end_ns": "end", "gtid": "globalTid", "correlation": "correlationId",
+        self.reg("mc", self.timed("memcpys", s.table("CUPTI_ACTIVITY_KIND_MEMCPY", {
+            **_GPU, "bytes": "bytes", "copy_kind": "copyKind", "src_kind": "srcKind", "dst_kind": "dstKind"},
+            need=_NEED_GPU)))
+        self.reg("ms", self.timed("memsets", s.table("CUPTI_ACTIVITY_KIND_MEMSET", {
+            **_GPU, "bytes": "bytes", "mem_kind": "memKind"}, need=_NEED_GPU)))
+        api = {"start_ns": "start TIME", "end_ns": "end TIME", "gtid": "globalTid", "correlation": "correlationId",
                "name_id": "nameId", "event_class": "eventClass"}
-        self.reg("rt", pa.concat_tables([s.table(t, {**api, "table_api": f"={v} TEXT"}) for t, v in (
-            ("CUPTI_ACTIVITY_KIND_RUNTIME", "NULL"), ("CUPTI_ACTIVITY_KIND_DRIVER", "'driver'"))]))
+        self.reg("rt", self.timed("CUDA API calls", pa.concat_tables([s.table(t, {**api, "table_api": f"={v} TEXT"},
+                                                                              need=("start", "end", "globalTid"))
+                                                                      for t, v in (("CUPTI_ACTIVITY_KIND_RUNTIME", "NULL"),
+                                                                                   ("CUPTI_ACTIVITY_KIND_DRIVER", "'driver'"))])))
         text = "text" in s.cols("NVTX_EVENTS")
-        self.reg("nv", s.table("NVTX_EVENTS", {
-            "start_ns": "start", "end_ns": "end", "event_type": "eventType", "gtid": "globalTid", "text_id": "textId",
-            "domain_id": "domainId", "text": "=IFNULL(CAST(text AS TEXT), '') TEXT" if text else "='' TEXT",
+        nv = s.table("NVTX_EVENTS", {
+            "start_ns": "start TIME", "end_ns": "end TIME", "event_type": "eventType", "gtid": "globalTid",
+            "text_id": "textId", "domain_id": "domainId",
+            "text": "=IFNULL(CAST(text AS TEXT), '') TEXT" if text else "='' TEXT",
             "has_text": "=(text IS NOT NULL) INTEGER" if text else "=0 INTEGER", "rn": "=rowid INTEGER"},
-            "WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES)))
-        self.reg("sy", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {**_GPU, "sync_type": "syncType",
-                                                                      "event_id": "eventId", "event_sync_id": "eventSyncId"}))
+            "WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES), need=("start", "eventType", "globalTid"))
+        ranges = pc.is_in(nv.column("event_type"), pa.array([types["NvtxPushPopRange"], types["NvtxStartEndRange"]]))
+        n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
+        if n_bad:
+            self.warn(f"{n_bad} NVTX ranges with a missing, non-integer or out-of-range start dropped")
+        self.reg("nv", nv)
+        self.reg("sy", self.timed("sync records", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
+            **_GPU, "sync_type": "syncType", "event_id": "eventId", "event_sync_id": "eventSyncId"}, need=_NEED_GPU)))
         self.reg("ce", s.table("CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"correlation": "correlationId", "gpid": "globalPid",
                                "event_id": "eventId", "stream": "streamId", "event_sync_id": "eventSyncId"}))
-        self.reg("strs", s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"}))
+        self.reg("strs", s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
+                                 need=("id", "value")))
         self.event_types_used = types
+
+    def timed(self, label: str, t: pa.Table) -> pa.Table:
+        """Rows whose start or end is missing, not an integer or impossible are dropped, counted."""
+        ok = pc.and_(pc.is_valid(t.column("start_ns")), pc.is_valid(t.column("end_ns")))
+        n_bad = t.num_rows - (pc.sum(ok).as_py() or 0)
+        if not n_bad:
+            return t
+        self.warn(f"{n_bad} {label} with a missing, non-integer or out-of-range start or end "
+                  "(allowed: integer ns within -2^61 .. 2^62) dropped")
+        return t.filter(ok)
 
     def event_types(self) -> dict[str, int]:
         found = {name: i for i, name, _ in self.src.enum("ENUM_NSYS_EVENT_TYPE") if name in _EVENT_TYPES}

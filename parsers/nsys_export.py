@@ -15,18 +15,25 @@ import hashlib
 import os
 import re
 import shutil
+import signal
 import stat
 import subprocess
+import tempfile
 import urllib.parse
 from pathlib import Path
 
 import pyarrow as pa
 from adbc_driver_sqlite import dbapi
 
-from traceview.errors import TraceError
+from traceview.errors import TraceError, UsageError
+
+from .bounded_read import open_regular
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
-EXPORT_TIMEOUT_S = 6 * 3600
+EXPORT_TIMEOUT_S = 600  # default limit on one `nsys export`; TRACEVIEW_NSYS_TIMEOUT=SECONDS changes it
+TIMEOUT_ENV = "TRACEVIEW_NSYS_TIMEOUT"
+# Timestamps outside [-2^61, 2^62] ns are impossible (and their differences could overflow int64).
+MIN_TIME_NS, MAX_TIME_NS = -(1 << 61), 1 << 62
 _CACHE_SUBDIR = ".traceview-cache"
 # Places Nsight Systems installs itself when it is not on PATH.
 _NSYS_GLOBS = (
@@ -113,9 +120,9 @@ def _may_write(d: Path) -> bool:
 
 def is_sqlite(path: Path) -> bool:
     try:
-        with open(path, "rb") as f:
+        with open_regular(path) as f:
             return f.read(len(SQLITE_MAGIC)) == SQLITE_MAGIC
-    except OSError:
+    except (OSError, TraceError):
         return False
 
 
@@ -137,7 +144,9 @@ def to_sqlite(report: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
             if res.returncode != 0 and re.search(r"(unrecognized|unknown) option.*quiet", res.stderr + res.stdout, re.I):
                 res = _run(cmd[:6] + cmd[8:])  # an nsys without --quiet
         except subprocess.TimeoutExpired:
-            raise TraceError(report, f"`nsys export` did not finish within {EXPORT_TIMEOUT_S} s") from None
+            raise TraceError(report, f"`nsys export` did not finish within {export_timeout():g} s and was stopped "
+                                     f"({TIMEOUT_ENV}=SECONDS allows longer; or run `nsys export --type sqlite "
+                                     f"{report.name}` yourself and pass the .sqlite)") from None
         except OSError as e:
             raise TraceError(report, f"cannot run {nsys}: {e.strerror or e}") from None
         made = tmp if tmp.is_file() else tmp.with_name(tmp.name + ".sqlite")
@@ -154,9 +163,36 @@ def to_sqlite(report: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
     return out
 
 
+def export_timeout() -> float:
+    """Seconds one `nsys export` may take: $TRACEVIEW_NSYS_TIMEOUT, else EXPORT_TIMEOUT_S."""
+    raw = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not raw:
+        return EXPORT_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < 1e9):  # also refuses nan and inf
+        raise UsageError(None, f"{TIMEOUT_ENV}={raw!r}: expected a number of seconds (e.g. 1800)")
+    return value
+
+
 def _run(cmd: list[str]) -> subprocess.CompletedProcess:
-    return subprocess.run(cmd, capture_output=True, text=True, errors="replace", timeout=EXPORT_TIMEOUT_S,
-                          stdin=subprocess.DEVNULL)
+    """Run nsys in its own process group, so that on a timeout it and every helper it started
+    are stopped (and nothing holds the output pipes open)."""
+    timeout = export_timeout()
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL,
+                            text=True, errors="replace", start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:  # the timeout, or an interrupt: stop the whole group
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        proc.communicate()
+        raise
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def _drop_stale(out: Path, report: Path) -> None:
@@ -194,16 +230,45 @@ def _failure(report: Path, nsys: str, res: subprocess.CompletedProcess) -> str:
 
 
 class Export:
-    """An SQLite export opened read-only; queries come back as Arrow tables (through ADBC)."""
+    """An SQLite export opened read-only; queries come back as Arrow tables (through ADBC).
 
-    def __init__(self, path: Path):
-        self.con = dbapi.connect("file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1")
+    A file with a write-ahead log (`-wal`) or a rollback journal (`-journal`) beside it is not
+    complete on its own: it and its log are copied to a temporary folder and opened there, so
+    that SQLite applies the log (the original files stay untouched)."""
+
+    def __init__(self, path: Path, shown: Path | None = None):
+        self.shown = shown or path
+        self._tmp = None
+        logs = [Path(f"{path}{s}") for s in ("-wal", "-journal")]
+        logs = [p for p in logs if p.is_file() and p.stat().st_size > 0]
+        if logs:
+            self._tmp = tempfile.TemporaryDirectory(prefix="traceview-sqlite-")
+            copy = Path(self._tmp.name) / "export.sqlite"
+            shutil.copyfile(path, copy)
+            for log in logs:
+                shutil.copyfile(log, f"{copy}{str(log)[len(str(path)):]}")
+            uri = "file:" + urllib.parse.quote(str(copy))
+        else:
+            uri = "file:" + urllib.parse.quote(str(path.resolve())) + "?mode=ro&immutable=1"
+        try:
+            self.con = dbapi.connect(uri)
+        except BaseException:
+            self._cleanup()
+            raise
         self._cols: dict[str, set[str]] = {}
         names = self.fetch("SELECT name FROM sqlite_master WHERE type IN ('table', 'view')")
         self.tables = set(names.column(0).to_pylist())
 
+    def _cleanup(self):
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
     def close(self):
-        self.con.close()
+        try:
+            self.con.close()
+        finally:
+            self._cleanup()
 
     def fetch(self, sql: str, params: tuple = ()) -> pa.Table:
         cur = self.con.cursor()
@@ -223,17 +288,30 @@ class Export:
     def rows(self, table: str) -> bool:
         return table in self.tables and self.fetch(f'SELECT 1 FROM "{table}" LIMIT 1').num_rows > 0
 
-    def table(self, table: str, spec: dict[str, str], where: str = "", params: tuple = ()) -> pa.Table:
+    def table(self, table: str, spec: dict[str, str], where: str = "", params: tuple = (),
+              need: tuple[str, ...] = ()) -> pa.Table:
         """Rows of `table` as spec says (output name -> 'column [TYPE]' or '=SQL-expression TYPE'),
-        each cast to its type; a column the export lacks reads as NULL; a missing table as no rows.
-        Column names come from this module, never from the trace."""
+        each cast to its type; a column the export lacks reads as NULL, except the columns in
+        `need` (refused, naming table and column); a missing table reads as no rows. TYPE TIME is
+        a timestamp in ns: NULL unless the value is an integer in [MIN_TIME_NS, MAX_TIME_NS]
+        (SQLite would read 'abc' as 0 and 1e300 as 2^63-1). Column names come from this module,
+        never from the trace."""
         have, parts, fields = self.cols(table), [], []
+        if table in self.tables:
+            for col in need:
+                if col not in have:
+                    raise TraceError(self.shown, f"table {table} has no column {col!r} (renamed or missing): "
+                                                 "not an Nsight Systems export traceview can read")
         for out, colspec in spec.items():
             expr, _, typ = colspec.partition(" ") if not colspec.startswith("=") else colspec[1:].rpartition(" ")
             typ = typ or "INTEGER"
             if not colspec.startswith("="):
                 expr = f'"{expr}"' if expr in have else "NULL"
-            parts.append(f'CAST({expr} AS {typ}) AS "{out}"')
+            if typ == "TIME":
+                parts.append(f"CASE WHEN typeof({expr}) = 'integer' AND {expr} BETWEEN {MIN_TIME_NS} AND "
+                             f'{MAX_TIME_NS} THEN {expr} END AS "{out}"')
+            else:
+                parts.append(f'CAST({expr} AS {typ}) AS "{out}"')
             fields.append(pa.field(out, pa.string() if typ == "TEXT" else pa.int64()))
         schema_ = pa.schema(fields)
         if table not in self.tables:

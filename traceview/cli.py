@@ -84,6 +84,8 @@ def guarded(debug: bool, fn, *args, **kwargs):
 
 
 FORMATS = ("text", "json", "markdown", "html")
+MAX_INPUT_HELP = ("most bytes of JSON read from one trace file, after gzip inflation (e.g. 16G; "
+                  "default: 8G or a quarter of the RAM, whichever is less)")
 
 
 def render(doc: dict, fmt: str) -> str:
@@ -111,6 +113,7 @@ def analyze(
     dtype: Optional[str] = typer.Option(None, "--dtype", help="data type for the peak (bf16, fp8, ...)"),
     budget: Optional[Path] = typer.Option(None, "--budget", help="budget TOML: exit 1 when violated"),
     nsys: Optional[str] = typer.Option(None, "--nsys", help="path of the nsys binary for .nsys-rep"),
+    max_input_size: Optional[str] = typer.Option(None, "--max-input-size", metavar="SIZE", help=MAX_INPUT_HELP),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ):
     """Where each step's GPU time went, per rank (and layer, stage, stall, FLOPs)."""
@@ -123,6 +126,8 @@ def analyze(
         count(top, "--top", 0, MAX_COUNT, "--top must be 0 or more")
         count(tokens_per_step, "--tokens-per-step", 1, MAX_TOKENS, "--tokens-per-step must be positive")
         finite(peak_tflops, "--peak-tflops", positive=True)
+        from .parsers import bounded_read
+        bounded_read.apply_option(max_input_size)
         if out_dir is not None:
             check_out_dir(out_dir, (staged,) if staged else ())
         if staged is None:

@@ -16,7 +16,7 @@ from typing import List, Optional
 
 import typer
 
-from .cli import check_out, fail, guarded, write_output
+from .cli import MAX_INPUT_HELP, check_out, fail, guarded, write_output
 
 DIFF_FORMATS = ("text", "json", "markdown", "html")
 
@@ -53,6 +53,7 @@ def diff_command(
     base_also: List[Path] = typer.Option([], "--base-also", help="another file of the base run"),
     new_also: List[Path] = typer.Option([], "--new-also", help="another file of the new run"),
     nsys: Optional[str] = typer.Option(None, "--nsys", help="path of the nsys binary for .nsys-rep"),
+    max_input_size: Optional[str] = typer.Option(None, "--max-input-size", metavar="SIZE", help=MAX_INPUT_HELP),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ):
     """Explain a change in step time between two runs: ranked causes that add up to it."""
@@ -66,6 +67,8 @@ def diff_command(
         finite(fail_if_slower, "--fail-if-slower")
         check_out(out)
         from .config import check_pattern_options
+        from .parsers import bounded_read
+        bounded_read.apply_option(max_input_size)
         from .diff.document import DiffOptions, run_diff
         check_pattern_options(step_regex, comm_regex)
         opts = DiffOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, nsys=nsys,

@@ -8,6 +8,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import TraceError
+from .parsers.bounded_read import check_regular
 from .profile import Profile, merge
 
 KINETO_SUFFIXES = (".json", ".json.gz")
@@ -38,6 +39,7 @@ def expand(paths: list[str | Path]) -> list[Path]:
                 raise TraceError(p, "directory holds no trace files (.json, .json.gz, .sqlite, .nsys-rep)")
             files.extend(found)
         else:
+            check_regular(p)  # a FIFO, device or socket is refused before anything reads it
             files.append(p)
     return files
 
@@ -81,6 +83,22 @@ def clamp_reversed(prof: Profile, path: Path) -> Profile:
     return prof
 
 
+MAX_PLAUSIBLE_SPAN_NS = 24 * 3600 * 10**9
+
+
+def _flag_time_span(prof: Profile, path: Path) -> Profile:
+    """No profiler capture spans a day of GPU time: a longer span means a corrupt timestamp, and
+    the step window resting on it is wrong. Flagged with the extremes, so the report says so."""
+    g = prof.gpu_activities
+    if not g.num_rows:
+        return prof
+    first, last = pc.min(g.column("start_ns")).as_py(), pc.max(g.column("end_ns")).as_py()
+    if first is not None and last is not None and last - first > MAX_PLAUSIBLE_SPAN_NS:
+        prof.warnings.append(f"{path}: GPU activity spans {(last - first) / 3.6e12:.3g} h (from {first} to {last} ns): "
+                             "a corrupt timestamp is likely, and a step window resting on it is wrong")
+    return prof
+
+
 def _warn_several_devices(prof: Profile, path: Path) -> Profile:
     """One rank's GPU work on several devices (one process driving two GPUs): analyzed as one
     timeline over all of them, which the report should say."""
@@ -99,7 +117,8 @@ def _warn_several_devices(prof: Profile, path: Path) -> Profile:
 def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
     """Read every file and merge them into one job, assigning ranks where files do not record them."""
     files = expand(paths)
-    profiles = [_warn_several_devices(clamp_reversed(read_one(f, nsys_bin=nsys_bin), f), f) for f in files]
+    profiles = [_warn_several_devices(_flag_time_span(clamp_reversed(read_one(f, nsys_bin=nsys_bin), f), f), f)
+                for f in files]
     if len(profiles) > 1 or any(-1 in p.ranks for p in profiles):
         profiles = _assign_ranks(files, profiles)
         profiles = _separate_pid_order_ranks(files, profiles)

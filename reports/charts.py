@@ -273,7 +273,7 @@ def stragglers_chart(doc: dict):
                  {"rank": label, "part": "waiting (exposed comm + idle)", "order": 1, "ms": _ms(wait)}]
     return alt.Chart(alt.Data(values=rows)).mark_bar().encode(
         y=alt.Y("rank:N", sort=order, title=None, axis=alt.Axis(labelLimit=320)),
-        x=alt.X("ms:Q", stack="zero", title="ms per step (median over steps)"),
+        x=alt.X("ms:Q", stack="zero", title="ms in each rank's median step"),
         color=alt.Color("part:N", title="", sort=["busy (compute + exposed memory)", "waiting (exposed comm + idle)"],
                         scale=alt.Scale(range=[palette.PART_COLORS["compute"], palette.PART_COLORS["exposed comm"]])),
         order=alt.Order("order:Q"),

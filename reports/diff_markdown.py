@@ -42,7 +42,8 @@ def render(doc: dict) -> str:
     d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
     pct = d["step_time_pct"]
     pct_s = f" ({pct:+.1f} %)" if pct is not None else ""
-    out = [f"### traceview diff: {doc['verdict']}, {sms(d['step_time_ns'])} ms per step{pct_s}", ""]
+    from traceview.diff.texts import latent_headline, verdict_words
+    out = [f"### traceview diff: {verdict_words(doc)}, {sms(d['step_time_ns'])} ms per step{pct_s}", ""]
     files = lambda s: ", ".join(esc(f"{i['file']} ({i['format']})") for i in s["inputs"][:4]) + \
         (f" and {len(s['inputs']) - 4} more" if len(s["inputs"]) > 4 else "")  # noqa: E731
     out += [f"Base: {files(b)}, {b['steps']} steps x {b['ranks']} ranks.  ",
@@ -53,7 +54,13 @@ def render(doc: dict) -> str:
                f"{'within' if nz['within_noise'] else 'outside'} the noise threshold of {ms(nz['threshold_ns'])} ms "
                f"({esc(nz['threshold_from'])}; per-step spread: base {ms(nz['base_spread_ns'])} ms, "
                f"new {ms(nz['new_spread_ns'])} ms).")
+    out += [f"> **Warning**: {esc(w)}" for w in doc.get("warnings") or []]
     out.append("")
+    lh = latent_headline(doc)
+    if lh:
+        out += [f"> [!WARNING]", f"> **{esc(lh[0].upper() + lh[1:])}**"]
+        out += [f"> {i}. {esc(it['text'])}" for i, it in enumerate(doc["latent"], 1)]
+        out.append("")
     out.append("**Why** (contributions add up to the change):" if doc["verdict"] != "noise"
                else "**What moved** (within the noise; contributions add up to the change):")
     out.append("")

@@ -66,7 +66,8 @@ def _layer(x) -> str:
 def render(doc: dict) -> str:
     d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
     pct = d["step_time_pct"]
-    out = [f"traceview diff: {doc['verdict'].upper()}  {signed_ms(d['step_time_ns'])} ms per step"
+    from traceview.diff.texts import latent_headline, verdict_words
+    out = [f"traceview diff: {verdict_words(doc).upper()}  {signed_ms(d['step_time_ns'])} ms per step"
            + (f" ({pct:+.1f}%)" if pct is not None else ""), ""]
     out += [side_line("base", b), side_line("new", n)]
     for w in doc.get("setup_differences") or []:
@@ -75,7 +76,17 @@ def render(doc: dict) -> str:
              f"({nz['threshold_from']}); spread base {ms(nz['base_spread_ns'])} ms, "
              f"new {ms(nz['new_spread_ns'])} ms ({nz['method_base']})")
     out += ["  " + ln for ln in textwrap.wrap(one_line(noise), WIDTH - 4, subsequent_indent="  ")]
+    for w in doc.get("warnings") or []:
+        out += ["  " + ln for ln in textwrap.wrap(one_line(f"warning: {w}"), WIDTH - 4, subsequent_indent="  ")]
     out.append("")
+    lh = latent_headline(doc)
+    if lh:
+        out += textwrap.wrap(one_line(lh[0].upper() + lh[1:]), WIDTH)
+        for i, it in enumerate(doc["latent"], 1):
+            lines = textwrap.wrap(one_line(it["text"]), WIDTH - 8) or [""]
+            out.append(f"  {i:2d}.  {lines[0]}")
+            out += [" " * 8 + ln for ln in lines[1:]]
+        out.append("")
     if doc["verdict"] == "noise":
         out.append("The change is within the noise. What moved (contributions sum to the change):")
     else:

@@ -227,8 +227,8 @@ def render(doc: dict) -> str:
     cards = []
     f = doc.get("flops") or {}
     st = s["step_time_ns"]
-    cards.append(("step time", f"{mdr.ms(st)} ms", f"the median step of {s['steps']}"
-                  + (f" (the median of {s['ranks']} ranks)" if s.get("ranks", 1) > 1 else "")))
+    cards.append(("step time", f"{mdr.ms(st)} ms", f"the median of {s['steps']} step(s) (step {s.get('step')})"
+                  + (f" of the median of {s['ranks']} ranks (rank {s.get('rank')})" if s.get("ranks", 1) > 1 else "")))
     if f.get("delivered_tflops_per_gpu") is not None:
         cards.append(("delivered per GPU", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s",
                       f"{f.get('method')}-based FLOPs"))
@@ -254,9 +254,9 @@ def render(doc: dict) -> str:
             + [mdr.ms(r["overlapped_comm_ns"]), f"{100 * r['overlap_ratio']:.1f}%"]
             for r in sorted(doc["per_rank"], key=lambda r: r["rank"])]
     if len(rows) > 1:
-        rows.append(["median", mdr.ms(s["step_time_ns"])] + [cell(s, k) for _, k in mdr.PARTS]
+        rows.append([f"job (rank {s.get('rank')}, step {s.get('step')})", mdr.ms(s["step_time_ns"])] + [cell(s, k) for _, k in mdr.PARTS]
                     + [mdr.ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
-    body += ["<h2>Step breakdown (each rank's median step, ms and % of the step)</h2>",
+    body += ["<h2>Step breakdown (each rank's median step; job: the median rank's; ms and % of the step)</h2>",
              _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",
                      "overlap"], rows),
              "<p>Compute, exposed comm, exposed memory and idle partition each step window. "
@@ -315,7 +315,8 @@ def render_diff_html(doc: dict) -> str:
     specs = charts_mod.specs(doc)
     base, new = doc.get("base"), doc.get("new")
     verdict = doc.get("verdict")
-    verdict_text = verdict if isinstance(verdict, str) else _scalar(verdict)
+    from traceview.diff.texts import latent_headline, verdict_words
+    verdict_text = verdict_words(doc) if isinstance(verdict, str) else _scalar(verdict)
     title = f"traceview diff: {_side_label(base) or 'base'} → {_side_label(new) or 'new'}"
     body = [f"<h1>{h(title)}</h1>", f'<p class="sub">traceview {h((doc.get("tool") or {}).get("version", ""))}</p>',
             f'<div class="cards"><div class="card"><div class="k">verdict</div><div class="v">{h(verdict_text)}</div>'
@@ -328,6 +329,13 @@ def render_diff_html(doc: dict) -> str:
     setup = [w for w in doc.get("setup_differences") or [] if isinstance(w, str)]
     if setup:
         body.append("<p><strong>Different setups</strong>: " + "; ".join(h(w) for w in setup) + ".</p>")
+    for w in doc.get("warnings") or []:
+        if isinstance(w, str):
+            body.append(f"<p><strong>Warning</strong>: {h(w)}</p>")
+    lh = latent_headline(doc)
+    if lh:
+        body += [f"<h2>{h(lh.split(':', 1)[0].capitalize())}</h2>", f"<p>{h(lh)}</p>",
+                 "<ol>" + "".join(f"<li>{h(it.get('text', ''))}</li>" for it in doc["latent"]) + "</ol>"]
     body += _budget_html(doc)
     body += _chart_divs(specs)
     expl = doc.get("explanation") or []

@@ -44,8 +44,8 @@ def headline(doc: dict) -> list[tuple[str, str]]:
     """(label, value) pairs shared by the Markdown and HTML headlines."""
     s = doc["summary"]
     st = s["step_time_ns"]
-    out = [("step time", f"{ms(st)} ms, the median step of {s['steps']}"
-            + (" (the median rank's)" if s.get("ranks", 1) > 1 else ""))]
+    out = [("step time", f"{ms(st)} ms: the median of {s['steps']} step(s) (step {s.get('step')})"
+            + (f" of the median of {s['ranks']} ranks (rank {s.get('rank')})" if s.get("ranks", 1) > 1 else ""))]
     f = doc.get("flops") or {}
     if f.get("delivered_tflops_per_gpu") is not None:
         mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a (peak unknown)"
@@ -92,9 +92,9 @@ def breakdown_lines(doc: dict) -> list[str]:
             for r in sorted(doc["per_rank"], key=lambda r: r["rank"])]
     if len(rows) > 1:
         s = doc["summary"]
-        rows.append(["**median**", ms(s["step_time_ns"])] + [cell(s, k) for _, k in PARTS]
+        rows.append([f"**job** (rank {s.get('rank')}, step {s.get('step')})", ms(s["step_time_ns"])] + [cell(s, k) for _, k in PARTS]
                     + [ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
-    return ["### Step breakdown (each rank's median step, ms and % of the step)", ""] + table(
+    return ["### Step breakdown (each rank's median step; job: the median rank's; ms and % of the step)", ""] + table(
         ["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm", "overlap"],
         rows) + ["", "Compute, exposed comm, exposed memory and idle partition each step window. " + OVERLAP_NOTE
                  + " Overlap = overlapped / total communication.", ""]

@@ -41,17 +41,17 @@ def breakdown_lines(doc: dict) -> list[str]:
                  ms(r["exposed_memory_ns"]), ms(r["idle_ns"]), ms(r["overlapped_comm_ns"]),
                  f"{100 * r['overlap_ratio']:.1f}%"] for r in doc["per_rank"]]
         s = doc["summary"]
-        rows.append(["median", ms(s["step_time_ns"]), ms(s["compute_ns"]), ms(s["exposed_comm_ns"]),
+        rows.append([f"job: rank {s.get('rank')} step {s.get('step')}", ms(s["step_time_ns"]), ms(s["compute_ns"]), ms(s["exposed_comm_ns"]),
                      ms(s["exposed_memory_ns"]), ms(s["idle_ns"]), ms(s["overlapped_comm_ns"]),
                      f"{100 * s['overlap_ratio']:.1f}%"])
-        return (["Step breakdown per rank (each rank's median step, ms; median = median over ranks)"] + table(
+        return (["Step breakdown per rank (each rank's median step, ms; job: the median rank's median step)"] + table(
             ["rank", "step", "compute", "exp comm", "exp mem", "idle", "ovl comm", "overlap"], rows)
             + [""] + textwrap.wrap(OVERLAP_LEGEND + " Compute, exp comm, exp mem and idle partition each step "
                                    "window. overlap = overlapped / total comm.", 100) + [""])
     lines = []
     for r in doc["per_rank"]:
         st = r["step_time_ns"]
-        lines.append(f"rank {r['rank']}: median step {ms(st)} ms over {r['steps']} step(s); "
+        lines.append(f"rank {r['rank']}: median step {ms(st)} ms (step {r.get('step')}; {r['steps']} step(s)); "
                      f"overlap ratio {100 * r['overlap_ratio']:.1f}% (overlapped / total comm)")
         rows = [[name, ms(r[key]), pct(r[key], st)] for name, key in BREAKDOWN]
         rows.append(["step time", ms(st), pct(st, st)])

@@ -17,7 +17,9 @@ def side(units: dict, syncs: dict | None = None, label="s", steps=None) -> Side:
         v["busy_ns"] = float(units[k].get("busy_ns", v["compute_ns"]))
     T = sum(sum(u[p] for p in PARTS) for u in full.values())
     steps = steps or [T]
-    doc = {"summary": {"step_time_ns": T, "steps": len(steps), "ranks": 1}, "per_rank": [], "comm": [],
+    parts = {p: int(round(sum(u[p] for u in full.values()))) for p in PARTS + ("overlapped_comm_ns",)}
+    doc = {"summary": {"step_time_ns": T, "steps": len(steps), "ranks": 1, "rank": 0, "step": 1, **parts},
+           "per_rank": [], "comm": [],
            "steps": [{"rank": 0, "step": i + 1, "step_time_ns": t} for i, t in enumerate(steps)],
            "inputs": [], "world_size": 1, "flops": {}}
     samples = [(0, i + 1, int(t)) for i, t in enumerate(steps)]
@@ -26,7 +28,7 @@ def side(units: dict, syncs: dict | None = None, label="s", steps=None) -> Side:
     for k, v in full.items():
         fam_time[k[4]] = fam_time.get(k[4], 0.0) + v["busy_ns"]
     return Side(label=label, paths=[label], doc=doc, step_time_ns=T, samples=samples,
-                median_set=median_set(samples), units=full, syncs=syncs or {}, family_time=fam_time,
+                median_set=median_set(doc["summary"]), units=full, syncs=syncs or {}, family_time=fam_time,
                 family_count={k[4]: v["count"] for k, v in full.items()}, noise=spread(samples))
 
 

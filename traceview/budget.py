@@ -1,6 +1,6 @@
 """Performance budgets: thresholds from a TOML file checked against the report document.
 
-    # budget.toml -- top-level keys apply to the whole job (the report's summary: median over ranks)
+    # budget.toml -- top-level keys apply to the whole job (the report's summary: the median rank's median step)
     min_mfu = 0.35                      # model FLOPs utilisation, a fraction (0.35 = 35 %)
     max_exposed_comm_pct = 10           # exposed communication, % of step time
     max_idle_pct = 15                   # GPU idle, % of step time
@@ -14,7 +14,7 @@
     max_idle_pct = 25
 
 Metrics (each from the document, never re-measured):
-- step time, exposed comm %, idle %: `summary` (overall) or `per_rank` (median over steps).
+- step time, exposed comm %, idle %: `summary` (overall) or `per_rank` (each rank's median step).
 - MFU: `flops.mfu` overall; per rank, `flops.flops_per_step / rank step time / flops.peak_tflops`.
   An MFU that cannot be computed (no FLOPs or no peak) is a violation when a minimum is set.
 - all-to-all exposed per layer: the exposed communication of the MoE dispatch and combine stages,

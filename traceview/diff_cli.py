@@ -5,8 +5,10 @@ directory holding the ranks of one job (every trace file in it). The two sides m
 format. A side made of several files that are not alone in a directory: repeat `--base-also FILE`
 / `--new-also FILE` to add files to that side.
 
-Exit codes: 0 (done; or not slower than --fail-if-slower allows), 1 (--fail-if-slower PCT: the
-step time grew by more than PCT % and the change is outside the noise), 2 (input or usage error:
+Exit codes: 0 (done; or not slower than --fail-if-slower / --fail-if-gpu-slower allow), 1
+(--fail-if-slower PCT: the step time grew by more than PCT % and the change is outside the noise;
+--fail-if-gpu-slower PCT: the GPU work of the step grew by more than PCT % and outside the noise,
+whether the step time showed it or idle time absorbed it), 2 (input or usage error:
 one line on stderr, nothing written), 3 (internal error).
 """
 from __future__ import annotations
@@ -34,6 +36,15 @@ def slower_than(doc: dict, pct: float | None) -> bool:
     return doc["verdict"] == "regression" and d["step_time_pct"] is not None and d["step_time_pct"] > pct
 
 
+def gpu_slower_than(doc: dict, pct: float | None) -> bool:
+    """True when --fail-if-gpu-slower PCT should fail: GPU work (step time less idle) grew by more
+    than PCT % and by more than the noise threshold, latent or not."""
+    if pct is None:
+        return False
+    w = doc["delta"]["gpu_work"]
+    return bool(w["outside_noise"]) and w["pct"] is not None and w["pct"] > pct
+
+
 def diff_command(
     base: Path = typer.Argument(..., help="the earlier run: a trace file or a directory of ranks"),
     new: Path = typer.Argument(..., help="the later run: a trace file or a directory of ranks"),
@@ -42,6 +53,11 @@ def diff_command(
     fail_if_slower: Optional[float] = typer.Option(None, "--fail-if-slower", metavar="PCT",
                                                    help="exit 1 when the step time grew by more than PCT % "
                                                         "and the change is outside the noise"),
+    fail_if_gpu_slower: Optional[float] = typer.Option(None, "--fail-if-gpu-slower", metavar="PCT",
+                                                       help="exit 1 when the GPU work of the step (compute + "
+                                                            "exposed comm + exposed memory) grew by more than "
+                                                            "PCT % and outside the noise, even when idle time "
+                                                            "hid it from the step time (a latent regression)"),
     step_regex: Optional[str] = typer.Option(None, "--step-regex", help="regex naming step ranges (both sides)"),
     whole_trace: bool = typer.Option(False, "--whole-trace", help="one window per rank over all GPU activity"),
     comm_regex: List[str] = typer.Option([], "--comm-regex", help="extra regex for communication kernels/ops"),
@@ -65,6 +81,7 @@ def diff_command(
         count(top, "--top", 1, MAX_COUNT)
         finite(noise_floor, "--noise-floor", at_least=0)
         finite(fail_if_slower, "--fail-if-slower")
+        finite(fail_if_gpu_slower, "--fail-if-gpu-slower", at_least=0)
         check_out(out)
         from .config import check_pattern_options
         from .parsers import bounded_read
@@ -78,5 +95,5 @@ def diff_command(
         return doc
 
     doc = guarded(debug, run)
-    if slower_than(doc, fail_if_slower):
+    if slower_than(doc, fail_if_slower) or gpu_slower_than(doc, fail_if_gpu_slower):
         raise typer.Exit(1)

@@ -1,7 +1,6 @@
 """Step breakdown: where each step's GPU time went (compute, exposed/overlapped comm, memory, idle)."""
 from __future__ import annotations
 
-import statistics
 from dataclasses import dataclass, field
 
 from ..db import Session
@@ -66,26 +65,43 @@ def step_rows(session: Session) -> list[dict]:
     return rows
 
 
-def _median(vals: list[int]) -> int:
-    return int(round(statistics.median(vals))) if vals else 0
+def median_step(rows: list[dict]) -> dict | None:
+    """The median step of some rows by step time: sorted by (step_time_ns, step, rank), the
+    middle one; for an even count the lower of the two middle ones (a real step, never a mean)."""
+    if not rows:
+        return None
+    s = sorted(rows, key=lambda r: (r["step_time_ns"], r["step"], r["rank"]))
+    return s[(len(s) - 1) // 2]
+
+
+def representative(rows: list[dict]) -> dict | None:
+    """The job's representative step: per rank its median step (`median_step`), then the median
+    rank by that step's time (sorted by (step_time_ns, rank); the lower middle for an even count)."""
+    per = [median_step([r for r in rows if r["rank"] == rank]) for rank in sorted({r["rank"] for r in rows})]
+    if not per:
+        return None
+    per.sort(key=lambda r: (r["step_time_ns"], r["rank"]))
+    return per[(len(per) - 1) // 2]
 
 
 def summarize(rows: list[dict]) -> dict:
-    """Medians over steps and ranks of each time field; overlap ratio from the sums."""
-    out = {f: _median([r[f] for r in rows]) for f in TIME_FIELDS}
-    comm = sum(r["comm_ns"] for r in rows)
-    out["overlap_ratio"] = (sum(r["overlapped_comm_ns"] for r in rows) / comm) if comm else 0.0
+    """One real step with its own parts (so they add up to its step time exactly): the median
+    rank's median step (`representative`); `rank` and `step` name it."""
+    rep = representative(rows)
+    out = {f: int(rep[f]) if rep else 0 for f in TIME_FIELDS}
+    out["overlap_ratio"] = (rep["overlapped_comm_ns"] / rep["comm_ns"]) if rep and rep["comm_ns"] else 0.0
     out["steps"] = len({r["step"] for r in rows})
     out["ranks"] = len({r["rank"] for r in rows})
+    if rep:
+        out["rank"], out["step"] = rep["rank"], rep["step"]
     return out
 
 
 def per_rank(rows: list[dict]) -> list[dict]:
+    """Per rank: that rank's median step (`median_step`) with its parts."""
     out = []
     for rank in sorted({r["rank"] for r in rows}):
-        mine = [r for r in rows if r["rank"] == rank]
-        d = summarize(mine)
-        d["rank"] = rank
+        d = summarize([r for r in rows if r["rank"] == rank])
         out.append(d)
     return out
 

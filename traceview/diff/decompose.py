@@ -1,10 +1,10 @@
 """One side of a diff (a run), and the exact decomposition of the step-time change.
 
-**The representative step.** A side's step time T is the median over (rank, step) samples of the
-step window (as `summary.step_time_ns` of `analyze`). Its *median set* is the sample at the
-middle (odd count) or the two middle samples (even count) of the samples sorted by step time
-(ties by rank, step); T is exactly the mean step time of the median set. Every per-group number
-below is the mean over the median set, so Σ over groups = T exactly, and for two sides
+**The representative step.** A side's step time T is the step time of `analyze`'s summary step:
+one real (rank, step) window, the median rank's median step (traceview.analysis.breakdown.
+representative). Its *median set* is that one sample, so the diff's breakdown of a side is
+exactly the `summary` of `analyze` for the same input. Every per-group number below is that
+step's, so Σ over groups = T (up to the rounding of shared segments), and for two sides
 ΔT = Σ over units of Δ (no rescaling).
 
 **Units.** A unit is (layer, phase, stage, region, kernel family, class, collective kind) × part,
@@ -112,13 +112,11 @@ class Side:
     overlaps: dict = field(default_factory=dict)  # comm (layer, phase, stage) -> {compute stage: ns}
 
 
-def median_set(samples: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
-    s = sorted(samples, key=lambda x: (x[2], x[0], x[1]))
-    if not s:
+def median_set(summary: dict) -> list[tuple[int, int]]:
+    """The (rank, step) of `analyze`'s summary step (empty without steps)."""
+    if summary.get("rank") is None or summary.get("step") is None:
         return []
-    n = len(s)
-    pick = [s[n // 2]] if n % 2 else [s[n // 2 - 1], s[n // 2]]
-    return [(r, st) for r, st, _ in pick]
+    return [(summary["rank"], summary["step"])]
 
 
 def spread(samples: list[tuple[int, int, int]]) -> dict:
@@ -151,7 +149,7 @@ def unit_key(row: dict) -> tuple:
 def build_side(label: str, paths: list[str], doc: dict, session: Session) -> Side:
     samples = [(r["rank"], r["step"], int(r["step_time_ns"])) for r in doc["steps"]]
     T = float(doc["summary"]["step_time_ns"])
-    mset = median_set(samples)
+    mset = median_set(doc["summary"])
     side = Side(label=label, paths=paths, doc=doc, step_time_ns=T, samples=samples, median_set=mset)
     side.noise = spread(samples)
     rows = session.rows(unit_sql()) if samples else []

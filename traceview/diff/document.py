@@ -27,10 +27,7 @@ class DiffOptions:
 
 def _side_summary(side: Side) -> dict:
     doc = side.doc
-    bd = {p: 0.0 for p in BREAKDOWN}
-    for u in side.units.values():
-        for p in BREAKDOWN:
-            bd[p] += u[p]
+    bd = {p: doc["summary"].get(p, 0) for p in BREAKDOWN}   # analyze's summary step, exactly
     fl = doc.get("flops") or {}
     first = str(side.paths[0]).rstrip("/\\") if side.paths else side.label
     return {
@@ -174,16 +171,58 @@ def noise_section(base: Side, new: Side, dT: float, floor_pct: float) -> dict:
             "method_new": new.noise.get("method"), "within_noise": within, "threshold_from": why}
 
 
+GPU_WORK = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns")
+
+
+def whole_capture(side: Side) -> bool:
+    return str(side.doc.get("steps_source") or "").startswith("whole trace")
+
+
+def gpu_work_section(bsum: dict, nsum: dict, dT: int, threshold: float) -> dict:
+    """GPU work of the summary step = step time − idle (compute + exposed comm + exposed memory),
+    its change, and how much of it the step time did not show (`hidden_ns`: absorbed by idle).
+    `latent`: the work grew beyond the noise threshold and that growth is hidden from the step
+    time by more than the threshold too."""
+    b = sum(bsum["breakdown"][p] for p in GPU_WORK)
+    n = sum(nsum["breakdown"][p] for p in GPU_WORK)
+    dw = n - b
+    hidden = dw - max(dT, 0)
+    return {"base_ns": int(b), "new_ns": int(n), "delta_ns": int(dw),
+            "pct": (100.0 * dw / b) if b else None, "hidden_ns": int(max(hidden, 0)),
+            "outside_noise": abs(dw) > threshold,
+            "latent": dw > threshold and hidden > threshold,
+            "definition": "compute + exposed communication + exposed memory of the summary step "
+                          "(the step time less its idle time)"}
+
+
 def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
     opts = opts or DiffOptions()
     dT = int(round(new.step_time_ns - base.step_time_ns))
     noise = noise_section(base, new, dT, opts.noise_floor_pct)
-    verdict = "noise" if noise["within_noise"] else ("regression" if dT > 0 else "improvement")
+    bsum, nsum = _side_summary(base), _side_summary(new)
+    work = gpu_work_section(bsum, nsum, dT, noise["threshold_ns"])
+    warnings = []
+    if whole_capture(base) or whole_capture(new):
+        # no step markers: the window is the capture, whose length says when profiling stopped,
+        # not how long the work took; compare the GPU work instead
+        which = " and ".join(s for s, side in (("base", base), ("new", new)) if whole_capture(side))
+        warnings.append(f"no step ranges in {which}: the window is the whole capture, so its length is not a "
+                        "step time; the verdict compares GPU work (compute + exposed communication + exposed "
+                        "memory) instead")
+        wfloor = opts.noise_floor_pct / 100.0 * work["base_ns"]
+        work["outside_noise"] = abs(work["delta_ns"]) > wfloor
+        work["latent"] = False
+        noise["compared"] = "gpu_work"
+        noise["within_noise"] = not work["outside_noise"]
+        verdict = "noise" if noise["within_noise"] else ("regression" if work["delta_ns"] > 0 else "improvement")
+    else:
+        noise["compared"] = "step_time"
+        verdict = "noise" if noise["within_noise"] else ("regression" if dT > 0 else "improvement")
     items, details = explain(base, new, threshold=noise["threshold_ns"], top=opts.top,
                              moved_min_ns=2 * noise["floor_ns"])
+    latent = details["latent"][:opts.top] if work["latent"] else []
     for i, it in enumerate(items, 1):
         it["rank"] = i
-    bsum, nsum = _side_summary(base), _side_summary(new)
     fl = None
     if bsum["delivered_tflops"] and nsum["delivered_tflops"]:
         fl = {"base_tflops": bsum["delivered_tflops"], "new_tflops": nsum["delivered_tflops"],
@@ -201,20 +240,24 @@ def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
         "stalls": stall_rows(base, new),
         "critical_path": critical_path_rows(base, new),
         "straggler": _straggler(details.get("straggler")),
+        "gpu_work": work,
     }
     return {
         "schema": SCHEMA,
         "tool": {"name": "traceview", "version": __version__},
         "setup_differences": setup_differences(bsum, nsum),
-        "method": ("step time = median over (rank, step) samples; the explanation decomposes the change of the "
-                   "median set's mean (the middle sample, or the two middle ones) over layer x phase x stage x "
-                   "kernel family x part, so the items sum to delta.step_time_ns exactly"),
+        "method": ("step time = the summary step of analyze: per rank the median step by step time (the lower "
+                   "middle for an even count), then the median rank's; the explanation decomposes the change of "
+                   "that step over layer x phase x stage x kernel family x part, so the items sum to "
+                   "delta.step_time_ns exactly"),
         "base": bsum,
         "new": nsum,
         "delta": delta,
         "noise": noise,
         "verdict": verdict,
+        "latent": latent,
         "explanation": items,
+        "warnings": warnings,
     }
 
 

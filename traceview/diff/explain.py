@@ -203,6 +203,7 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
         return new.syncs.get(g3, {}).get("n", 0.0) - base.syncs.get(g3, {}).get("n", 0.0)
 
     pool = []   # (unit key, idle delta)
+    own_idle: dict = {}   # swap cause -> its units' idle deltas
     for key, d in deltas.items():
         layer, phase, stage, region, fam, cls = key
         g3 = (layer, phase, stage)
@@ -214,8 +215,11 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
             cause("host_sync", (stage, region), sign=1 if ds > 0 else -1).add(key, d)
             continue
         sw = swaps.get((key[:4], fam))
-        if sw:
-            cause("swap", (stage, region) + sw, old=sw[0], new=sw[1]).add(key, d)
+        if sw:   # its own idle is settled below: a slower kernel fills idle, it never saves time
+            c = cause("swap", (stage, region) + sw, old=sw[0], new=sw[1])
+            c.add(key, d, parts=("compute_ns", "exposed_comm_ns", "exposed_memory_ns"))
+            if d["idle_ns"]:
+                own_idle.setdefault(id(c), (c, []))[1].append((key, d["idle_ns"]))
             continue
         if cls == "compute":
             cause("kernels", (stage, region, fam), family=fam).add(key, d, parts=("compute_ns",))
@@ -229,6 +233,19 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
             cause("host_sync", (stage, region), sign=1 if ds > 0 else -1).add(key, d, parts=("idle_ns",), with_extra=False)
         elif d["idle_ns"]:
             pool.append((key, d["idle_ns"]))
+
+    # a swap keeps its own units' idle change, but no more of a shrink than its kernels grew (and
+    # no more of a growth than they shrank): the rest is pooled, so its sign is that of its kernels
+    for c, units in own_idle.values():
+        tot = sum(v for _, v in units)
+        comp = c.parts["compute_ns"]
+        keep = max(tot, -comp) if comp > 0 and tot < 0 else min(tot, -comp) if comp < 0 and tot > 0 else tot
+        c.parts["idle_ns"] += keep
+        c.gross += abs(keep)
+        if keep < 0:
+            c.filled_idle += keep
+        if tot and keep != tot:
+            pool += [(k, v * (tot - keep) / tot) for k, v in units]
 
     # idle pool: shrink -> causes whose kernels grew (or a removed host sync); growth -> host
     # sync / straggler causes (or kernels that got faster: the GPU now waits instead)
@@ -247,7 +264,8 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
             if not cands:
                 cands = [c for c in causes.values() if c.kind in ("kernels", "swap") and c.parts["compute_ns"] < 0]
         # kernels can fill (or free) at most their own extra (saved) time; syncs/stragglers any
-        caps = [abs(c.parts["compute_ns"]) if c.kind in ("kernels", "swap") else float("inf") for c in cands]
+        caps = [max(0.0, abs(c.parts["compute_ns"]) - abs(c.parts["idle_ns"])) if c.kind in ("kernels", "swap")
+                else float("inf") for c in cands]
         weights = [abs(c.parts["compute_ns"]) if c.kind in ("kernels", "swap") else abs(c.contribution)
                    for c in cands]
         left = total
@@ -283,6 +301,7 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
                       "moved": moved_between_categories(c, moved_min_ns),
                       "text": describe(c, base, new, strag), "_cause": c})
     items.sort(key=lambda it: (-abs(it["contribution_ns"]), it["text"]))
+    latent = latent_items(items, threshold)
     floor = max(0.005 * abs(dT), 1.0)
     kept = [it for it in items if abs(it["contribution_ns"]) >= floor or it["moved"]]
     kept = kept[:top]
@@ -298,5 +317,27 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
                      "text": f"{fmt_ns(rest)}: remainder ({n_rest} smaller changes and rounding)"})
     for it in kept:
         it["share"] = (it["contribution_ns"] / dT) if dT else None
-    details = {"straggler": strag, "units": len(deltas)}
+    details = {"straggler": strag, "units": len(deltas), "latent": latent}
     return kept, details
+
+
+GPU_PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns")
+
+
+def latent_items(items: list[dict], threshold: float) -> list[dict]:
+    """Causes whose GPU work (compute + exposed comm + exposed memory, idle left out) grew: what
+    each would add to the step once the host no longer hides it behind idle time. Positive cost,
+    largest first; those below 1 % of the threshold (and of 1 ns) are left out."""
+    out = []
+    for it in items:
+        c = it["_cause"]
+        cost = sum(c.parts[p] for p in GPU_PARTS)
+        if cost <= max(1.0, 0.01 * threshold):
+            continue
+        words = it["text"].split(": ", 1)[-1]
+        out.append({"kind": c.kind, "cost_ns": int(round(cost)),
+                    "parts_ns": {p: int(round(c.parts[p])) for p in GPU_PARTS},
+                    "layers": it["layers"], "phases": it["phases"],
+                    "text": f"{fmt_ns(cost)} of GPU time: {words}"})
+    out.sort(key=lambda x: (-x["cost_ns"], x["text"]))
+    return out

@@ -151,3 +151,21 @@ def stall_note(c, base, new, causes: tuple, stage: bool = True) -> str:
         if status in want and abs(nv - bv) >= 0.05 * abs(c.contribution or 1):
             bits.append(f"{status} {cause} stall {fmt_ns(bv, signed=False)} → {fmt_ns(nv, signed=False)}")
     return f"; critical path: {', '.join(bits[:3])}" if bits else ""
+
+
+def latent_headline(doc: dict) -> str | None:
+    """'latent regression: GPU work +0.500 ms per step (+19.8 %), hidden by idle time ...' when
+    the document has a latent regression, else None (plain text; renderers escape it)."""
+    w = (doc.get("delta") or {}).get("gpu_work") or {}
+    if not doc.get("latent") or not w.get("latent"):
+        return None
+    pct = f" ({w['pct']:+.1f} %)" if w.get("pct") is not None else ""
+    return (f"latent regression: GPU work {w['delta_ns'] / 1e6:+,.3f} ms per step{pct}, "
+            f"{w['hidden_ns'] / 1e6:,.3f} ms of it hidden by idle time; once the host-side bottleneck is "
+            f"gone the step grows by up to that much, led by:")
+
+
+def verdict_words(doc: dict) -> str:
+    """The verdict as a reader sees it: 'noise', 'regression', ..., plus ', latent regression'."""
+    v = str(doc.get("verdict"))
+    return v + (" + latent regression" if latent_headline(doc) else "")

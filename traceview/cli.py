@@ -18,9 +18,22 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 EXIT_INPUT = 2
 
 
+def _version(value: bool) -> None:
+    if value:
+        from . import __version__
+        typer.echo(f"traceview {__version__}")
+        raise typer.Exit(0)
+
+
 @app.callback()
-def _root() -> None:
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
     """traceview: where the GPU time of MoE training went, from a trace."""
+
+
+def _preset_names() -> list[str]:
+    from .flops.models import PRESETS
+    return list(PRESETS)
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> None:
@@ -106,7 +119,8 @@ def analyze(
     comm_regex: List[str] = typer.Option([], "--comm-regex", help="extra regex for communication kernels/ops"),
     config: Optional[Path] = typer.Option(None, "--config", help="traceview.toml with attribution patterns"),
     top: int = typer.Option(10, "--top", help="rows in top-N lists"),
-    model: Optional[str] = typer.Option(None, "--model", help="model preset for model-based FLOPs"),
+    model: Optional[str] = typer.Option(None, "--model", help="model preset for model-based FLOPs: "
+                                        + ", ".join(_preset_names())),
     model_config: Optional[Path] = typer.Option(None, "--model-config", help="model config file (TOML/JSON)"),
     tokens_per_step: Optional[int] = typer.Option(None, "--tokens-per-step", help="tokens per step per GPU"),
     peak_tflops: Optional[float] = typer.Option(None, "--peak-tflops", help="peak TFLOP/s per GPU (override)"),

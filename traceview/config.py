@@ -78,35 +78,64 @@ def read_toml(path: Path, what: str) -> dict:
         raise UsageError(path, f"{what} is not valid TOML ({e})") from e
 
 
+KEYS = {"attribution": ("layer", "stage", "phase", "replace_defaults"), "comm": ("regex",)}
+
+
+def _strings(path: Path, key: str, value) -> list[str]:
+    """A list of strings (a lone string is refused: it would be read character by character)."""
+    if not isinstance(value, list) or not all(isinstance(x, str) for x in value):
+        raise UsageError(path, f"config key {key} must be a list of strings (regexes), not {value!r}")
+    return list(value)
+
+
+def _pairs(path: Path, key: str, value, names: tuple[str, ...]) -> list[tuple[str, str]]:
+    if not isinstance(value, list) or not all(isinstance(x, list) and len(x) == 2
+                                              and all(isinstance(y, str) for y in x) for x in value):
+        raise UsageError(path, f"config key {key} must be a list of [regex, name] pairs, not {value!r}")
+    for _, name in value:
+        if name not in names:
+            raise UsageError(path, f"config key {key}: unknown {key.split('.')[-1]} {name!r} "
+                                   f"(choose from {', '.join(names)})")
+    return [(r, n) for r, n in value]
+
+
+def validate(path: Path, data: dict) -> dict:
+    """Unknown tables and keys, and values of the wrong type: a one-line UsageError naming the file
+    and the key (as budget files are checked)."""
+    for table, value in data.items():
+        if table not in KEYS:
+            raise UsageError(path, f"unknown config key {table!r} (known tables: {', '.join(f'[{k}]' for k in KEYS)})")
+        if not isinstance(value, dict):
+            raise UsageError(path, f"config key {table} must be a table ([{table}]), not {value!r}")
+        for key in value:
+            if key not in KEYS[table]:
+                raise UsageError(path, f"unknown config key {table}.{key} (known in [{table}]: "
+                                       f"{', '.join(KEYS[table])})")
+    att, comm = data.get("attribution", {}), data.get("comm", {})
+    out = {"layer": _strings(path, "attribution.layer", att.get("layer", [])),
+           "stage": _pairs(path, "attribution.stage", att.get("stage", []), STAGES),
+           "phase": _pairs(path, "attribution.phase", att.get("phase", []), PHASES),
+           "comm": _strings(path, "comm.regex", comm.get("regex", []))}
+    rd = att.get("replace_defaults", False)
+    if not isinstance(rd, bool):
+        raise UsageError(path, f"config key attribution.replace_defaults must be true or false, not {rd!r}")
+    out["replace_defaults"] = rd
+    return out
+
+
 def load_rules(path: Path | None) -> Rules:
     rules = Rules()
     if path is None:
         return rules
     path = Path(path)
-    data = read_toml(path, "config file")
-    att = data.get("attribution", {})
-    if not isinstance(att, dict):
-        raise UsageError(path, "[attribution] must be a table")
-    layer, stage, phase = att.get("layer", []), att.get("stage", []), att.get("phase", [])
-    try:
-        layer = [str(x) for x in layer]
-        stage = [(str(r), str(s)) for r, s in stage]
-        phase = [(str(r), str(p)) for r, p in phase]
-    except (TypeError, ValueError) as e:
-        raise UsageError(path, "attribution.stage and .phase must be lists of [regex, name] pairs") from e
-    for _, s in stage:
-        if s not in STAGES:
-            raise UsageError(path, f"unknown stage {s!r} (choose from {', '.join(STAGES)})")
-    for _, p in phase:
-        if p not in PHASES:
-            raise UsageError(path, f"unknown phase {p!r} (choose from {', '.join(PHASES)})")
+    v = validate(path, read_toml(path, "config file"))
+    layer, stage, phase = v["layer"], v["stage"], v["phase"]
     check_regexes(path, layer + [r for r, _ in stage] + [r for r, _ in phase])
-    if att.get("replace_defaults"):
+    if v["replace_defaults"]:
         rules.layer, rules.stage, rules.phase = layer, stage, phase
     else:  # user patterns first: they win over the defaults
         rules.layer, rules.stage, rules.phase = layer + rules.layer, stage + rules.stage, phase + rules.phase
-    comm = data.get("comm", {}).get("regex", [])
-    rules.comm_regex = [str(x) for x in comm]
+    rules.comm_regex = v["comm"]
     check_regexes(path, rules.comm_regex)
     return rules
 

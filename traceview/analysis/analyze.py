@@ -87,6 +87,11 @@ def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Se
         doc["warnings"].append(f"--step-regex '{opts.step_regex}' matched no step range with GPU work: "
                                "the whole trace is one window per rank")
     doc["flops"] = flops_sections(session, doc, fopts or {})
+    fl = doc["flops"]
+    if fl.get("mfu") is not None and fl["mfu"] > 1:
+        doc["warnings"].append(f"delivered {fl['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU is above the peak of "
+                               f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
+                               "--tokens-per-step or the model")
     from . import stalls
     sec = stalls.sections(session, doc, top=opts.top)
     doc["warnings"] += sec.pop("collective_warnings")

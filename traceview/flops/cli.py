@@ -32,6 +32,28 @@ def _num(text: str | None, flag: str) -> Fraction | None:
     return v
 
 
+def _mfu(text: str | None) -> Fraction | None:
+    """MFU is a fraction in (0, 1]; '50%' (with the percent sign) is accepted as 0.5. A bare
+    number above 1 is refused with a hint: 50 is not 50 %."""
+    if text is None:
+        return None
+    t = text.strip()
+    if t.endswith("%"):
+        v = _num(t[:-1], "--mfu")
+        v = v / 100
+    else:
+        v = _num(t, "--mfu")
+    if v > 1:
+        raise UsageError(None, f"--mfu {text}: MFU is a fraction in (0, 1]" + (
+            f"; for {t} % write --mfu {decimal_str(v / 100, 20)} or --mfu {t}%" if not t.endswith("%") else ""))
+    return v
+
+
+def _presets_help() -> str:
+    from .models import PRESETS
+    return "model preset: " + ", ".join(PRESETS)
+
+
 def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, gpu: Optional[str] = None,
               dtype: Optional[str] = None, peak_tflops: Optional[str] = None, seq_len: Optional[int] = None,
               step_time: Optional[str] = None, tokens_per_step: Optional[int] = None,
@@ -72,7 +94,7 @@ def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, 
     elif tflops_per_gpu:
         primary = ("tflops", _num(tflops_per_gpu, "--tflops-per-gpu"))
     else:
-        primary = ("mfu", _num(mfu, "--mfu"))
+        primary = ("mfu", _mfu(mfu))
 
     kind, x = primary
     to_tflops = {"tokens": lambda v: tflops_from_tokens(v, fpt), "tflops": lambda v: v, "mfu": lambda v: v * peak}[kind]
@@ -90,6 +112,10 @@ def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, 
         return roundtrip_str(vals[k], backs[k], x)
 
     pc = param_counts(cfg)
+    warn = []
+    if peak and tfl > peak:
+        warn.append(f"warning: {float(tfl):,.1f} TFLOP/s per GPU is above the peak of {float(peak):,.1f} "
+                    f"(MFU {float(tfl / peak):.2f} > 1): check the throughput, --gpu/--dtype or --peak-tflops")
     return [
         f"model: {cfg.name} (seq_len {cfg.seq_len}, {pc['total'] / 1e9:.2f}B params, "
         f"{pc['active'] / 1e9:.2f}B active, {pc['active_excl_embedding'] / 1e9:.2f}B without the embedding table)",
@@ -99,7 +125,7 @@ def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, 
         f"tflops_per_gpu: {show('tflops')}",
         f"tokens_per_second_per_gpu: {show('tokens')}",
         f"mfu: {show('mfu')}",
-    ]
+    ] + warn
 
 
 def _terminates(x: Fraction) -> bool:
@@ -111,8 +137,7 @@ def _terminates(x: Fraction) -> bool:
 
 
 def mfu_command(
-    model: Optional[str] = typer.Option(None, "--model", help="model preset: deepseek-v3, deepseek-v2-lite, "
-                                        "mixtral-8x7b, qwen3-30b-a3b, llama-3-8b"),
+    model: Optional[str] = typer.Option(None, "--model", help=_presets_help()),
     model_config: Optional[Path] = typer.Option(None, "--model-config", help="model config file (TOML or JSON)"),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name (e.g. H200, 'NVIDIA GB300', MI300X)"),
     dtype: Optional[str] = typer.Option(None, "--dtype", help="data type of the peak: bf16 (default), fp8, fp4, tf32, fp32"),
@@ -122,7 +147,8 @@ def mfu_command(
     tokens_per_step: Optional[int] = typer.Option(None, "--tokens-per-step", help="tokens per step per GPU"),
     tokens_per_second_per_gpu: Optional[str] = typer.Option(None, "--tokens-per-second-per-gpu", help="throughput"),
     tflops_per_gpu: Optional[str] = typer.Option(None, "--tflops-per-gpu", help="delivered TFLOP/s per GPU"),
-    mfu: Optional[str] = typer.Option(None, "--mfu", help="model FLOPs utilization (fraction)"),
+    mfu: Optional[str] = typer.Option(None, "--mfu", help="model FLOPs utilization: a fraction in (0, 1], "
+                                      "or a percentage written with % (50% = 0.5)"),
 ):
     """Convert between TFLOP/s per GPU, tokens/s per GPU and MFU for a model (no trace needed)."""
     try:
@@ -135,7 +161,10 @@ def mfu_command(
         sys.stderr.write("traceview: mfu: the numbers given overflow a double-precision result; "
                          "check their magnitudes\n")
         raise typer.Exit(2)
-    typer.echo("\n".join(lines))
+    typer.echo("\n".join(x for x in lines if not x.startswith("warning: ")))
+    for x in lines:
+        if x.startswith("warning: "):
+            sys.stderr.write(f"traceview: {x}\n")
 
 
 app = typer.Typer(add_completion=False)

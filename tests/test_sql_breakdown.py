@@ -96,13 +96,19 @@ def test_step_regex_names_other_ranges():
     assert s.rows("SELECT step, cpu_start_ns FROM step_ranges") == [dict(step=1, cpu_start_ns=25)]
 
 
-def test_summary_medians_and_overlap_ratio():
+def test_summary_is_the_median_step_with_its_own_parts():
     rows = [dict(rank=0, step=i, step_time_ns=t, compute_ns=c, exposed_comm_ns=e, overlapped_comm_ns=o,
                  exposed_memory_ns=0, idle_ns=t - c - e, comm_ns=e + o)
-            for i, (t, c, e, o) in enumerate([(100, 50, 10, 30), (300, 200, 20, 10), (200, 100, 0, 0)])]
+            for i, (t, c, e, o) in enumerate([(100, 50, 10, 30), (300, 200, 20, 10), (200, 100, 0, 0), (250, 100, 30, 10)])]
     s = breakdown.summarize(rows)
-    assert s["step_time_ns"] == 200 and s["compute_ns"] == 100 and s["exposed_comm_ns"] == 10
-    assert abs(s["overlap_ratio"] - 40 / 70) < 1e-12
+    # by hand: sorted 100 (step 0), 200 (step 2), 250 (step 3), 300 (step 1): the lower middle of
+    # four is step 2, with its own parts (a field-by-field median would give exposed comm 15)
+    assert (s["step"], s["step_time_ns"], s["compute_ns"], s["exposed_comm_ns"], s["idle_ns"]) == (2, 200, 100, 0, 100)
+    assert s["overlap_ratio"] == 0.0
+    rows[2].update(step_time_ns=260, idle_ns=160)      # now step 3 (250) is the lower middle
+    s = breakdown.summarize(rows)
+    assert (s["step"], s["exposed_comm_ns"], s["overlapped_comm_ns"]) == (3, 30, 10)
+    assert s["overlap_ratio"] == 10 / 40
 
 
 def test_segments_and_activity_spans_golden():

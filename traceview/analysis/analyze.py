@@ -81,7 +81,7 @@ def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Se
         "stages": layers.stage_totals(layer_rows),
         "attribution": layers.attribution_summary(session),
         "comm": layers.comm_rows(session),
-        "warnings": list(profile.warnings),
+        "warnings": list(profile.warnings) + info.get("warnings", []),
     }
     if opts.step_regex and info["whole_trace"] and not opts.whole_trace:
         doc["warnings"].append(f"--step-regex '{opts.step_regex}' matched no step range with GPU work: "

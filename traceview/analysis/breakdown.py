@@ -5,7 +5,8 @@ from dataclasses import dataclass, field
 
 from ..db import Session
 
-DEFAULT_STEP_REGEXES = (r"^ProfilerStep#(\d+)$", r"^step[_ #]?(\d+)$", r"^iteration[_ #]?(\d+)$")
+DEFAULT_STEP_REGEXES = (r"^ProfilerStep#(\d+)$", r"^step[_ #]?(\d+)$", r"^iteration[_ #]?(\d+)$",
+                        r"^Batch[_ #]?(\d+)$")   # NVTX `Batch N` (the nsys tutorials' training loops)
 # CPU ranges whose launches are communication (collective ops, their annotations, comm libraries)
 DEFAULT_COMM_OP_REGEX = (r"^(c10d::|c10d_functional::|_c10d_functional::|nccl:|gloo:|rccl:|ProcessGroupNCCL|"
                          r"record_param_comms$|deep_ep|dpsk::ep|nvshmem)")
@@ -47,7 +48,28 @@ def prepare(session: Session, opts: Options) -> dict:
     if source is None:
         windows = session.query("whole_windows")
     session.register("windows", windows)
-    return {"step_regex": source, "whole_trace": source is None, "steps": windows.num_rows}
+    return {"step_regex": source, "whole_trace": source is None, "steps": windows.num_rows,
+            "warnings": nested_step_warnings(session, source) if source else []}
+
+
+_MATCHED_SQL = """
+SELECT rank, count(*) AS n FROM cpu_ranges
+WHERE kind IN ('annotation', 'op') AND regexp_matches(name, $rx) GROUP BY rank ORDER BY rank
+"""
+
+
+def nested_step_warnings(session: Session, rx: str) -> list[str]:
+    """Step ranges matched by the regex that lie inside another one (nested or duplicate): kept
+    only the outermost (step_ranges.sql); say how many were left out."""
+    matched = {r["rank"]: r["n"] for r in session.rows(_MATCHED_SQL, rx=rx)}
+    kept = {r["rank"]: r["n"] for r in session.rows("SELECT rank, count(*) AS n FROM step_ranges GROUP BY rank")}
+    extra = {r: n - kept.get(r, 0) for r, n in matched.items() if n > kept.get(r, 0)}
+    if not extra:
+        return []
+    total = sum(extra.values())
+    ranks = ", ".join(str(r) for r in sorted(extra)[:8]) + (" ..." if len(extra) > 8 else "")
+    return [f"{total} range(s) matching {rx} lie inside or duplicate another step range (rank(s) {ranks}): "
+            "each step is its outermost range; the inner ones are not steps of their own"]
 
 
 def step_rows(session: Session) -> list[dict]:

@@ -1,6 +1,7 @@
 -- activity_class: classify every GPU activity as compute, comm or memory.
 -- comm:   launched inside a collective CPU range (name matches $comm_op_regex, or NVTX domain
---         'NCCL', or the range carries collective metadata), or the activity itself carries
+--         'NCCL', or an MPI call: nsys's MPI trace, NVTX domain 'MPI' with ranges `MPI_*`, or
+--         the range carries collective metadata), or the activity itself carries
 --         collective metadata, or its name matches $comm_kernel_regex (NCCL/RCCL, DeepEP,
 --         NVSHMEM, ...). A memcpy launched by c10d::alltoall_base_ is therefore comm.
 -- memory: other memcpy / memset.
@@ -11,6 +12,7 @@ WITH coll_ranges AS (
     FROM cpu_ranges
     WHERE regexp_matches(name, $comm_op_regex)
        OR upper(coalesce(domain, '')) = 'NCCL'
+       OR (upper(coalesce(domain, '')) = 'MPI' AND starts_with(name, 'MPI_'))
        OR coll_name IS NOT NULL
 ),
 -- nested/overlapping collective ranges merged into disjoint islands per thread, so that one

@@ -1,0 +1,48 @@
+"""Step ranges matched by one regex that lie inside (or duplicate) another: the outermost is the
+step, the inner ones are not steps of their own, and a warning says so."""
+from helpers import make_profile
+
+from traceview.analysis import breakdown
+from traceview.analysis.analyze import analyze
+from traceview.db import Session
+
+
+def _profile(cpu):
+    launches = [dict(id=11, tid=1, start_ns=10, end_ns=12, correlation=1),
+                dict(id=12, tid=1, start_ns=1010, end_ns=1012, correlation=2)]
+    gpu = [dict(id=21, stream=7, start_ns=100, end_ns=300, name="gemm", correlation=1, launch_id=11),
+           dict(id=22, stream=7, start_ns=1100, end_ns=1500, name="gemm", correlation=2, launch_id=12)]
+    return make_profile(cpu, launches, gpu)
+
+
+def _doc(cpu, rx):
+    p = _profile(cpu)
+    return analyze(p, breakdown.Options(step_regex=rx), Session(p))
+
+
+def test_nested_ranges_of_one_regex_are_one_step():
+    cpu = [dict(id=1, tid=1, start_ns=0, end_ns=1000, name="iteration"),
+           dict(id=2, tid=1, start_ns=5, end_ns=900, name="train_step", depth=1, parent_id=1),
+           dict(id=3, tid=1, start_ns=1000, end_ns=2000, name="iteration"),
+           dict(id=4, tid=1, start_ns=1005, end_ns=1900, name="train_step", depth=1, parent_id=3)]
+    doc = _doc(cpu, r"^(iteration|train_step)$")
+    # by hand: two outer ranges, windows [100, 300) and [1100, 1500); the inner ones are dropped
+    assert [(s["step"], s["step_time_ns"]) for s in doc["steps"]] == [(1, 200), (2, 400)]
+    (w,) = [w for w in doc["warnings"] if "inside or duplicate" in w]
+    assert w.startswith("2 range(s)")
+
+
+def test_duplicate_spans_are_one_step():
+    cpu = [dict(id=1, tid=1, start_ns=0, end_ns=1000, name="step_1"),
+           dict(id=2, tid=1, start_ns=0, end_ns=1000, name="step_1", depth=1, parent_id=1),
+           dict(id=3, tid=1, start_ns=1000, end_ns=2000, name="step_2")]
+    doc = _doc(cpu, None)
+    assert [(s["step"], s["step_time_ns"]) for s in doc["steps"]] == [(1, 200), (2, 400)]
+    assert any(w.startswith("1 range(s)") and "inside or duplicate" in w for w in doc["warnings"])
+
+
+def test_no_warning_without_nesting():
+    cpu = [dict(id=1, tid=1, start_ns=0, end_ns=1000, name="step_1"),
+           dict(id=3, tid=1, start_ns=1000, end_ns=2000, name="step_2")]
+    doc = _doc(cpu, None)
+    assert len(doc["steps"]) == 2 and not any("inside or duplicate" in w for w in doc["warnings"])

@@ -44,8 +44,9 @@ def render(doc: dict) -> str:
     pct_s = f" ({pct:+.1f} %)" if pct is not None else ""
     from traceview.diff.texts import latent_headline, verdict_words
     out = [f"### traceview diff: {verdict_words(doc)}, {sms(d['step_time_ns'])} ms per step{pct_s}", ""]
-    files = lambda s: ", ".join(esc(f"{i['file']} ({i['format']})") for i in s["inputs"][:4]) + \
-        (f" and {len(s['inputs']) - 4} more" if len(s["inputs"]) > 4 else "")  # noqa: E731
+    def files(s):   # one nsys file may hold several ranks: each file once
+        u = list(dict.fromkeys(f"{i['file']} ({i['format']})" for i in s["inputs"]))
+        return ", ".join(esc(x) for x in u[:4]) + (f" and {len(u) - 4} more" if len(u) > 4 else "")
     out += [f"Base: {files(b)}, {b['steps']} steps x {b['ranks']} ranks.  ",
             f"New: {files(n)}, {n['steps']} steps x {n['ranks']} ranks.", ""]
     if doc.get("setup_differences"):

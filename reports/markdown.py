@@ -64,8 +64,8 @@ def headline(doc: dict) -> list[tuple[str, str]]:
 
 
 def title(doc: dict) -> str:
-    files = [i["file"] for i in doc.get("inputs", [])]
-    name = files[0] if len(files) == 1 else f"{len(files)} files"
+    from traceview.analysis.analyze import inputs_words
+    name = inputs_words(doc.get("inputs", []))
     s = doc["summary"]
     return f"traceview: {name} — {s['ranks']} rank(s), {s['steps']} step(s)"
 

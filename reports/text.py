@@ -244,7 +244,8 @@ def precision_lines(f: dict, ind: str) -> list[str]:
 
 def render(doc: dict) -> str:
     s = doc["summary"]
-    head = textwrap.wrap(f"traceview {doc['tool']['version']} — {len(doc['inputs'])} input(s), "
+    from traceview.analysis.analyze import inputs_words
+    head = textwrap.wrap(f"traceview {doc['tool']['version']} — {inputs_words(doc['inputs'])}, "
                          f"{s['ranks']} rank(s), {s['steps']} step(s); steps: {clip(doc['steps_source'], 120)}",
                          100, subsequent_indent="  ")
     for i in doc["inputs"][:8]:

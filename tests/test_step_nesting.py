@@ -46,3 +46,26 @@ def test_no_warning_without_nesting():
            dict(id=3, tid=1, start_ns=1000, end_ns=2000, name="step_2")]
     doc = _doc(cpu, None)
     assert len(doc["steps"]) == 2 and not any("inside or duplicate" in w for w in doc["warnings"])
+
+
+def test_inputs_in_words():
+    from traceview.analysis.analyze import inputs_words
+    two_procs = [{"file": "run.sqlite", "rank": r, "rank_source": "pid order"} for r in (0, 1)]
+    assert inputs_words(two_procs) == "run.sqlite: 1 file, 2 processes (ranks by process order)"
+    assert inputs_words(two_procs[:1]) == "run.sqlite"
+    per_rank = [{"file": f"rank{r}.json", "rank": r, "rank_source": "distributedInfo"} for r in range(8)]
+    assert inputs_words(per_rank) == "8 files"
+    mixed = per_rank[:2] + [{"file": "rank1.json", "rank": 9, "rank_source": "x"}]
+    assert inputs_words(mixed) == "2 files, 3 ranks"
+
+
+def test_one_nsys_file_with_two_processes_is_named_so():
+    import subprocess
+    import sys
+    from helpers import TRACES
+    f = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(f), "-f", "markdown"],
+                       capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    first = r.stdout.splitlines()[0]
+    assert "1 file, 2 processes (ranks by process order)" in first and "2 files" not in first

@@ -106,3 +106,21 @@ def test_noise_threshold_uses_the_step_spread():
     tight = diff_sides(side(u, steps=[1_000_000] * 3), side(v, steps=[1_030_000] * 3), DiffOptions())
     assert noisy["noise"]["new_spread_ns"] == 50_000 and noisy["verdict"] == "noise"
     assert tight["verdict"] == "regression" and tight["noise"]["threshold_ns"] == 5_000   # the 0.5 % floor
+
+
+def test_a_slower_kernel_swap_never_shows_a_minus_sign():
+    """Host got faster and the experts went fp32: the swap's own idle shrank more (500 us) than its
+    kernels grew (300 us). It filled 300 us of idle (net 0); the other 200 us of shrunk idle is the
+    host-side gain, its own item, so the list still sums to the change (-200 us)."""
+    base = side({G + ("gemm:nvjet bf16", "compute"): {"compute_ns": 100_000, "idle_ns": 500_000}})
+    new = side({G + ("gemm:sgemm fp32", "compute"): {"compute_ns": 400_000, "idle_ns": 0}})
+    doc = diff_sides(base, new, DiffOptions())
+    swap = [it for it in doc["explanation"] if it["kind"] == "swap"][0]
+    assert swap["contribution_ns"] == 0 and swap["parts_ns"]["compute_ns"] == 300_000
+    assert swap["parts_ns"]["idle_ns"] == -300_000 and not swap["text"].startswith("-")
+    idle = [it for it in doc["explanation"] if it["kind"] == "idle"][0]
+    assert idle["contribution_ns"] == -200_000
+    assert sum(it["contribution_ns"] for it in doc["explanation"]) == doc["delta"]["step_time_ns"] == -200_000
+    # and the GPU work grew by 300 us behind it: a latent regression led by the swap
+    assert doc["delta"]["gpu_work"]["delta_ns"] == 300_000 and doc["delta"]["gpu_work"]["latent"] is True
+    assert doc["latent"][0]["kind"] == "swap" and doc["latent"][0]["cost_ns"] == 300_000

@@ -90,9 +90,12 @@ def test_json_output_file(tmp_path):
     assert [(x["rank"], x["step"]) for x in doc["steps"]] == [(0, 1), (0, 2), (0, 3)]
     for x in doc["steps"]:
         assert {"rank", "step", "start_ns", "step_time_ns", "compute_ns"} <= set(x)
-    # medians over steps: the middle value of each field
-    for k in ("step_time_ns", "compute_ns", "idle_ns"):
-        assert s[k] == sorted(x[k] for x in doc["steps"])[1]
+    # the summary is one real step: the middle of the 3 by step time, with all its own parts
+    mid = sorted(doc["steps"], key=lambda x: x["step_time_ns"])[1]
+    assert (s["rank"], s["step"]) == (mid["rank"], mid["step"])
+    for k in ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memory_ns",
+              "idle_ns", "comm_ns"):
+        assert s[k] == mid[k]
 
 
 def test_json_is_deterministic(tmp_path):

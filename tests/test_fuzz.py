@@ -10,9 +10,9 @@ stderr that names the file, and nothing at OUT.
 Fixed seed (derandomize), no example database; about two minutes in all on the CI machine.
 TRACEVIEW_FUZZ_EXAMPLES=N runs N examples per format instead.
 
-Failures that are input-side defects listed as known (handled by the bounded-input work: deep
-JSON nesting, flow ids of the wrong type, nsys NULL or renamed columns, nsys timestamps at the
-int64 limits) are recorded, not failed, by `known_input_defect`; each also has an xfail case below.
+The input-side defects the fuzzer first found (deep JSON nesting, flow ids of the wrong type, nsys NULL
+or renamed columns, nsys timestamps at the int64 limits) are fixed; each keeps a regression case below,
+and no internal error is tolerated any more (`KNOWN_INPUT` is empty).
 """
 from __future__ import annotations
 
@@ -80,21 +80,7 @@ def run(path: Path, out: Path) -> tuple[int, str]:
     return code, stderr.getvalue()
 
 
-_NSYS_WORDS = ("TypeError", "ConversionException", "InvalidInputException", "OutOfRangeException", "ArrowInvalid",
-               "ArrowTypeError", "ValueError", "OverflowError", "BinderException", "CatalogException", "KeyError",
-               "OperationalError", "ProgrammingError",
-               "ValidationError")    # a report with nulls in it: the schema check of the test harness
-KNOWN_INPUT = {
-    # mutation kind -> words of the internal error it gives until the input side lands
-    "deep_nesting": ("RecursionError",),
-    "flow_id_type": ("TypeError", "ValueError", "ArrowInvalid", "ArrowTypeError", "ConversionException",
-                     "InvalidInputException", "OverflowError", "BinderException"),
-    "nsys_null": _NSYS_WORDS,             # NULL start/end and other NULL columns
-    "nsys_int64": _NSYS_WORDS,            # timestamps at the int64 limits
-    "nsys_rename_column": _NSYS_WORDS,    # a renamed column
-    "nsys_text_number": _NSYS_WORDS,      # 'abc' where a number belongs
-    "nsys_value": _NSYS_WORDS,            # a start of 1e300
-}
+KNOWN_INPUT: dict[str, tuple[str, ...]] = {}   # mutation kind -> words of a tolerated internal error: none
 known_seen: list[str] = []
 
 
@@ -351,9 +337,6 @@ def test_in_process_exit_codes_are_the_entry_points(tmp_path):
 
 # --- the known input-side cases, each as a case of its own ----------------------------------------
 
-INPUT_SIDE = "input side (bounded reading / nsys columns), fixed on the harden-input branch"
-
-
 def _known(tmp_path, name: str, raw: bytes | None = None, sqlite_edit: str | None = None, kind: str = "") -> None:
     if sqlite_edit is None:
         path = tmp_path / name
@@ -373,13 +356,11 @@ def _known(tmp_path, name: str, raw: bytes | None = None, sqlite_edit: str | Non
         assert err.count("\n") == 1 and path.name in err and not out.exists()
 
 
-@pytest.mark.xfail(reason=INPUT_SIDE + ": 10^5-deep JSON nesting under a skipped key", strict=False)
 def test_known_deep_nesting(tmp_path):
     text = (GEN / "tiny_breakdown.json").read_text()
     _known(tmp_path, "deep.json", (text.rstrip()[:-1] + ', "x": ' + "[" * 100_000 + "]" * 100_000 + "}").encode())
 
 
-@pytest.mark.xfail(reason=INPUT_SIDE + ": a flow whose id is a list", strict=False)
 def test_known_flow_id_list(tmp_path):
     doc = kineto_doc(GEN / "tiny_breakdown.json")
     for e in doc["traceEvents"]:
@@ -388,17 +369,14 @@ def test_known_flow_id_list(tmp_path):
     _known(tmp_path, "flow.json", json.dumps(doc).encode())
 
 
-@pytest.mark.xfail(reason=INPUT_SIDE + ": nsys kernels with NULL start/end", strict=False)
 def test_known_nsys_null_start(tmp_path):
     _known(tmp_path, "null.sqlite", sqlite_edit='UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET start=NULL')
 
 
-@pytest.mark.xfail(reason=INPUT_SIDE + ": nsys kernel table with a renamed column", strict=False)
 def test_known_nsys_renamed_column(tmp_path):
     _known(tmp_path, "renamed.sqlite",
            sqlite_edit='ALTER TABLE CUPTI_ACTIVITY_KIND_KERNEL RENAME COLUMN "end" TO end_renamed')
 
 
-@pytest.mark.xfail(reason=INPUT_SIDE + ": nsys timestamps at the int64 limits", strict=False)
 def test_known_nsys_int64_limits(tmp_path):
     _known(tmp_path, "int64.sqlite", sqlite_edit=f'UPDATE CUPTI_ACTIVITY_KIND_KERNEL SET "end"={2 ** 63 - 1}')

@@ -9,13 +9,14 @@ from typing import List, Optional
 
 import typer
 
-from .errors import TraceError, UsageError
+from .errors import TraceError
 from .output import Interrupted
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Performance-trace analysis for MoE training (Kineto JSON, Nsight Systems).")
 
 EXIT_INPUT = 2
+_IN_CLI = False          # set by main(): process-wide tweaks (the pandas probe) only for the command line
 
 
 def _version(value: bool) -> None:
@@ -78,6 +79,7 @@ def inside(path: Path, directory: Path) -> Optional[str]:
 
 def guarded(debug: bool, fn, *args, **kwargs):
     """Run fn; input problems become one line on stderr and exit 2 (traceback only with --debug)."""
+    _skip_pyarrow_pandas_probe()
     try:
         return fn(*args, **kwargs)
     except typer.Exit:
@@ -173,31 +175,20 @@ def analyze(
         raise typer.Exit(1)
 
 
-def _register_optional() -> None:
-    """Commands that live in their own modules."""
-    try:
-        from .flops.cli import mfu_command
-        app.command("mfu")(mfu_command)
-    except ImportError:
-        pass
-    try:
-        from .diff_cli import diff_command
-        app.command("diff")(diff_command)
-    except ImportError:
-        pass
-    try:
-        from .export_cli import export_command
-        app.command("export")(export_command)
-    except ImportError:
-        pass
-    try:
-        from .history_cli import history_command
-        app.command("history")(history_command)
-    except ImportError:
-        pass
+def _register_commands() -> None:
+    """Commands that live in their own modules (each imports only what its --help needs; a broken
+    import is an error here, never a command that silently vanishes)."""
+    from .diff_cli import diff_command
+    from .export_cli import export_command
+    from .flops.cli import mfu_command
+    from .history_cli import history_command
+    app.command("mfu")(mfu_command)
+    app.command("diff")(diff_command)
+    app.command("export")(export_command)
+    app.command("history")(history_command)
 
 
-_register_optional()
+_register_commands()
 
 
 def _skip_pyarrow_pandas_probe() -> None:
@@ -206,7 +197,7 @@ def _skip_pyarrow_pandas_probe() -> None:
     values), so the command line marks pandas absent for its own process: pyarrow's Python-side
     probe is answered once by a stub that raises ImportError, and `import pandas` from C++ then
     fails at once on the None entry. Library users are not affected."""
-    if "pandas" in sys.modules:
+    if "pandas" in sys.modules or not _IN_CLI:
         return
     import types
 
@@ -267,7 +258,8 @@ def _other_click_error(e) -> int:
 
 
 def main() -> None:
-    _skip_pyarrow_pandas_probe()
+    global _IN_CLI
+    _IN_CLI = True
     sys.exit(run_cli())
 
 

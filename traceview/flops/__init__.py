@@ -1,16 +1,32 @@
 """Delivered vs peak FLOPs: model FLOPs per token, FLOPs from trace shapes, peaks, MFU.
 
-See docs/FLOPS.md for the formulas and their assumptions.
+See docs/FLOPS.md for the formulas and their assumptions. The names below are loaded on first use
+(PEP 562), so importing a light submodule (models, peaks, convert) does not import the table libraries.
 """
-from .models import (ModelConfig, PRESETS, config_from_dict, forward_flops_per_token, load_config,
-                     param_counts, preset, resolve, training_flops_per_token)
-from .peaks import PEAKS, match_gpu, normalize_dtype, peak_tflops
-from .trace_flops import kernel_flops, op_flops, shape_flops, step_windows, tokens_per_step
-from .mfu import (flops_section, group_tflops, tflops_from_tokens, tokens_from_tflops, trace_flops)
+from __future__ import annotations
 
-__all__ = [
-    "ModelConfig", "PRESETS", "config_from_dict", "forward_flops_per_token", "load_config", "param_counts",
-    "preset", "resolve", "training_flops_per_token", "PEAKS", "match_gpu", "normalize_dtype", "peak_tflops",
-    "kernel_flops", "op_flops", "shape_flops", "step_windows", "tokens_per_step", "flops_section",
-    "group_tflops", "tflops_from_tokens", "tokens_from_tflops", "trace_flops",
-]
+import importlib
+
+_HOME = {
+    **dict.fromkeys(("ModelConfig", "PRESETS", "config_from_dict", "forward_flops_per_token", "load_config",
+                     "param_counts", "preset", "resolve", "training_flops_per_token"), "models"),
+    **dict.fromkeys(("PEAKS", "match_gpu", "normalize_dtype", "peak_tflops"), "peaks"),
+    **dict.fromkeys(("kernel_flops", "op_flops", "shape_flops", "step_windows", "tokens_per_step"), "trace_flops"),
+    **dict.fromkeys(("flops_section", "group_tflops", "trace_flops"), "mfu"),
+    **dict.fromkeys(("tflops_from_tokens", "tokens_from_tflops"), "convert"),
+}
+
+__all__ = sorted(_HOME)
+
+
+def __getattr__(name: str):
+    home = _HOME.get(name)
+    if home is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{home}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_HOME))

@@ -11,7 +11,7 @@ import typer
 
 from ..errors import TraceError, UsageError
 from ..reports.escape import one_line_controls
-from .mfu import decimal_str, roundtrip_str, tflops_from_tokens, tokens_from_tflops
+from .convert import decimal_str, roundtrip_str, tflops_from_tokens, tokens_from_tflops
 from .models import param_counts, resolve, training_flops_per_token
 from .peaks import normalize_dtype, peak_tflops as lookup_peak
 

@@ -82,7 +82,7 @@ class Job:
 
     def render(self, fmt: str = "text") -> str:
         """The report as `analyze --format FMT` writes it: text, markdown, html or json."""
-        from .cli import FORMATS
+        from .cli_common import FORMATS
         if fmt not in FORMATS:
             raise UsageError(None, f"unknown --format {fmt!r} (choose from {', '.join(FORMATS)})")
         if fmt == "json":

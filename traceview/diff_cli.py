@@ -18,7 +18,7 @@ from typing import List, Optional
 
 import typer
 
-from .cli import MAX_INPUT_HELP, check_out, fail, guarded, write_output
+from .cli_common import MAX_INPUT_HELP, check_out, fail, guarded, write_output
 
 DIFF_FORMATS = ("text", "json", "markdown", "html")
 

@@ -10,7 +10,7 @@ from typing import List, Optional
 
 import typer
 
-from .cli import fail, guarded
+from .cli_common import fail, guarded
 
 
 def export_command(

@@ -266,7 +266,7 @@ def build(doc: dict, session) -> str:
 
 def write(doc: dict, session, out) -> None:
     """Write the file (gzip-compressed when its name ends in .gz), atomically."""
-    from .cli import write_output
+    from .cli_common import write_output
     text = build(doc, session)
     data: str | bytes = text
     if str(out).endswith(".gz"):

@@ -14,7 +14,7 @@ from typing import List, Optional
 
 import typer
 
-from .cli import fail, guarded, write_output
+from .cli_common import fail, guarded, write_output
 
 HISTORY_FORMATS = ("text", "json", "markdown", "html")
 

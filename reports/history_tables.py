@@ -1,24 +1,17 @@
 """Text and Markdown for the `traceview.history/1` document: the changes named first (metric,
 from, to, %), then one row per night (values outside their band marked), then the stage times.
 
-File names are untrusted: in text, control characters are shown as escapes (a name cannot move the
-cursor or colour the terminal); in Markdown they go through `escape.md`.
+File names are untrusted: in text, control characters and line breaks are shown as escapes by the
+shared `escape.one_line_controls` (a name cannot move the cursor or colour the terminal); in
+Markdown they go through `escape.md`.
 """
 from __future__ import annotations
 
-import re
 import textwrap
 
 from . import markdown as mdr
 from . import text as txt
-from .escape import md
-
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
-
-
-def term(s) -> str:
-    """One line with every control character (ANSI escapes included) shown as \\xNN."""
-    return _CONTROL.sub(lambda m: f"\\x{ord(m.group()):02x}", str(s))
+from .escape import md, one_line_controls as term   # control characters and line breaks as escapes
 
 
 def value(v, unit: str) -> str:

@@ -41,13 +41,14 @@ class Family:
 
 
 # dtype words as they appear in C++ template arguments and library names (first match wins)
+_FP8 = (re.compile(r"e4m3|e5m2|Float8|fp8|\bf8\b"), "fp8")
+_FP64 = (re.compile(r"\bdouble\b|\bfp64\b"), "fp64")
+_FP32 = (re.compile(r"\bfloat\b|\bfp32\b|\bf32\b"), "fp32")
+_INT8 = (re.compile(r"\bint8_t\b|\bint8\b"), "int8")
 _DTYPE_WORDS = [
     (re.compile(r"BFloat16|bfloat16|__nv_bfloat16|__hip_bfloat16|\bbf16|_bf16"), "bf16"),
     (re.compile(r"\bc10::Half\b|\b__half\b|\bhalf\b|\bHalf\b|\bfp16\b|_f16_|_fp16|\bf16\b"), "fp16"),
-    (re.compile(r"e4m3|e5m2|Float8|fp8|\bf8\b"), "fp8"),
-    (re.compile(r"\bdouble\b|\bfp64\b"), "fp64"),
-    (re.compile(r"\bfloat\b|\bfp32\b|\bf32\b"), "fp32"),
-    (re.compile(r"\bint8_t\b|\bint8\b"), "int8"),
+    _FP8, _FP64, _FP32, _INT8,
 ]
 
 _NVJET_T = {"t": "bf16", "h": "fp16", "s": "fp32", "e": "fp8", "q": "fp8", "d": "fp64", "i": "int8"}
@@ -200,13 +201,11 @@ _DEEPGEMM_T = {"fp8": "fp8", "bf16": "bf16", "fp4": "fp4", "nvfp4": "fp4", "tf32
 # GEMM dtype words, most specific math first: an fp8/fp4/tf32 GEMM names its bf16/fp32 output types too
 _GEMM_DTYPE_WORDS = [
     (re.compile(r"e2m1|nvfp4|mxfp4|\bfp4\b|_fp4_|float_e2m1"), "fp4"),
-    (re.compile(r"e4m3|e5m2|Float8|fp8|\bf8\b"), "fp8"),
+    _FP8,
     (re.compile(r"tf32|tfloat32"), "tf32"),
     (re.compile(r"BFloat16|bfloat16|__nv_bfloat16|\bbf16|_bf16"), "bf16"),
     (re.compile(r"\bc10::Half\b|\b__half\b|\bhalf\b|half_t|\bHalf\b|\bfp16\b|_f16_|_fp16|\bf16\b"), "fp16"),
-    (re.compile(r"\bdouble\b|\bfp64\b"), "fp64"),
-    (re.compile(r"\bfloat\b|\bfp32\b|\bf32\b"), "fp32"),
-    (re.compile(r"\bint8_t\b|\bint8\b"), "int8"),
+    _FP64, _FP32, _INT8,
 ]
 
 

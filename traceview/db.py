@@ -33,6 +33,29 @@ class Session:
             self.con.register(name, getattr(profile, name))
         self._views: set[str] = set()
         self._registered: set[str] = set()
+        self.built: dict[str, dict] = {}          # step -> the parameters it was built with (engine/pipeline.py)
+        self.build_counts: dict[str, int] = {}    # step -> times materialized (a test holds it at 1)
+
+    def tables(self) -> set[str]:
+        """Names queryable now: canonical tables, registered Arrow tables, materialized steps."""
+        return set(schema.TABLES) | self._registered | self._views
+
+    def columns(self, name: str) -> list[str]:
+        return [r[0] for r in self.con.execute(f"DESCRIBE {name}").fetchall()]
+
+    def materialize_sql(self, name: str, sql: str, params: dict) -> None:
+        """Keep the result of a step's SQL inside DuckDB as temp table `name`."""
+        self.create_table(name, sql, **params)
+
+    def materialize_arrow(self, name: str, table: pa.Table) -> None:
+        """Keep a Python step's Arrow result inside DuckDB as temp table `name`."""
+        if name in self._registered:
+            self.con.unregister(name)
+            self._registered.discard(name)
+        self.con.register("__step_result", table)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM __step_result")
+        self.con.unregister("__step_result")
+        self._views.add(name)
 
     def register(self, name: str, table: pa.Table) -> None:
         """Make an Arrow table queryable under `name` (replacing a table of that name)."""

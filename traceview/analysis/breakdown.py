@@ -4,6 +4,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ..db import Session
+from ..engine.pipeline import build
 
 DEFAULT_STEP_REGEXES = (r"^ProfilerStep#(\d+)$", r"^step[_ #]?(\d+)$", r"^iteration[_ #]?(\d+)$",
                         r"^Batch[_ #]?(\d+)$")   # NVTX `Batch N` (the nsys tutorials' training loops)
@@ -32,7 +33,7 @@ def _alt(base: str, extra: list[str]) -> str:
 
 def prepare(session: Session, opts: Options) -> dict:
     """Materialize activity_origin, activity_class and the step windows. Returns step info."""
-    session.materialize("activity_origin")
+    build(session, ["activity_origin"])
     session.materialize("activity_class",
                         comm_op_regex=_alt(DEFAULT_COMM_OP_REGEX, opts.comm_regex),
                         comm_kernel_regex=_alt(DEFAULT_COMM_KERNEL_REGEX, opts.comm_regex))

@@ -1,7 +1,10 @@
+-- step: activity_origin
+-- scope: rank
+-- requires: gpu_activities, launches, cpu_ranges
+-- produces: id, rank, tid, origin_start_ns, origin_end_ns, op_id, launch_name
 -- activity_origin: where each GPU activity came from on the CPU.
 -- One row per GPU activity: the launching thread and the CPU interval of the launch call
 -- (or, where no launch call is linked, of the launching op).
--- Input: gpu_activities, launches, cpu_ranges.
 SELECT
     a.id,
     a.rank,

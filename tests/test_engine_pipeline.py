@@ -1,0 +1,85 @@
+"""engine/pipeline.build: dependency order, each step once per session, declared columns checked,
+scope rules enforced; steps/parse_header reads the .sql headers."""
+import pyarrow as pa
+import pytest
+
+from helpers import make_profile
+
+from traceview.db import Session
+from traceview.engine import steps
+from traceview.engine.pipeline import build, plan
+from traceview.engine.steps import StepError, parse_header, python_step
+
+
+def _session():
+    return Session(make_profile(gpu=[dict(id=1, rank=0, start_ns=0, end_ns=10)]))
+
+
+@python_step("t_base", scope="rank", requires=("gpu_activities",), produces=("rank", "n"))
+def _t_base(session, params):
+    return session.sql("SELECT rank, count(*)::BIGINT AS n FROM gpu_activities GROUP BY rank")
+
+
+@python_step("t_twice", scope="rank", requires=("t_base",), params=("k",), produces=("rank", "m"))
+def _t_twice(session, params):
+    return session.sql("SELECT rank, n * $k AS m FROM t_base", k=params["k"])
+
+
+@python_step("t_job", scope="job", requires=("t_twice",), produces=("total",))
+def _t_job(session, params):
+    return session.sql("SELECT sum(m)::BIGINT AS total FROM t_twice")
+
+
+@python_step("t_bad_rank", scope="rank", requires=("t_job",), produces=("rank",))
+def _t_bad_rank(session, params):
+    return session.sql("SELECT 0 AS rank")
+
+
+@python_step("t_wrong_cols", scope="job", requires=(), produces=("a", "b"))
+def _t_wrong(session, params):
+    return pa.table({"a": [1]})
+
+
+def test_dependencies_first_each_once():
+    s = _session()
+    assert [st.name for st in plan(["t_job"])] == ["t_base", "t_twice", "t_job"]
+    assert build(s, ["t_job"], {"k": 3}) == ["t_base", "t_twice", "t_job"]
+    assert s.rows("SELECT total FROM t_job") == [{"total": 3}]       # 1 activity x 3
+    assert build(s, ["t_job", "t_twice"], {"k": 3}) == []              # already built: nothing again
+    assert s.build_counts == {"t_base": 1, "t_twice": 1, "t_job": 1}
+
+
+def test_other_parameters_in_one_session_are_an_error():
+    s = _session()
+    build(s, ["t_twice"], {"k": 2})
+    with pytest.raises(StepError, match="t_twice was built in this session"):
+        build(s, ["t_twice"], {"k": 5})
+    with pytest.raises(StepError, match="needs parameter 'k'"):
+        build(_session(), ["t_twice"], {})
+
+
+def test_scope_and_columns_are_enforced():
+    with pytest.raises(StepError, match="per-rank step t_bad_rank requires per-job step t_job"):
+        plan(["t_bad_rank"])
+    with pytest.raises(StepError, match=r"produced columns \['a'\], declares \['a', 'b'\]"):
+        build(_session(), ["t_wrong_cols"])
+    with pytest.raises(StepError, match="unknown step or table 'nope'"):
+        plan(["nope"])
+
+
+def test_header_parsing():
+    st = parse_header("x", "-- step: x\n-- scope: job\n-- requires: a, b\n-- params: rx\n"
+                           "-- produces: c1,\n-- produces: c2\nSELECT 1 WHERE $rx")
+    assert (st.scope, st.requires, st.params, st.produces) == ("job", ("a", "b"), ("rx",), ("c1", "c2"))
+    with pytest.raises(StepError, match="never uses"):
+        parse_header("x", "-- step: x\n-- scope: job\n-- requires: a\n-- params: rx\n-- produces: c\nSELECT 1")
+    with pytest.raises(StepError, match="names step"):
+        parse_header("x", "-- step: y\n-- scope: job\n-- requires: a\n-- produces: c\nSELECT 1")
+    with pytest.raises(StepError, match="scope 'node'"):
+        parse_header("x", "-- step: x\n-- scope: node\n-- requires: a\n-- produces: c\nSELECT 1")
+
+
+def test_every_declared_sql_step_is_well_formed():
+    for name, st in steps.sql_steps().items():
+        assert st.name == name and st.produces
+        plan([name])           # requirements resolve, no circle, scope rules hold

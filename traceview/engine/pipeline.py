@@ -1,0 +1,70 @@
+"""`build(session, targets, params)`: materialize what the targets need, in dependency order, each
+step once per session, and check that each produced exactly the columns it declares.
+
+A step's result is a DuckDB temp table of the step's name. Building a step that the session already
+holds is free when its parameters are the same and an error when they differ (a session answers one
+question; ask another in another session). Scope is enforced: a per-rank step may require canonical
+tables and per-rank steps only, and produces a `rank` column, so the scale work can run it on each
+rank's data alone."""
+from __future__ import annotations
+
+from typing import Iterable, Mapping
+
+from .. import schema
+from .steps import Step, StepError, lookup
+
+
+def plan(targets: Iterable[str], available: Iterable[str] = ()) -> list[Step]:
+    """The steps needed for `targets`, dependencies first (a stable depth-first order)."""
+    have = set(available) | set(schema.TABLES)
+    order: list[Step] = []
+    seen: set[str] = set()
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        if name in seen or (name in have and lookup(name) is None):
+            return
+        if name in path:
+            raise StepError("steps require each other in a circle: " + " -> ".join(path + (name,)))
+        step = lookup(name)
+        if step is None:
+            raise StepError(f"unknown step or table {name!r}" + (f" (required by {path[-1]})" if path else ""))
+        for req in step.requires:
+            visit(req, path + (name,))
+            dep = lookup(req)
+            if step.scope == "rank" and dep is not None and dep.scope == "job":
+                raise StepError(f"per-rank step {name} requires per-job step {req}")
+        seen.add(name)
+        order.append(step)
+    for t in targets:
+        visit(t, ())
+    return order
+
+
+def build(session, targets: Iterable[str], params: Mapping[str, object] | None = None) -> list[str]:
+    """Materialize `targets` and what they need in `session`; returns the names built by this call."""
+    params = dict(params or {})
+    built_now = []
+    for step in plan(targets, session.tables()):
+        own = {}
+        for p in step.params:
+            if p not in params:
+                raise StepError(f"step {step.name} needs parameter {p!r}")
+            own[p] = params[p]
+        done = session.built.get(step.name)
+        if done is not None:
+            if done != own:
+                raise StepError(f"step {step.name} was built in this session with {done}, now asked with {own}")
+            continue
+        if step.sql is not None:
+            session.materialize_sql(step.name, step.sql, own)
+        else:
+            session.materialize_arrow(step.name, step.run(session, own))
+        got = session.columns(step.name)
+        if tuple(got) != step.produces:
+            raise StepError(f"step {step.name} produced columns {got}, declares {list(step.produces)}")
+        if step.scope == "rank" and "rank" not in got:
+            raise StepError(f"per-rank step {step.name} produces no rank column")
+        session.built[step.name] = own
+        session.build_counts[step.name] = session.build_counts.get(step.name, 0) + 1
+        built_now.append(step.name)
+    return built_now

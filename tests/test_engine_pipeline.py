@@ -79,7 +79,11 @@ def test_header_parsing():
         parse_header("x", "-- step: x\n-- scope: node\n-- requires: a\n-- produces: c\nSELECT 1")
 
 
+# tables analyses still register from Python rather than declare as steps
+NOT_YET_STEPS = {"windows", "range_context"}
+
+
 def test_every_declared_sql_step_is_well_formed():
     for name, st in steps.sql_steps().items():
         assert st.name == name and st.produces
-        plan([name])           # requirements resolve, no circle, scope rules hold
+        plan([name], given=NOT_YET_STEPS)       # requirements resolve, no circle, scope rules hold

@@ -1,3 +1,8 @@
+-- step: activity_attribution
+-- scope: rank
+-- requires: cpu_ranges, range_context, step_ranges, activity_origin
+-- produces: id, rank, step, layer, phase, stage, region, is_backward, linked, layer_inferred
+-- produces: cross_thread, cross_ambiguous
 -- activity_attribution: (step, layer, phase, stage, region) of every GPU activity.
 -- Forward work: the innermost annotations around its launch (range_context of its op).
 -- Backward work: the forward op it differentiates, found through the backward node's
@@ -13,7 +18,6 @@
 -- but no layer number), 'outside' (attributed, in no layer-like annotation: embedding, output
 -- head, loss, optimizer...), 'unattributed' (backward work with no link to a forward op and no
 -- annotation, or work with no launching CPU op).
--- Input: activity_origin, cpu_ranges, range_context, step_ranges.
 WITH fwd_by_seq AS (
     SELECT r.rank, r.seq, r.id AS fwd_op
     FROM cpu_ranges r JOIN range_context c ON c.id = r.id

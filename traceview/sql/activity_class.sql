@@ -1,3 +1,8 @@
+-- step: activity_class
+-- scope: rank
+-- requires: cpu_ranges, gpu_activities, activity_origin
+-- params: comm_kernel_regex, comm_op_regex
+-- produces: id, rank, device, stream, start_ns, end_ns, kind, name, class, coll_range
 -- activity_class: classify every GPU activity as compute, comm or memory.
 -- comm:   launched inside a collective CPU range (name matches $comm_op_regex, or NVTX domain
 --         'NCCL', or an MPI call: nsys's MPI trace, NVTX domain 'MPI' with ranges `MPI_*`, or
@@ -6,7 +11,6 @@
 --         NVSHMEM, ...). A memcpy launched by c10d::alltoall_base_ is therefore comm.
 -- memory: other memcpy / memset.
 -- compute: every other kernel.
--- Input: gpu_activities, activity_origin, cpu_ranges.
 WITH coll_ranges AS (
     SELECT rank, tid, start_ns, end_ns, name
     FROM cpu_ranges

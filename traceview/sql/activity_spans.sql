@@ -1,7 +1,10 @@
+-- step: activity_spans
+-- scope: rank
+-- requires: windows, activity_class, segments
+-- produces: rank, step, id, class, s, e, i0, i1
 -- activity_spans: each activity clipped to each window it overlaps, with the range [i0, i1) of
 -- the window's elementary segments (see `segments`) that it covers. Attribution queries unnest
 -- this range to share each segment among the activities running in it.
--- Input: windows, segments, activity_class.
 WITH w AS (SELECT rank, step, start_ns AS ws, end_ns AS we FROM windows),
 clipped AS (
     SELECT w.rank, w.step, a.id, a.class, greatest(a.start_ns, w.ws) AS s, least(a.end_ns, w.we) AS e

@@ -1,3 +1,8 @@
+-- step: coll_instances
+-- scope: rank
+-- requires: comm_ops, gpu_activities, cpu_ranges, activity_attribution, activity_origin
+-- produces: id, rank, comm_kind, grp, idx, arrival_ns, end_ns, bytes, stream, in_split, out_split
+-- produces: group_size, step, layer, phase, stage
 -- coll_instances: every collective issued on every rank, numbered in issue order so that the
 -- same collective can be matched across ranks: (comm_kind, grp, idx) names one collective of
 -- the job. grp is the process group where the trace records it (coll_pg of the activity or of
@@ -5,7 +10,6 @@
 -- One row per communication GPU activity (NCCL kernel, or the copy of a one-rank all-to-all);
 -- issue order = launch time on the CPU, then GPU start.
 -- arrival_ns is the GPU start (when this rank entered the collective), on the rank's own clock.
--- Input: comm_ops, gpu_activities, activity_origin, activity_attribution.
 WITH base AS (
     SELECT c.id, c.rank, c.comm_kind, c.start_ns, c.end_ns, c.bytes, g.stream,
            coalesce(g.coll_pg, r.coll_pg, '') AS grp,

@@ -1,3 +1,7 @@
+-- step: comm_ops
+-- scope: rank
+-- requires: activity_class, cpu_ranges, gpu_activities, activity_origin
+-- produces: id, rank, start_ns, end_ns, name, comm_kind, bytes, op_key
 -- comm_ops: every communication activity with its collective kind and size.
 -- Kind from the collective's metadata where present (the activity's or its launching
 -- collective range's `coll_name`), else from the name of the collective CPU range that
@@ -10,7 +14,6 @@
 -- kernel, the kernel itself (each is one collective or group); else (DeepEP, NVSHMEM and other
 -- libraries PyTorch records no op for) the innermost annotation around the launch, split by
 -- role (dispatch / combine, from the kernel name); else the activity itself.
--- Input: activity_class, activity_origin, gpu_activities, cpu_ranges.
 WITH RECURSIVE up AS (   -- the launching range of each comm activity and its ancestors
     SELECT c.id, o.op_id AS rid, 0 AS lvl
     FROM activity_class c JOIN activity_origin o ON o.id = c.id

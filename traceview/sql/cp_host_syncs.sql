@@ -1,3 +1,7 @@
+-- step: cp_host_syncs
+-- scope: rank
+-- requires: launches, gpu_activities, syncs, cpu_ranges
+-- produces: id, rank, tid, start_ns, end_ns, dur_ns, name, op, parent_op, grandparent_op
 -- cp_host_syncs: CPU calls in which the host thread blocked until GPU work finished.
 -- A call is a host sync when it is a synchronize API (cudaStreamSynchronize,
 -- cudaDeviceSynchronize, cudaEventSynchronize, cuCtxSynchronize ...), when a synchronization
@@ -6,7 +10,6 @@
 -- GPU and is synchronous by nature (a non-async API, or a copy to pageable host memory).
 -- op / parent_op / grandparent_op: the innermost CPU ranges around the call (the op that forced
 -- the sync, e.g. aten::_local_scalar_dense < aten::item, aten::copy_ < aten::_to_copy < aten::to).
--- Input: launches, gpu_activities, syncs, cpu_ranges.
 WITH blocking_copies AS (
     SELECT DISTINCT l.id
     FROM launches l JOIN gpu_activities a ON a.launch_id = l.id

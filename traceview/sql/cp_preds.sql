@@ -1,3 +1,9 @@
+-- step: cp_preds
+-- scope: rank
+-- requires: activity_class, syncs, launches, cp_host_syncs, windows, activity_origin
+-- produces: rank, step, id, stream, start_ns, end_ns, class, kind, name, tid, origin_start_ns
+-- produces: origin_end_ns, prev_id, prev_end_ns, wait_src_id, wait_src_end_ns, sync_id
+-- produces: sync_end_ns
 -- cp_preds: for every GPU activity running in a step window, the candidate predecessors the
 -- critical-path walk chooses from:
 --   prev_*      the previous activity on the same stream (stream order; by GPU start);
@@ -11,7 +17,6 @@
 --               null where no launch call is linked (the op's end says nothing about the launch);
 --   sync_*      the last host sync (cp_host_syncs) on the launching thread that ended before the
 --               launch call started (the host was blocked there just before launching).
--- Input: windows, activity_class, activity_origin, syncs, launches, cp_host_syncs.
 WITH acts AS (
     SELECT c.id, c.rank, c.stream, c.start_ns, c.end_ns, c.class, c.kind, c.name,
            o.tid, o.origin_start_ns,

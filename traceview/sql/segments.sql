@@ -1,9 +1,12 @@
+-- step: segments
+-- scope: rank
+-- requires: windows, activity_class
+-- produces: rank, step, t, seg, t_end, c, m, x
 -- segments: the elementary segments of each window's GPU timeline (union over the rank's
 -- streams) between consecutive activity boundaries, with how many compute (c), comm (m) and
 -- memory (x) activities run in each. Sweep line: +1/-1 per class at each clipped start/end.
 -- One row per boundary point; `seg` numbers the points in time order per window and
 -- `t_end` is null at the window's last point.
--- Input: windows (rank, step, start_ns, end_ns), activity_class.
 WITH w AS (SELECT rank, step, start_ns AS ws, end_ns AS we FROM windows),
 clipped AS (
     SELECT w.rank, w.step, greatest(a.start_ns, w.ws) AS s, least(a.end_ns, w.we) AS e, a.class

@@ -1,3 +1,8 @@
+-- step: step_ranges
+-- scope: rank
+-- requires: cpu_ranges
+-- params: step_regex
+-- produces: rank, step, range_id, tid, cpu_start_ns, cpu_end_ns, name
 -- step_ranges: the CPU ranges that name training steps, with their step number.
 -- A range names a step when its name matches $step_regex; the first capture group, when it
 -- is a number, is the step number; otherwise steps are numbered 1, 2, ... in time order.
@@ -5,7 +10,6 @@
 -- duplicate of the same span) is not a step of its own: only the outermost is kept (for equal
 -- spans the shallowest, then the first). Per rank, one range per step number (the outermost,
 -- earliest one if several match). `step_ranges_dropped` counts what was left out.
--- Input: cpu_ranges.
 WITH m0 AS (
     SELECT rank, id, tid, start_ns, end_ns, name, coalesce(depth, 0) AS depth
     FROM cpu_ranges

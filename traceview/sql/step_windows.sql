@@ -1,6 +1,9 @@
+-- step: step_windows
+-- scope: rank
+-- requires: step_ranges, gpu_activities, activity_origin
+-- produces: rank, step, name, start_ns, end_ns, activities
 -- step_windows: the GPU window of each step: from the start of the first GPU activity
 -- launched inside the step's CPU range (any thread of that rank) to the end of the last one.
--- Input: step_ranges, activity_origin, gpu_activities.
 SELECT s.rank, s.step, s.name,
        min(a.start_ns) AS start_ns,
        max(a.end_ns)   AS end_ns,

@@ -106,10 +106,10 @@ def test_backward_linked_share_counts_own_annotations_not_cross_thread(ds):
 
 def test_perfetto_layer_track_marks_inferred_layers(ds, tmp_path):
     import json
-    from traceview.export_perfetto import export
+    import traceview
     paths, _ = ds
     out = tmp_path / "ds.perfetto.json"
-    export([str(paths["kineto"])], out)
+    traceview.open([str(paths["kineto"])]).export_perfetto(out)
     ev = json.loads(out.read_text())
     events = ev["traceEvents"] if isinstance(ev, dict) else ev
     names = {e["name"] for e in events if e.get("cat") == "traceview.layer"}

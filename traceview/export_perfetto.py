@@ -273,10 +273,3 @@ def write(doc: dict, session, out) -> None:
         import gzip
         data = gzip.compress(text.encode("ascii"), mtime=0)
     write_output(data, out)
-
-
-def export(paths, out, **options) -> None:
-    """Analyze `paths` (the keyword options of traceview.open) and write the Perfetto file `out`.
-    Nothing is written when the input is bad."""
-    from . import api
-    api.open(paths, **options).export_perfetto(out)

@@ -5,7 +5,6 @@ step exactly the input it is about."""
 from __future__ import annotations
 
 import pyarrow as pa
-
 from helpers import make_profile
 
 from traceview.engine.pipeline import build

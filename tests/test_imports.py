@@ -89,10 +89,12 @@ LAYER_OF: dict[str, str] = {
 # A circle: ("circle", m1, m2, ...), its modules sorted.
 KNOWN_VIOLATIONS: dict[tuple[str, ...], str] = {
     # metrics open files and call the assembly: diff repeats the analyze assembly (decompose.load_side)
-    ("traceview.diff.decompose", "traceview.load", "lazy"): "diff loads the traces itself instead of taking loaded jobs",
+    ("traceview.diff.decompose", "traceview.load", "lazy"):
+        "diff loads the traces itself instead of taking loaded jobs",
     ("traceview.diff.decompose", "traceview.analysis.analyze", "lazy"):
         "diff's second copy of the analyze assembly (load_side) calls the document layer",
-    ("traceview.diff.texts", "traceview.diff.document", "lazy"): "explanation words read stall_status of the diff document",
+    ("traceview.diff.texts", "traceview.diff.document", "lazy"):
+        "explanation words read stall_status of the diff document",
     # the document opens files
     ("traceview.analysis.pipeline", "traceview.load", "module"): "run_analyze opens the trace files through load()",
     # renderers reach past the document

@@ -33,7 +33,8 @@ def export_command(
         fail("export: choose the output: --perfetto OUT")
 
     def run():
-        from .api import open as open_job   # nothing is written when the input is bad
+        from .api import open as open_job  # nothing is written when the input is bad
+        assert perfetto is not None
         open_job([str(p) for p in paths], step_regex=step_regex, comm_regex=list(comm_regex), config=config,
                  nsys=nsys, whole_trace=whole_trace).export_perfetto(perfetto)
 

@@ -35,6 +35,7 @@ track nests properly.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from . import __version__
 from .trace_events import Writer, lanes
@@ -99,7 +100,7 @@ def _seg_class(c: int, m: int, x: int) -> str:
     return "exposed_memory" if x > 0 else "idle"
 
 
-def runs(items, key) -> list[tuple[int, int, object]]:
+def runs(items, key) -> list[tuple[int, int, Any]]:
     """Maximal runs of contiguous items (start, end, ...) with equal key(item): (start, end, key)."""
     out: list[list] = []
     for it in items:
@@ -124,7 +125,7 @@ class _Ranks:
             by_rank.setdefault(s["rank"], []).append((s["start_ns"], s["start_ns"] + s["step_time_ns"], s["step"]))
         for rank, ws in by_rank.items():
             ws.sort()
-            for (a, b, step), lane in zip(ws, lanes([(a, b) for a, b, _ in ws])):
+            for (_, _, step), lane in zip(ws, lanes([(a, b) for a, b, _ in ws]), strict=True):
                 self.lane[(rank, step)] = lane
 
     @staticmethod
@@ -231,7 +232,7 @@ def _activities(w: Writer, session, rk: _Ranks) -> None:
         base = f"GPU {dev if dev is not None else '?'} stream {stream if stream is not None else '?'}"
         order = len(TRACKS) + (stream if isinstance(stream, int) and stream >= 0 else 0)
         pid = rk.pid(rank)
-        for r, lane in zip(acts, lanes([(r["start_ns"], r["end_ns"]) for r in acts])):
+        for r, lane in zip(acts, lanes([(r["start_ns"], r["end_ns"]) for r in acts]), strict=True):
             tid = w.thread(pid, base if lane == 0 else f"{base} ({lane + 1})", order)
             args = {"id": r["id"], "class": r["class"], "kind": r["kind"], "step": r["step"], "layer": r["layer"],
                     "phase": r["phase"], "stage": r["stage"], "region": r["region"]}

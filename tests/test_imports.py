@@ -391,3 +391,17 @@ def test_a_broken_command_module_is_an_error_not_a_vanished_command(module):
     code = f"import sys; sys.modules[{module!r}] = None\nimport traceview.cli"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert r.returncode != 0 and f"import of {module} halted" in r.stderr   # ModuleNotFoundError, raised
+
+
+# --- the checks stay on ----------------------------------------------------------------------------------
+
+
+def test_lint_and_type_checks_stay_configured_and_run_in_ci():
+    conf = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+    assert {"E", "W", "F", "I", "B", "UP"} <= set(conf["ruff"]["lint"]["select"])
+    assert conf["ruff"]["line-length"] == 120
+    assert set(conf["ruff"]["lint"].get("per-file-ignores", {})) <= {"fixtures/nsys_schema.py"}
+    assert conf["mypy"]["check_untyped_defs"] is True
+    assert "bash .ci/lint" in (ROOT / ".ci" / "run").read_text()
+    lint = (ROOT / ".ci" / "lint").read_text()
+    assert "ruff check ." in lint and "mypy --config-file" in lint

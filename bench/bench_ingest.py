@@ -25,7 +25,7 @@ if variant == "traceview":
     from traceview.cli import _skip_pyarrow_pandas_probe  # as `traceview analyze` does
     _skip_pyarrow_pandas_probe()
     from traceview.load import load
-    from traceview.db import Session
+    from traceview.engine.session import Session
     from traceview.analysis import breakdown
     t_imp = time.perf_counter()
     prof = load([path])

@@ -10,7 +10,7 @@ from fixtures import scenarios
 from traceview.analysis import breakdown, layers
 from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
 from traceview.config import Rules
-from traceview.db import Session
+from traceview.engine.session import Session
 
 
 def golden_profile():

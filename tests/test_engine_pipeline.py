@@ -5,7 +5,7 @@ import pytest
 
 from helpers import make_profile
 
-from traceview.db import Session
+from traceview.engine.session import Session
 from traceview.engine import steps
 from traceview.engine.pipeline import build, plan
 from traceview.engine.steps import StepError, parse_header, python_step

@@ -310,7 +310,7 @@ def _hand_profile(extra_gpu=(), extra_launches=()):
 
 def _hand_export(profile):
     from traceview.analysis.analyze import analyze
-    from traceview.db import Session
+    from traceview.engine.session import Session
     from traceview.export_perfetto import build
     s = Session(profile)
     doc = analyze(profile, session=s)

@@ -314,7 +314,7 @@ def test_family_names_from_kernels_are_escaped_in_every_format():
     """A kernel name is untrusted text: as a family name ('kernel:<name>') it is escaped for the terminal,
     Markdown and HTML (a GEMM with no recognised compute kernel keeps its own kernel's family)."""
     from traceview.analysis.analyze import analyze
-    from traceview.db import Session
+    from traceview.engine.session import Session
     from traceview.reports import html as html_r, markdown as md_r, text as text_r
     evil = "evil<x>|*_&\x1b[31m"            # the family drops the <...> part as template arguments
     cpu, gpu = profile_tables()

@@ -13,7 +13,7 @@ from helpers import TRACES
 
 from traceview.analysis import breakdown
 from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
-from traceview.db import Session
+from traceview.engine.session import Session
 from traceview.load import load
 
 NCCL = TRACES / "kineto" / "hta_nccl_parser_config" / "nccl_data.json.gz"

@@ -58,7 +58,7 @@ def test_nccl_data_overlap_ratio_vs_hta():
     whole = run_analyze([str(path)], AnalyzeOptions(whole_trace=True))["summary"]
     assert 0.10 < whole["overlap_ratio"] < 0.20
     from traceview.analysis import breakdown
-    from traceview.db import Session
+    from traceview.engine.session import Session
     prof = load([path])
     s = Session(prof)
     breakdown.prepare(s, breakdown.Options(whole_trace=True))

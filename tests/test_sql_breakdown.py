@@ -2,7 +2,7 @@
 from helpers import make_profile
 
 from traceview.analysis import breakdown
-from traceview.db import Session
+from traceview.engine.session import Session
 
 
 def golden_profile():

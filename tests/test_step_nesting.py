@@ -4,7 +4,7 @@ from helpers import make_profile
 
 from traceview.analysis import breakdown
 from traceview.analysis.analyze import analyze
-from traceview.db import Session
+from traceview.engine.session import Session
 
 
 def _profile(cpu):

@@ -64,7 +64,7 @@ class Job:
 
     @property
     def session(self):
-        """The DuckDB session (traceview.db.Session) the analysis ran in."""
+        """The DuckDB session (traceview.engine.session.Session) the analysis ran in."""
         if self._session is None:
             raise UsageError(None, "this traceview.Job is closed: its SQL session is gone")
         return self._session

@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 from .. import __version__
-from ..db import Session
+from ..engine.session import Session
 from ..profile import Profile
 from ..config import Rules
 from . import breakdown, layers

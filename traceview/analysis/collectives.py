@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 
-from ..db import Session
+from ..engine.session import Session
 
 EPOCH_MIN_NS = 10 ** 17  # times above this already read as epoch ns (1973+)
 

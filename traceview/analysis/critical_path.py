@@ -24,7 +24,7 @@ from bisect import bisect_right
 
 import pyarrow as pa
 
-from ..db import Session
+from ..engine.session import Session
 
 CATEGORIES = ("compute_ns", "all_to_all_ns", "other_comm_ns", "launch_bound_ns", "host_sync_ns", "idle_ns")
 IMBALANCE_MIN = 1.05  # max/mean split size above which part of an exposed all-to-all is imbalance

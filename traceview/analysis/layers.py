@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from ..config import Rules
-from ..db import Session, sql_text
+from ..engine.session import Session, sql_text
 
 LAYER_FIELDS = ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memory_ns",
                 "idle_ns", "comm_ns")

@@ -7,7 +7,7 @@ from pathlib import Path
 from ..budget import evaluate as evaluate_budget, load as load_budget
 from ..config import check_pattern_options, load_rules
 from ..errors import UsageError
-from ..db import Session
+from ..engine.session import Session
 from ..load import load
 from . import breakdown
 from .analyze import analyze

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from ..db import Session
+from ..engine.session import Session
 from . import collectives, critical_path
 
 COMM_CAUSES = ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance")

@@ -19,7 +19,7 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from ..db import Session, sql_text
+from ..engine.session import Session, sql_text
 from .families import family
 
 PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns")

@@ -29,7 +29,7 @@ class AnalyzeOptions:
     whole_trace: bool = False
 
 
-def check_options(opts: AnalyzeOptions) -> None:
+def check_options(opts: AnalyzeOptions, con=None) -> None:
     """Usage errors in the options, before any work."""
     if opts.top < 0:
         raise UsageError(None, "--top must be 0 or more")
@@ -37,7 +37,7 @@ def check_options(opts: AnalyzeOptions) -> None:
         raise UsageError(None, "--tokens-per-step must be positive")
     if opts.peak_tflops is not None and not opts.peak_tflops > 0:
         raise UsageError(None, "--peak-tflops must be positive")
-    check_pattern_options(opts.step_regex, opts.comm_regex)
+    check_pattern_options(opts.step_regex, opts.comm_regex, con)
 
 
 def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
@@ -46,11 +46,12 @@ def run_analyze(paths: list[str], opts: AnalyzeOptions) -> dict:
 
 def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[dict, Session]:
     """The document and the DuckDB session it was computed in (its tables stay queryable)."""
-    check_options(opts)
-    rules = load_rules(opts.config)
+    session = Session()   # its connection checks the patterns before the work
+    check_options(opts, session.con)
+    rules = load_rules(opts.config, session.con)
     budget = load_budget(opts.budget) if opts.budget is not None else None   # a bad file fails before the work
     profile = load(paths, nsys_bin=opts.nsys)
-    session = Session(profile)
+    session.attach(profile)
     bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=opts.comm_regex + rules.comm_regex,
                               top=opts.top, whole_trace=opts.whole_trace)
     fopts = dict(model=opts.model, model_config=opts.model_config, tokens_per_step=opts.tokens_per_step,

@@ -165,7 +165,6 @@ def a2a_exposure(paths: list[dict], data: dict, attr: dict) -> list[dict]:
 
 def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
     """critical_path, stalls, collectives, stragglers, clock (+ stall_summary, a2a) for the report."""
-    session.materialize("comm_ops")
     coll = collectives.match(session)
     comm = _comm_info(session, coll)
     critical_path.prepare(session)

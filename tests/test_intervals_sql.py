@@ -55,3 +55,48 @@ def test_the_partition_key_may_be_a_struct(query):
     s.con.execute("CREATE TEMP TABLE b2 AS SELECT {'rank': grp, 'step': 7} AS grp, s, e FROM b")
     got = [(r[0]["rank"],) + r[1:] for r in _rows(s, query.replace("'a'", "'a2'").replace("'b'", "'b2'"))]
     assert got == _rows(s, query)
+
+
+# The breakdown's parts by a second method: interval algebra on the activities clipped to each
+# window, against the breakdown step (one sweep over the segments). The integers must agree exactly.
+BY_ALGEBRA = """
+WITH clipped AS MATERIALIZED (
+    SELECT {'rank': w.rank, 'step': w.step} AS grp, a.class, greatest(a.start_ns, w.start_ns) AS s,
+           least(a.end_ns, w.end_ns) AS e
+    FROM activity_class a JOIN windows w ON a.rank = w.rank AND a.end_ns > w.start_ns AND a.start_ns < w.end_ns
+),
+win AS (SELECT {'rank': rank, 'step': step} AS grp, start_ns AS s, end_ns AS e FROM windows),
+compute AS (SELECT grp, s, e FROM clipped WHERE class = 'compute'),
+comm AS (SELECT grp, s, e FROM clipped WHERE class = 'comm'),
+memory AS (SELECT grp, s, e FROM clipped WHERE class = 'memory'),
+busy AS (SELECT grp, s, e FROM clipped WHERE class IN ('compute', 'comm')),
+parts AS (
+    SELECT grp, 'compute_ns' AS part, e - s AS ns FROM interval_union('compute')
+    UNION ALL SELECT grp, 'exposed_comm_ns', e - s FROM interval_subtract('comm', 'compute')
+    UNION ALL SELECT grp, 'overlapped_comm_ns', e - s FROM interval_intersect('comm', 'compute')
+    UNION ALL SELECT grp, 'exposed_memory_ns', e - s FROM interval_subtract('memory', 'busy')
+    UNION ALL SELECT grp, 'idle_ns', e - s FROM interval_subtract('win', 'clipped')
+    UNION ALL SELECT grp, 'comm_ns', e - s FROM interval_union('comm')
+)
+SELECT grp.rank AS rank, grp.step AS step, part, sum(ns)::BIGINT AS ns FROM parts GROUP BY ALL
+"""
+
+
+@pytest.mark.parametrize("trace", ["kineto/h200_moe/overlap.json.gz", "nsys/h100_2gpu_train_a2a_2026.2.sqlite"])
+def test_breakdown_parts_equal_the_interval_algebra(trace):
+    from helpers import TRACES
+    from traceview.analysis import breakdown
+    from traceview.load import load
+    path = TRACES / trace
+    if not path.exists():
+        pytest.skip("the shared corpus is not beside the checkout")
+    s = Session(load([str(path)]))
+    breakdown.prepare(s, breakdown.Options())
+    rows = breakdown.step_rows(s)
+    got = {(r["rank"], r["step"], r["part"]): r["ns"] for r in s.rows(BY_ALGEBRA)}
+    parts = ("compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memory_ns", "idle_ns", "comm_ns")
+    assert rows and any(r["comm_ns"] for r in rows) and any(r["exposed_memory_ns"] or r["idle_ns"] for r in rows)
+    if "overlap" in trace:
+        assert any(r["overlapped_comm_ns"] for r in rows)
+    for r in rows:
+        assert {p: r[p] for p in parts} == {p: got.get((r["rank"], r["step"], p), 0) for p in parts}

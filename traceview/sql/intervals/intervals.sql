@@ -34,32 +34,30 @@ islands AS (
 )
 SELECT grp, min(s) AS s, max(e) AS e FROM islands GROUP BY grp, island;
 
+-- interval_overlay(a, b): the elementary segments of a's and b's intervals together (one sweep),
+-- with na, nb = how many intervals of a and of b cover each (gaps included: both 0).
+CREATE OR REPLACE MACRO interval_overlay(a, b) AS TABLE
+WITH deltas AS (
+    SELECT grp, s AS p, 1 AS da, 0 AS db FROM query_table(a) WHERE e > s
+    UNION ALL SELECT grp, e, -1, 0 FROM query_table(a) WHERE e > s
+    UNION ALL SELECT grp, s, 0, 1 FROM query_table(b) WHERE e > s
+    UNION ALL SELECT grp, e, 0, -1 FROM query_table(b) WHERE e > s
+),
+points AS (SELECT grp, p, sum(da) AS da, sum(db) AS db FROM deltas GROUP BY grp, p),
+swept AS (
+    SELECT grp, p AS s, lead(p) OVER (PARTITION BY grp ORDER BY p) AS e,
+           sum(da) OVER (PARTITION BY grp ORDER BY p ROWS UNBOUNDED PRECEDING)::BIGINT AS na,
+           sum(db) OVER (PARTITION BY grp ORDER BY p ROWS UNBOUNDED PRECEDING)::BIGINT AS nb
+    FROM points
+)
+SELECT grp, s, e, na, nb FROM swept WHERE e IS NOT NULL;
+
 -- interval_intersect(a, b): per partition, the maximal intervals covered by both a and b.
 CREATE OR REPLACE MACRO interval_intersect(a, b) AS TABLE
-WITH ua AS (SELECT * FROM interval_union(a)), ub AS (SELECT * FROM interval_union(b))
-SELECT ua.grp, greatest(ua.s, ub.s) AS s, least(ua.e, ub.e) AS e
-FROM ua JOIN ub ON ua.grp = ub.grp AND ua.s < ub.e AND ub.s < ua.e;
+WITH both_ AS (SELECT grp, s, e FROM interval_overlay(a, b) WHERE na > 0 AND nb > 0)
+SELECT * FROM interval_union('both_');
 
 -- interval_subtract(a, b): per partition, the maximal parts of a's union that b does not cover.
 CREATE OR REPLACE MACRO interval_subtract(a, b) AS TABLE
-WITH ua AS (SELECT * FROM interval_union(a)),
-cut AS (SELECT * FROM interval_intersect(a, b)),
-bounds AS (   -- each island of a, cut at the pieces b covers: gaps between consecutive cut points
-    SELECT ua.grp, ua.s AS is_, ua.e AS ie, c.s AS cs, c.e AS ce
-    FROM ua LEFT JOIN cut c ON c.grp = ua.grp AND c.s >= ua.s AND c.e <= ua.e
-),
-edges AS (
-    SELECT grp, is_, ie, is_ AS p, 0 AS k FROM bounds
-    UNION ALL SELECT grp, is_, ie, cs, 1 FROM bounds WHERE cs IS NOT NULL
-    UNION ALL SELECT grp, is_, ie, ce, 2 FROM bounds WHERE ce IS NOT NULL
-    UNION ALL SELECT grp, is_, ie, ie, 3 FROM bounds
-),
-ordered AS (
-    SELECT DISTINCT grp, is_, ie, p, k FROM edges
-),
-pieces AS (
-    SELECT grp, p AS s, lead(p) OVER (PARTITION BY grp, is_ ORDER BY p, k) AS e, k,
-           lead(k) OVER (PARTITION BY grp, is_ ORDER BY p, k) AS k2
-    FROM ordered
-)
-SELECT grp, s, e FROM pieces WHERE e IS NOT NULL AND e > s AND k IN (0, 2) AND k2 IN (1, 3);
+WITH only_a AS (SELECT grp, s, e FROM interval_overlay(a, b) WHERE na > 0 AND nb = 0)
+SELECT * FROM interval_union('only_a');

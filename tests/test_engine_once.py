@@ -5,7 +5,6 @@ from pathlib import Path
 
 import duckdb
 import pytest
-
 from helpers import TRACES
 
 from traceview.analysis.pipeline import AnalyzeOptions, run_job

@@ -2,12 +2,11 @@
 scope rules enforced; steps/parse_header reads the .sql headers."""
 import pyarrow as pa
 import pytest
-
 from helpers import make_profile
 
-from traceview.engine.session import Session
 from traceview.engine import steps
 from traceview.engine.pipeline import build, plan
+from traceview.engine.session import Session
 from traceview.engine.steps import StepError, parse_header, python_step
 
 
@@ -80,7 +79,8 @@ def test_header_parsing():
 
 
 def test_every_declared_step_is_well_formed():
-    import traceview.analysis.breakdown, traceview.analysis.layers  # noqa: F401  (they declare Python steps)
+    import traceview.analysis.breakdown
+    import traceview.analysis.layers  # noqa: F401  (they declare Python steps)
     assert {"windows", "layer_blocks"} <= set(steps.all_steps())
     for name, st in steps.all_steps().items():
         if name.startswith("t_"):

@@ -4,7 +4,6 @@ On a hand-made 2-rank job for every per-rank step (rank 1 has no step ranges, ra
 the 8-rank DLRM job for the steps of the breakdown, layers and collectives."""
 import pyarrow.compute as pc
 import pytest
-
 from helpers import TRACES, make_profile
 
 import traceview.analysis.breakdown as breakdown

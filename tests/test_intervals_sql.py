@@ -85,6 +85,7 @@ SELECT grp.rank AS rank, grp.step AS step, part, sum(ns)::BIGINT AS ns FROM part
 @pytest.mark.parametrize("trace", ["kineto/h200_moe/overlap.json.gz", "nsys/h100_2gpu_train_a2a_2026.2.sqlite"])
 def test_breakdown_parts_equal_the_interval_algebra(trace):
     from helpers import TRACES
+
     from traceview.analysis import breakdown
     from traceview.load import load
     path = TRACES / trace

@@ -2,14 +2,11 @@
 step, the expected rows worked out by hand in the comments (tests/steps_golden.py runs one step;
 `given` tables stand in for the steps it requires)."""
 import pyarrow as pa
-import pytest
-
 from helpers import make_profile
-from steps_golden import run_step, session_for
+from steps_golden import run_step
 
 import traceview.analysis.breakdown  # noqa: F401  (declares the Python step `windows`)
 import traceview.analysis.layers  # noqa: F401  (declares the Python step `layer_blocks`)
-from traceview.engine.pipeline import build
 
 
 def _t(rows, **types):
@@ -165,8 +162,8 @@ def test_layer_blocks_number_repeating_blocks():
 
 
 def test_range_context_fills_inferred_layers_from_the_head():
-    raw = [dict(id=i, rank=0, tid=1, layer=l, stage=s, phase=None, anchor=None, names_stage=True, head=hd)
-           for i, l, s, hd in [(1, None, "attn", 1), (2, None, "attn", 1), (3, 5, "mlp", None), (4, None, "x", 9)]]
+    raw = [dict(id=i, rank=0, tid=1, layer=lay, stage=s, phase=None, anchor=None, names_stage=True, head=hd)
+           for i, lay, s, hd in [(1, None, "attn", 1), (2, None, "attn", 1), (3, 5, "mlp", None), (4, None, "x", 9)]]
     blocks = [dict(id=1, rank=0, layer=3)]
     got = {r["id"]: (r["layer"], r["layer_inferred"]) for r in run_step(
         "range_context", given={"range_context_raw": _t(raw, layer=pa.int32(), phase=pa.string(),
@@ -206,9 +203,9 @@ def test_activity_shares_equal_split_of_shared_segments():
 
 
 def _attr(rows):
-    return _t([dict(id=i, rank=0, step=1, layer=l, phase=p, stage=s, region=rg, is_backward=False, linked=True,
+    return _t([dict(id=i, rank=0, step=1, layer=lay, phase=p, stage=s, region=rg, is_backward=False, linked=True,
                     layer_inferred=inf, cross_thread=False, cross_ambiguous=False)
-               for i, l, p, s, rg, inf in rows], layer=pa.int32())
+               for i, lay, p, s, rg, inf in rows], layer=pa.int32())
 
 
 def test_layer_times_sum_and_round_per_group():
@@ -274,7 +271,8 @@ def test_diff_units_group_shares_by_name_class_and_collective_kind():
     ops = [dict(id=3, rank=0, start_ns=20, end_ns=30, name="nccl", comm_kind="all_reduce", bytes=8, op_key="k3")]
     attr = _attr([(i, 0, "forward", "experts", "layer", False) for i in (1, 2, 3)])
     got = run_step("diff_units", make_profile(gpu=gpu),
-                   given={"activity_shares": shares, "activity_spans": spans, "activity_class": _t(cls, coll_range=pa.string()),
+                   given={"activity_shares": shares, "activity_spans": spans,
+                          "activity_class": _t(cls, coll_range=pa.string()),
                           "comm_ops": ops, "activity_attribution": attr}, order_by="name")
     # gemm: compute 6 + 4, idle 3 (activity 2's idle row); busy: 6 + 4 (the idle row adds no busy
     # time), count 2; nccl: exposed 5, busy 10, kind all_reduce
@@ -300,7 +298,8 @@ def test_diff_syncs_per_step_and_issuing_op():
                    order_by="layer NULLS LAST")
     # sync 50: issued by aten::item in layer 4 (router; no phase, a layer: forward); 51: no op
     assert _proj(got, "step", "kind", "n", "dur_ns", "layer", "phase", "stage", "op") == [
-        (1, "stream_sync", 1, 6, 4, "forward", "router", "aten::item"), (1, "stream_sync", 1, 4, None, "other", "other", None)]
+        (1, "stream_sync", 1, 6, 4, "forward", "router", "aten::item"),
+        (1, "stream_sync", 1, 4, None, "other", "other", None)]
 
 
 def test_diff_overlaps_compute_beside_each_collective():

@@ -3,10 +3,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..engine.session import Session
 import pyarrow as pa
 
 from ..engine.pipeline import build
+from ..engine.session import Session
 from ..engine.steps import python_step
 
 DEFAULT_STEP_REGEXES = (r"^ProfilerStep#(\d+)$", r"^step[_ #]?(\d+)$", r"^iteration[_ #]?(\d+)$",

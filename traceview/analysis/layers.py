@@ -1,9 +1,9 @@
 """Per-layer, per-phase, per-MoE-stage attribution of GPU time, and communication by collective kind."""
 from __future__ import annotations
 
-from ..config import Rules
 import pyarrow as pa
 
+from ..config import Rules
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..engine.steps import python_step

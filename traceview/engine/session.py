@@ -11,8 +11,8 @@ from importlib import resources
 import duckdb
 import pyarrow as pa
 
-from ..profile import Profile
 from .. import schema
+from ..profile import Profile
 
 
 def _macros() -> list[str]:

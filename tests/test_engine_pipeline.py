@@ -9,6 +9,7 @@ from traceview.db import Session
 from traceview.engine import steps
 from traceview.engine.pipeline import build, plan
 from traceview.engine.steps import StepError, parse_header, python_step
+import traceview.flops.steps  # noqa: F401  (declares the FLOPs' Python steps)
 
 
 def _session():

@@ -1,0 +1,362 @@
+"""A golden test per engine step, Perfetto style: the input rows written here, the step run on
+exactly them (steps it requires are given as rows, `given=`), the expected rows computed by hand in
+the comments. Canonical tables come from a hand-made profile (helpers.make_profile)."""
+import json
+
+import pyarrow as pa
+
+from helpers import make_profile
+from steps_golden import run_step
+
+import traceview.flops.steps  # noqa: F401  (declares the FLOPs' Python steps)
+
+
+def T(rows: list[dict], **types) -> pa.Table:
+    """Rows as an Arrow table; a column's type from its first non-null value (string when all null)."""
+    def infer(name):
+        if name in types:
+            return types[name]
+        for r in rows:
+            v = r.get(name)
+            if v is not None:
+                return {bool: pa.bool_(), int: pa.int64(), float: pa.float64(), str: pa.string()}[type(v)]
+        return pa.string()
+    names = list(rows[0])
+    return pa.Table.from_pylist(rows, schema=pa.schema([(n, infer(n)) for n in names]))
+
+
+def window(rank, step, start, end, name="w", activities=1):
+    return {"rank": rank, "step": step, "name": name, "start_ns": start, "end_ns": end, "activities": activities}
+
+
+def step_range(rank, step, start, end, range_id=0, tid=1, name="s"):
+    return {"rank": rank, "step": step, "range_id": range_id, "tid": tid, "cpu_start_ns": start,
+            "cpu_end_ns": end, "name": name}
+
+
+def origin(id, tid=1, start=None, end=None, op_id=None, launch_name=None, rank=0):
+    return {"id": id, "rank": rank, "tid": tid, "origin_start_ns": start, "origin_end_ns": end, "op_id": op_id,
+            "launch_name": launch_name}
+
+
+ORIGIN_TYPES = dict(tid=pa.int64(), origin_start_ns=pa.int64(), origin_end_ns=pa.int64(), op_id=pa.int64())
+
+
+# ---- activity_origin ---------------------------------------------------------------------------
+
+def test_activity_origin():
+    prof = make_profile(
+        cpu=[{"id": 3, "tid": 2, "kind": "op", "name": "aten::mm", "start_ns": 50, "end_ns": 80}],
+        launches=[{"id": 10, "tid": 5, "start_ns": 100, "end_ns": 110, "correlation": 1, "op_id": 7},
+                  {"id": 11, "tid": 6, "start_ns": 200, "end_ns": 210, "correlation": 2}],
+        gpu=[{"id": 1, "start_ns": 1000, "end_ns": 1100, "name": "k", "launch_id": 10},
+             {"id": 2, "start_ns": 1000, "end_ns": 1100, "name": "k", "op_id": 3},
+             {"id": 3, "start_ns": 1000, "end_ns": 1100, "name": "k"},
+             {"id": 4, "start_ns": 1000, "end_ns": 1100, "name": "k", "launch_id": 11, "op_id": 3}])
+    got = run_step("activity_origin", prof, order_by="id")
+    assert got == [
+        # 1: its launch call: thread 5, [100, 110], the launch's op 7
+        {"id": 1, "rank": 0, "tid": 5, "origin_start_ns": 100, "origin_end_ns": 110, "op_id": 7,
+         "launch_name": "cudaLaunchKernel"},
+        # 2: no launch call: its op 3 (thread 2, [50, 80])
+        {"id": 2, "rank": 0, "tid": 2, "origin_start_ns": 50, "origin_end_ns": 80, "op_id": 3, "launch_name": None},
+        # 3: neither: no origin
+        {"id": 3, "rank": 0, "tid": None, "origin_start_ns": None, "origin_end_ns": None, "op_id": None,
+         "launch_name": None},
+        # 4: the launch call's time and thread; the launch names no op, so the activity's own op 3
+        {"id": 4, "rank": 0, "tid": 6, "origin_start_ns": 200, "origin_end_ns": 210, "op_id": 3,
+         "launch_name": "cudaLaunchKernel"},
+    ]
+
+
+# ---- activity_class ----------------------------------------------------------------------------
+
+def test_activity_class():
+    prof = make_profile(
+        cpu=[{"id": 1, "tid": 1, "kind": "op", "name": "c10d::allreduce_", "start_ns": 100, "end_ns": 300},
+             {"id": 2, "tid": 1, "kind": "op", "name": "nccl:all_reduce", "start_ns": 150, "end_ns": 250},
+             {"id": 3, "tid": 1, "kind": "annotation", "name": "MPI_Send", "domain": "MPI", "start_ns": 500,
+              "end_ns": 600},
+             {"id": 4, "tid": 1, "kind": "annotation", "name": "forward", "start_ns": 700, "end_ns": 800}],
+        gpu=[{"id": 11, "stream": 7, "start_ns": 1000, "end_ns": 1010, "name": "gemm"},
+             {"id": 12, "stream": 7, "start_ns": 1020, "end_ns": 1030, "kind": "memcpy", "name": "Memcpy DtoH"},
+             {"id": 13, "stream": 7, "start_ns": 1040, "end_ns": 1050, "kind": "memset", "name": "Memset"},
+             {"id": 14, "stream": 8, "start_ns": 1060, "end_ns": 1070, "name": "ncclDevKernel_AllReduce"},
+             {"id": 15, "stream": 7, "start_ns": 1080, "end_ns": 1090, "name": "gemm2"},
+             {"id": 16, "stream": 7, "start_ns": 1100, "end_ns": 1110, "name": "k", "coll_name": "allreduce"},
+             {"id": 17, "stream": 7, "start_ns": 1120, "end_ns": 1130, "name": "k"}])
+    given = {"activity_origin": T([origin(11, 1, 160, 170), origin(12, 1, 510, 520), origin(13, 1, 710, 720),
+                                   origin(14, 2, 160, 170), origin(15, 1, 290, 310), origin(16), origin(17)],
+                                  **ORIGIN_TYPES)}
+    got = run_step("activity_class", prof, given=given, order_by="id",
+                   params={"comm_op_regex": r"^(c10d::|nccl:)", "comm_kernel_regex": r"^nccl"})
+    # collective ranges on thread 1: c10d::allreduce_ [100, 300] with nccl:all_reduce [150, 250] inside
+    # (one island [100, 300], named by its first range), MPI_Send [500, 600] (domain MPI)
+    want = [
+        (11, 7, 1000, 1010, "kernel", "gemm", "comm", "c10d::allreduce_"),   # launched at [160, 170] inside
+        (12, 7, 1020, 1030, "memcpy", "Memcpy DtoH", "comm", "MPI_Send"),    # [510, 520] in the MPI call
+        (13, 7, 1040, 1050, "memset", "Memset", "memory", None),             # [710, 720]: ends after 600
+        (14, 8, 1060, 1070, "kernel", "ncclDevKernel_AllReduce", "comm", None),   # by its name (thread 2)
+        (15, 7, 1080, 1090, "kernel", "gemm2", "compute", None),            # [290, 310] ends after 300
+        (16, 7, 1100, 1110, "kernel", "k", "comm", None),                   # collective metadata
+        (17, 7, 1120, 1130, "kernel", "k", "compute", None),
+    ]
+    assert got == [{"id": i, "rank": 0, "device": 0, "stream": s, "start_ns": a, "end_ns": b, "kind": k,
+                    "name": n, "class": c, "coll_range": r} for i, s, a, b, k, n, c, r in want]
+
+
+# ---- step_ranges, step_windows, whole_windows ----------------------------------------------------
+
+def test_step_ranges():
+    def r(id, name, start, end, depth=0, rank=0):
+        return {"id": id, "rank": rank, "tid": 1, "kind": "annotation", "name": name, "start_ns": start,
+                "end_ns": end, "depth": depth}
+    prof = make_profile(cpu=[
+        r(1, "ProfilerStep#3", 0, 100), r(2, "ProfilerStep#3", 0, 100, depth=1),   # a duplicate, deeper
+        r(3, "ProfilerStep#4", 100, 200), r(4, "ProfilerStep#5", 120, 150, depth=1),  # 4 nested in 3
+        r(5, "ProfilerStep#x", 300, 400),                                         # no number: no match
+        r(8, "ProfilerStep#4", 500, 600),                                         # step 4 again, later
+        r(7, "ProfilerStep#3", 0, 50, rank=1)], ranks=(0, 1))
+    got = run_step("step_ranges", prof, params={"step_regex": r"^ProfilerStep#(\d+)$"}, order_by="rank, step")
+    # kept: the outermost of each nest (1 over its duplicate 2, 3 over 4), one range per step number
+    # (the earliest: 3, not 8); rank 1 on its own
+    assert got == [step_range(0, 3, 0, 100, range_id=1, name="ProfilerStep#3"),
+                   step_range(0, 4, 100, 200, range_id=3, name="ProfilerStep#4"),
+                   step_range(1, 3, 0, 50, range_id=7, name="ProfilerStep#3")]
+
+
+def test_step_windows():
+    prof = make_profile(gpu=[{"id": 1, "start_ns": 1000, "end_ns": 1100}, {"id": 2, "start_ns": 1050, "end_ns": 1300},
+                             {"id": 3, "start_ns": 1400, "end_ns": 1500}, {"id": 4, "start_ns": 2000, "end_ns": 2100},
+                             {"id": 5, "rank": 1, "start_ns": 10, "end_ns": 20}], ranks=(0, 1))
+    given = {"step_ranges": T([step_range(0, 1, 0, 100, name="S1"), step_range(0, 2, 100, 200, name="S2"),
+                               step_range(0, 3, 200, 300, name="S3")]),
+             "activity_origin": T([origin(1, start=10), origin(2, start=50), origin(3, start=100),
+                                   origin(4, start=300), origin(5, start=10, rank=1)], **ORIGIN_TYPES)}
+    got = run_step("step_windows", prof, given=given, order_by="rank, step")
+    # launched in [0, 100): 1 and 2 -> GPU [1000, 1300]; in [100, 200): 3 (at its start) -> [1400, 1500];
+    # step 3 launched nothing (4 at 300 is past its end): no window; rank 1 has no step ranges
+    assert got == [window(0, 1, 1000, 1300, "S1", 2), window(0, 2, 1400, 1500, "S2", 1)]
+
+
+def test_whole_windows():
+    prof = make_profile(gpu=[{"id": 1, "start_ns": 100, "end_ns": 200}, {"id": 2, "start_ns": 150, "end_ns": 400},
+                             {"id": 3, "rank": 1, "start_ns": 50, "end_ns": 60}], ranks=(0, 1))
+    got = run_step("whole_windows", prof, order_by="rank")
+    assert got == [window(0, 0, 100, 400, "whole trace", 2), window(1, 0, 50, 60, "whole trace", 1)]
+
+
+# ---- segments, activity_spans, breakdown ---------------------------------------------------------
+
+CLASSED = [  # id, class, start, end (window [0, 100])
+    (1, "compute", 10, 50), (2, "comm", 30, 70), (3, "memory", 60, 120), (4, "compute", -10, 5),
+    (5, "compute", 200, 300)]
+
+
+def classed():
+    return T([{"id": i, "rank": 0, "device": 0, "stream": 7, "start_ns": s, "end_ns": e, "kind": "kernel",
+               "name": "k", "class": c, "coll_range": None} for i, c, s, e in CLASSED])
+
+
+# boundary points in [0, 100] after clipping: 0 (+c), 5 (-c), 10 (+c), 30 (+m), 50 (-c), 60 (+x), 70 (-m),
+# 100 (-x; the memory activity clipped at the window's end); activity 5 lies outside
+SEGMENTS = [  # t, seg, t_end, c, m, x
+    (0, 0, 5, 1, 0, 0), (5, 1, 10, 0, 0, 0), (10, 2, 30, 1, 0, 0), (30, 3, 50, 1, 1, 0),
+    (50, 4, 60, 0, 1, 0), (60, 5, 70, 0, 1, 1), (70, 6, 100, 0, 0, 1), (100, 7, None, 0, 0, 0)]
+
+
+def segment_rows(step=1, rows=SEGMENTS):
+    return [{"rank": 0, "step": step, "t": t, "seg": s, "t_end": te, "c": c, "m": m, "x": x}
+            for t, s, te, c, m, x in rows]
+
+
+def test_segments():
+    got = run_step("segments", given={"windows": T([window(0, 1, 0, 100)]), "activity_class": classed()},
+                   order_by="rank, step, seg")
+    assert got == segment_rows()
+
+
+def test_activity_spans():
+    given = {"windows": T([window(0, 1, 0, 100)]), "activity_class": classed(),
+             "segments": T(segment_rows(), t_end=pa.int64(), c=pa.int32(), m=pa.int32(), x=pa.int32())}
+    got = run_step("activity_spans", given=given, order_by="id")
+    # each activity clipped to [0, 100], with the segments [i0, i1) between its clipped ends
+    assert got == [
+        {"rank": 0, "step": 1, "id": 1, "class": "compute", "s": 10, "e": 50, "i0": 2, "i1": 4},
+        {"rank": 0, "step": 1, "id": 2, "class": "comm", "s": 30, "e": 70, "i0": 3, "i1": 6},
+        {"rank": 0, "step": 1, "id": 3, "class": "memory", "s": 60, "e": 100, "i0": 5, "i1": 7},
+        {"rank": 0, "step": 1, "id": 4, "class": "compute", "s": 0, "e": 5, "i0": 0, "i1": 1},
+    ]
+
+
+def test_breakdown():
+    segs = segment_rows() + segment_rows(2, [(200, 0, 300, 0, 0, 0), (300, 1, None, 0, 0, 0)])
+    given = {"windows": T([window(0, 1, 0, 100), window(0, 2, 200, 300)]),
+             "segments": T(segs, t_end=pa.int64(), c=pa.int32(), m=pa.int32(), x=pa.int32())}
+    got = run_step("breakdown", given=given, order_by="rank, step")
+    # step 1: compute [0,5] + [10,30] + [30,50] = 45; exposed comm [50,60] + [60,70] = 20 (comm with
+    # memory is still exposed comm); overlapped [30,50] = 20; exposed memory [70,100] = 30; idle [5,10] = 5;
+    # comm 20 + 20 = 40; 45 + 20 + 30 + 5 = 100. Step 2: one empty segment, all idle.
+    assert got == [
+        {"rank": 0, "step": 1, "start_ns": 0, "step_time_ns": 100, "compute_ns": 45, "exposed_comm_ns": 20,
+         "overlapped_comm_ns": 20, "exposed_memory_ns": 30, "idle_ns": 5, "comm_ns": 40},
+        {"rank": 0, "step": 2, "start_ns": 200, "step_time_ns": 100, "compute_ns": 0, "exposed_comm_ns": 0,
+         "overlapped_comm_ns": 0, "exposed_memory_ns": 0, "idle_ns": 100, "comm_ns": 0},
+    ]
+
+
+# ---- comm_ops, coll_instances ---------------------------------------------------------------------
+
+def test_comm_ops():
+    prof = make_profile(
+        cpu=[{"id": 1, "tid": 1, "kind": "op", "name": "c10d::allreduce_", "start_ns": 0, "end_ns": 100},
+             {"id": 2, "tid": 1, "kind": "op", "name": "record_param_comms", "parent_id": 1, "start_ns": 10,
+              "end_ns": 90},
+             {"id": 3, "tid": 1, "kind": "op", "name": "nccl:all_reduce", "parent_id": 2, "start_ns": 20,
+              "end_ns": 80},
+             {"id": 10, "tid": 1, "kind": "annotation", "name": "moe_dispatch", "start_ns": 200, "end_ns": 300},
+             {"id": 11, "tid": 1, "kind": "op", "name": "some_op", "parent_id": 10, "start_ns": 210, "end_ns": 220}],
+        gpu=[{"id": 101, "start_ns": 1000, "end_ns": 1100, "name": "ncclDevKernel_AllReduce_Sum_bf16",
+              "coll_in_nelems": 1000, "coll_dtype": "BFloat16"},
+             {"id": 102, "start_ns": 1200, "end_ns": 1300, "name": "deep_ep::intranode::dispatch<8>"},
+             {"id": 103, "kind": "memcpy", "start_ns": 1400, "end_ns": 1500, "name": "Memcpy DtoD", "bytes": 4096,
+              "coll_name": "all_to_allv"},
+             {"id": 104, "start_ns": 1600, "end_ns": 1700, "name": "gemm"},
+             {"id": 105, "start_ns": 1800, "end_ns": 1900, "name": "ncclKernel_SendRecv"}])
+    cls = [(101, "comm", "c10d::allreduce_"), (102, "comm", None), (103, "comm", None), (104, "compute", None),
+           (105, "comm", None)]
+    g = {r["id"]: r for r in prof.gpu_activities.to_pylist()}
+    given = {"activity_class": T([{"id": i, "rank": 0, "device": 0, "stream": 7, "start_ns": g[i]["start_ns"],
+                                   "end_ns": g[i]["end_ns"], "kind": g[i]["kind"], "name": g[i]["name"], "class": c,
+                                   "coll_range": r} for i, c, r in cls]),
+             "activity_origin": T([origin(101, op_id=3), origin(102, op_id=11), origin(103), origin(104),
+                                   origin(105)], **ORIGIN_TYPES)}
+    got = run_step("comm_ops", prof, given=given, order_by="id")
+    assert got == [
+        # launched by nccl:all_reduce < record_param_comms < c10d::allreduce_, the collective range
+        # (coll_range) outermost: op c1; kind from that range's name; 1000 bf16 elements = 2000 bytes
+        {"id": 101, "rank": 0, "start_ns": 1000, "end_ns": 1100, "name": "ncclDevKernel_AllReduce_Sum_bf16",
+         "comm_kind": "all_reduce", "bytes": 2000, "op_key": "c1"},
+        # DeepEP: all_to_all by the kernel name; no collective range: the innermost annotation (10)
+        # around its launch, as its dispatch role; no size recorded
+        {"id": 102, "rank": 0, "start_ns": 1200, "end_ns": 1300, "name": "deep_ep::intranode::dispatch<8>",
+         "comm_kind": "all_to_all", "bytes": None, "op_key": "a10:dispatch"},
+        # the copy's own collective metadata (all_to_allv) and bytes; no launching range: itself
+        {"id": 103, "rank": 0, "start_ns": 1400, "end_ns": 1500, "name": "Memcpy DtoD",
+         "comm_kind": "all_to_all", "bytes": 4096, "op_key": "k103"},
+        # (104 is compute: not here) an NCCL kernel with no range: send_recv by its name, one op itself
+        {"id": 105, "rank": 0, "start_ns": 1800, "end_ns": 1900, "name": "ncclKernel_SendRecv",
+         "comm_kind": "send_recv", "bytes": None, "op_key": "k105"},
+    ]
+
+
+def test_coll_instances():
+    prof = make_profile(
+        cpu=[{"id": 9, "tid": 1, "kind": "op", "name": "c10d::allreduce_", "start_ns": 0, "end_ns": 50,
+              "coll_pg": "1", "coll_group_size": 8, "coll_in_split": "[1, 2]"}],
+        gpu=[{"id": 1, "stream": 7, "start_ns": 100, "end_ns": 200, "coll_pg": "0", "coll_group_size": 2},
+             {"id": 2, "stream": 7, "start_ns": 50, "end_ns": 80},
+             {"id": 3, "stream": 8, "start_ns": 300, "end_ns": 400},
+             {"id": 4, "stream": 9, "start_ns": 20, "end_ns": 90, "coll_pg": "0", "coll_out_split": "[3]"}])
+    ops = [(1, "all_reduce", 100, 200, 10), (2, "all_reduce", 50, 80, 10), (3, "all_to_all", 300, 400, None),
+           (4, "all_reduce", 20, 90, 10)]
+    given = {
+        "comm_ops": T([{"id": i, "rank": 0, "start_ns": s, "end_ns": e, "name": "k", "comm_kind": k, "bytes": b,
+                        "op_key": f"k{i}"} for i, k, s, e, b in ops], bytes=pa.int64()),
+        "activity_origin": T([origin(1, start=10), origin(2, start=20, op_id=9), origin(4, start=15)],
+                             **ORIGIN_TYPES),
+        "activity_attribution": T([{"id": 1, "rank": 0, "step": 1, "layer": 0, "phase": "forward",
+                                    "stage": "attention"},
+                                   {"id": 2, "rank": 0, "step": 1, "layer": None, "phase": "other", "stage": "other"}],
+                                  layer=pa.int64())}
+    got = run_step("coll_instances", prof, given=given, order_by="rank, comm_kind, grp, idx")
+
+    def row(i, kind, grp, idx, start, end, nbytes, stream, ins=None, outs=None, size=None, step=None, layer=None,
+            phase=None, stage=None):
+        return {"id": i, "rank": 0, "comm_kind": kind, "grp": grp, "idx": idx, "arrival_ns": start, "end_ns": end,
+                "bytes": nbytes, "stream": stream, "in_split": ins, "out_split": outs, "group_size": size,
+                "step": step, "layer": layer, "phase": phase, "stage": stage}
+    assert got == [
+        # group '0' (the activities' coll_pg): issued at 10 (1) and 15 (4): 1 first though 4 ran first on the GPU
+        row(1, "all_reduce", "0", 0, 100, 200, 10, 7, size=2, step=1, layer=0, phase="forward", stage="attention"),
+        row(4, "all_reduce", "0", 1, 20, 90, 10, 9, outs="[3]"),
+        # group '1' and its splits and size from the launching collective range (op 9)
+        row(2, "all_reduce", "1", 0, 50, 80, 10, 7, ins="[1, 2]", size=8, step=1, phase="other", stage="other"),
+        # no group recorded: ''; no origin: ordered by its GPU start
+        row(3, "all_to_all", "", 0, 300, 400, None, 8),
+    ]
+
+
+# ---- critical path: cp_host_syncs, cp_preds ------------------------------------------------------
+
+def test_cp_host_syncs():
+    prof = make_profile(
+        cpu=[{"id": 3, "tid": 1, "kind": "op", "name": "aten::to", "start_ns": 90, "end_ns": 250},
+             {"id": 4, "tid": 1, "kind": "op", "name": "aten::_to_copy", "parent_id": 3, "start_ns": 95,
+              "end_ns": 240},
+             {"id": 5, "tid": 1, "kind": "op", "name": "aten::copy_", "parent_id": 4, "start_ns": 98, "end_ns": 230},
+             {"id": 7, "tid": 1, "kind": "annotation", "name": "ProfilerStep#1", "start_ns": 0, "end_ns": 2000},
+             {"id": 6, "tid": 1, "kind": "op", "name": "aten::item", "parent_id": 7, "start_ns": 990,
+              "end_ns": 1110}],
+        launches=[{"id": 1, "tid": 1, "start_ns": 100, "end_ns": 200, "name": "cudaStreamSynchronize",
+                   "correlation": 1, "op_id": 5},
+                  {"id": 2, "tid": 1, "start_ns": 300, "end_ns": 400, "name": "cudaMemcpyAsync", "correlation": 2},
+                  {"id": 3, "tid": 1, "start_ns": 500, "end_ns": 600, "name": "cudaMemcpyAsync", "correlation": 3},
+                  {"id": 4, "tid": 1, "start_ns": 700, "end_ns": 710, "name": "cudaLaunchKernel", "correlation": 99},
+                  {"id": 5, "tid": 1, "start_ns": 800, "end_ns": 810, "name": "cudaMemcpy", "correlation": 5},
+                  {"id": 6, "tid": 1, "start_ns": 1000, "end_ns": 1100, "name": "cudaDeviceSynchronize",
+                   "correlation": 6, "op_id": 6}],
+        gpu=[{"id": 21, "kind": "memcpy", "name": "Memcpy DtoH (Device -> Pageable)", "start_ns": 350,
+              "end_ns": 390, "launch_id": 2},
+             {"id": 22, "kind": "memcpy", "name": "Memcpy DtoH (Device -> Pinned)", "start_ns": 520, "end_ns": 550,
+              "launch_id": 3},
+             {"id": 23, "kind": "memcpy", "name": "Memcpy HtoD", "start_ns": 805, "end_ns": 900, "launch_id": 5}],
+        syncs=[{"id": 1, "kind": "event_sync", "start_ns": 700, "end_ns": 710, "correlation": 99}])
+    got = run_step("cp_host_syncs", prof, order_by="rank, tid, end_ns, id")
+
+    def row(i, start, end, name, op=None, parent=None, grand=None):
+        return {"id": i, "rank": 0, "tid": 1, "start_ns": start, "end_ns": end, "dur_ns": end - start, "name": name,
+                "op": op, "parent_op": parent, "grandparent_op": grand}
+    assert got == [
+        row(1, 100, 200, "cudaStreamSynchronize", "aten::copy_", "aten::_to_copy", "aten::to"),   # by name
+        row(2, 300, 400, "cudaMemcpyAsync"),       # returned after its pageable copy ended (390 <= 400)
+        # 3: async to pinned memory: not blocking; 5: returned (810) before its copy ended (900)
+        row(4, 700, 710, "cudaLaunchKernel"),      # an event_sync record names it
+        row(6, 1000, 1100, "cudaDeviceSynchronize", "aten::item"),   # parent is an annotation: no parent op
+    ]
+
+
+def test_cp_preds():
+    prof = make_profile(
+        launches=[{"id": 50, "tid": 9, "start_ns": 24, "end_ns": 26, "name": "cudaStreamWaitEvent", "correlation": 88}],
+        syncs=[{"id": 500, "kind": "stream_wait_event", "start_ns": 27, "end_ns": 28, "stream": 1, "event_stream": 2,
+                "correlation": 88}])
+    acts = [(1, 1, 100, 200), (2, 1, 250, 300), (3, 2, 150, 400), (4, 1, 2000, 2100)]   # id, stream, start, end
+    given = {
+        "activity_class": T([{"id": i, "rank": 0, "device": 0, "stream": s, "start_ns": a, "end_ns": b,
+                              "kind": "kernel", "name": f"k{i}", "class": "compute", "coll_range": None}
+                             for i, s, a, b in acts]),
+        "activity_origin": T([origin(1, 1, 10, 12, launch_name="cudaLaunchKernel"),
+                              origin(2, 1, 30, 32, launch_name="cudaLaunchKernel"),
+                              origin(3, 1, 20, 22, op_id=77),                    # its op's time, no launch call
+                              origin(4, 1, 1500, 1502, launch_name="cudaLaunchKernel")], **ORIGIN_TYPES),
+        "cp_host_syncs": T([{"id": 900, "rank": 0, "tid": 1, "start_ns": 22, "end_ns": 25, "dur_ns": 3,
+                             "name": "cudaStreamSynchronize", "op": None, "parent_op": None, "grandparent_op": None}]),
+        "windows": T([window(0, 1, 0, 1000)])}
+    got = run_step("cp_preds", prof, given=given, order_by="rank, step, end_ns, id")
+
+    def row(i, stream, start, end, o_start, o_end, prev=None, prev_end=None, src=None, src_end=None, sync=None,
+            sync_end=None):
+        return {"rank": 0, "step": 1, "id": i, "stream": stream, "start_ns": start, "end_ns": end, "class": "compute",
+                "kind": "kernel", "name": f"k{i}", "tid": 1, "origin_start_ns": o_start, "origin_end_ns": o_end,
+                "prev_id": prev, "prev_end_ns": prev_end, "wait_src_id": src, "wait_src_end_ns": src_end,
+                "sync_id": sync, "sync_end_ns": sync_end}
+    # the wait (stream 1 waits for stream 2) is cut at its launch call's start, 24: the first activity
+    # launched on stream 1 after it is 2 (launched at 30), the last launched on stream 2 before it is 3
+    # (at 20). The host sync on thread 1 ended at 25: the last before 2's launch (30); 1 (10) and 3 (20)
+    # were launched before it ended. 4 runs outside the window.
+    assert got == [
+        row(1, 1, 100, 200, 10, 12),
+        row(2, 1, 250, 300, 30, 32, prev=1, prev_end=200, src=3, src_end=400, sync=900, sync_end=25),
+        row(3, 2, 150, 400, 20, None),          # no launch call: origin_end_ns unknown
+    ]

@@ -360,3 +360,211 @@ def test_cp_preds():
         row(2, 1, 250, 300, 30, 32, prev=1, prev_end=200, src=3, src_end=400, sync=900, sync_end=25),
         row(3, 2, 150, 400, 20, None),          # no launch call: origin_end_ns unknown
     ]
+
+
+# ---- activity_attribution (range_context given as rows) -----------------------------------------
+
+def test_activity_attribution():
+    def r(id, tid, kind, name, start, end, parent=None, depth=0, seq=None):
+        return {"id": id, "tid": tid, "kind": kind, "name": name, "start_ns": start, "end_ns": end,
+                "parent_id": parent, "depth": depth, "seq": seq}
+    prof = make_profile(cpu=[
+        r(1, 1, "annotation", "ProfilerStep#1", 0, 1000),
+        r(2, 1, "annotation", "layer_3.attention", 10, 400, 1, 1),
+        r(3, 1, "op", "aten::mm", 20, 30, 2, 2, seq=42),                        # forward op, autograd seq 42
+        r(4, 2, "op", "autograd::engine::evaluate_function: MmBackward0", 500, 600, seq=42),
+        r(5, 2, "op", "aten::mm", 510, 520, 4, 1),
+        r(6, 1, "annotation", "moe", 700, 900, 1, 1),                          # a stage, no layer number
+        r(7, 3, "op", "nccl:all_to_all", 750, 760),                            # on a comm thread
+        r(8, 1, "op", "aten::add", 1100, 1200)])                               # after the step
+    ctx = {  # id -> (tid, layer, stage, anchor, names_stage): what range_context says
+        1: (1, None, None, None, False), 2: (1, 3, "attention", None, True), 3: (1, 3, "attention", None, False),
+        4: (2, None, None, 4, False), 5: (2, None, None, 4, False), 6: (1, None, "moe", None, True),
+        7: (3, None, None, None, False), 8: (1, None, None, None, False)}
+    given = {
+        "range_context": T([{"id": i, "rank": 0, "tid": t, "layer": layer, "stage": stage, "phase": None,
+                             "anchor": a, "names_stage": n, "head": None, "layer_inferred": False}
+                            for i, (t, layer, stage, a, n) in ctx.items()],
+                           layer=pa.int32(), anchor=pa.int64(), head=pa.int64()),
+        "step_ranges": T([step_range(0, 1, 0, 1000, range_id=1, name="ProfilerStep#1")]),
+        "activity_origin": T([origin(11, 1, 25, 26, op_id=3), origin(12, 2, 515, 516, op_id=5),
+                              origin(13, 3, 755, 756, op_id=7), origin(14, 1, 1150, 1151, op_id=8),
+                              origin(15, None)], **ORIGIN_TYPES)}
+    got = run_step("activity_attribution", prof, given=given, order_by="id")
+
+    # is_backward is `anchor IS NOT NULL OR phase = 'backward'` in SQL's three-valued logic: with no
+    # anchor and no phase named (null) it is null, not false (readers take null as not backward)
+    def row(i, step, layer, phase, stage, region, bwd=None, linked=False, cross=False):
+        return {"id": i, "rank": 0, "step": step, "layer": layer, "phase": phase, "stage": stage, "region": region,
+                "is_backward": bwd, "linked": linked, "layer_inferred": False, "cross_thread": cross,
+                "cross_ambiguous": False}
+    assert got == [
+        # launched in layer_3.attention: forward work of layer 3
+        row(11, 1, 3, "forward", "attention", "layer"),
+        # inside MmBackward0 (anchor 4, seq 42): linked to the forward op 3 of seq 42, its layer and stage
+        row(12, 1, 3, "backward", "attention", "layer", bwd=True, linked=True),
+        # the comm thread names nothing at 755; the training thread (the step's, 1) has `moe` open: its stage
+        row(13, 1, None, "other", "moe", "layer_unknown", cross=True),
+        # after the step range: no step; its own thread names nothing (other threads only are asked)
+        row(14, None, None, "other", "other", "outside"),
+        # no launching op at all
+        row(15, None, None, "other", "other", "unattributed"),
+    ]
+
+
+# ---- FLOPs ---------------------------------------------------------------------------------------
+
+BF = json.dumps(["c10::BFloat16", "c10::BFloat16"])
+MM = "[[2, 3], [3, 4]]"
+
+
+def op(id, name, start=0, end=10, parent=None, dims=None, types=None, rank=0, tid=1):
+    return {"id": id, "rank": rank, "tid": tid, "kind": "op", "name": name, "start_ns": start, "end_ns": end,
+            "parent_id": parent, "input_dims": dims, "input_types": types}
+
+
+def test_flops_shapes():
+    prof = make_profile(cpu=[
+        op(1, "aten::mm", dims=MM, types=BF), op(2, "aten::mm", dims=MM, types=BF),   # one signature
+        op(3, "aten::mm"),                                                            # no shapes
+        op(4, "aten::add", dims="[[2, 3], [2, 3]]", types=BF),                        # no formula: absent
+        op(5, "aten::mm", dims=MM, types=BF, rank=1),
+        op(6, "aten::linear", dims="[[4, 8, 16], [32, 16], [32]]", types=json.dumps(["float"] * 3)),
+        op(7, "aten::bmm", dims="[[2, 3]]")], ranks=(0, 1))                           # one input only
+    got = run_step("flops_shapes", prof)
+    sig = ("rank", "name", "input_dims", "concrete_inputs", "input_types", "flops", "dtype")
+    assert got == [dict(zip(sig, r)) for r in [
+        (0, "aten::bmm", "[[2, 3]]", "", "", None, None),
+        (0, "aten::linear", "[[4, 8, 16], [32, 16], [32]]", "", json.dumps(["float"] * 3), 2 * 32 * 16 * 32, "fp32"),
+        (0, "aten::mm", "", "", "", None, None),
+        (0, "aten::mm", MM, "", BF, 2 * 2 * 3 * 4, "bf16"),                           # 2 M K N = 48
+        (1, "aten::mm", MM, "", BF, 48.0, "bf16")]]
+
+
+def shapes(*rows):
+    return T([{"rank": 0, "name": n, "input_dims": d, "concrete_inputs": "", "input_types": "", "flops": f,
+               "dtype": "bf16" if f else None} for n, d, f in rows], flops=pa.float64())
+
+
+def test_flops_ops():
+    prof = make_profile(cpu=[
+        {"id": 1, "tid": 1, "kind": "annotation", "name": "ProfilerStep#1", "start_ns": 0, "end_ns": 1000},
+        op(2, "aten::linear", 10, 100, 1, "L"), op(3, "aten::addmm", 20, 90, 2, "A"),
+        op(7, "aten::mm", 30, 40, 3, "M"),                                  # two levels under the linear
+        op(4, "aten::mm", 110, 200, 1), op(5, "aten::mm", 120, 190, 4, "M"),  # under an op without shapes
+        op(6, "aten::add", 300, 310, 1, "X")])
+    given = {"flops_shapes": shapes(("aten::linear", "L", 1000.0), ("aten::addmm", "A", 1000.0),
+                                    ("aten::mm", "M", 90.0), ("aten::mm", "", None))}
+    got = run_step("flops_ops", prof, given=given, order_by="id")
+
+    def row(i, name, start, end, flops, counted):
+        return {"id": i, "rank": 0, "tid": 1, "name": name, "start_ns": start, "end_ns": end, "flops": flops,
+                "dtype": "bf16" if flops else None, "counted": counted}
+    assert got == [
+        row(2, "aten::linear", 10, 100, 1000.0, True),     # outermost with FLOPs
+        row(3, "aten::addmm", 20, 90, 1000.0, False),      # inside the linear
+        row(4, "aten::mm", 110, 200, None, False),         # no shapes: no FLOPs, not counted
+        row(5, "aten::mm", 120, 190, 90.0, True),          # its parent has no FLOPs: it counts
+        row(7, "aten::mm", 30, 40, 90.0, False),           # inside addmm inside linear
+    ]                                                      # 6 (aten::add) has no formula: absent
+
+
+def flops_op(i, flops, counted, start=0, rank=0, name="aten::mm"):
+    return {"id": i, "rank": rank, "tid": 1, "name": name, "start_ns": start, "end_ns": start + 5, "flops": flops,
+            "dtype": "bf16", "counted": counted}
+
+
+def test_flops_kernels():
+    prof = make_profile(
+        cpu=[{"id": 1, "tid": 1, "name": "ProfilerStep#1", "start_ns": 0, "end_ns": 1000},
+             op(2, "aten::linear", parent=1), op(3, "aten::addmm", parent=2), op(4, "aten::mm", parent=1),
+             op(5, "aten::mm", parent=4)],
+        gpu=[{"id": 10, "start_ns": 0, "end_ns": 300, "op_id": 3}, {"id": 11, "start_ns": 300, "end_ns": 400, "op_id": 2},
+             {"id": 12, "kind": "memcpy", "start_ns": 400, "end_ns": 500, "op_id": 3},
+             {"id": 13, "start_ns": 500, "end_ns": 500, "op_id": 5}, {"id": 14, "start_ns": 600, "end_ns": 600, "op_id": 5},
+             {"id": 15, "start_ns": 700, "end_ns": 800, "op_id": 4}, {"id": 16, "start_ns": 800, "end_ns": 900}])
+    given = {"flops_ops": T([flops_op(2, 1000.0, True), flops_op(3, 1000.0, False), flops_op(4, None, False),
+                             flops_op(5, 90.0, True)], flops=pa.float64())}
+    got = run_step("flops_kernels", prof, given=given, order_by="id")
+    # op 2's 1000 over its kernels 10 (300 ns, launched by its child addmm) and 11 (100 ns): 750 and 250;
+    # the memcpy 12 gets none. Op 5's 90 over two 0 ns kernels: 45 each. 15 (under op 4, no FLOPs up its
+    # chain) and 16 (no op) are absent.
+    assert got == [{"id": 10, "rank": 0, "op_id": 2, "flops": 750.0}, {"id": 11, "rank": 0, "op_id": 2, "flops": 250.0},
+                   {"id": 13, "rank": 0, "op_id": 5, "flops": 45.0}, {"id": 14, "rank": 0, "op_id": 5, "flops": 45.0}]
+
+
+STEP_RANGES = [step_range(0, 1, 0, 100), step_range(0, 2, 100, 200), step_range(1, 4, 0, 50)]
+
+
+def test_flops_step_ops():
+    ops = T([flops_op(2, 1000.0, True, start=10, name="aten::linear"), flops_op(3, 1000.0, False, start=20),
+             flops_op(5, 90.0, True, start=100), flops_op(8, 7.0, True, start=250),
+             flops_op(9, 5.0, True, start=10, rank=1)], flops=pa.float64())
+    given = {"flops_ops": ops, "step_ranges": T(STEP_RANGES)}
+    got = run_step("flops_step_ops", given=given, params={"no_step_ranges": False}, order_by="rank, step, id")
+
+    def row(rank, step, i, flops, name="aten::mm"):
+        return {"rank": rank, "step": step, "id": i, "name": name, "flops": flops}
+    # counted ops by their start: 2 (10) in [0, 100); 5 (100) in [100, 200); 8 (250) in no step; 3 is not
+    # counted; rank 1's 9 (10) in its own step 4
+    assert got == [row(0, 1, 2, 1000.0, "aten::linear"), row(0, 2, 5, 90.0), row(1, 4, 9, 5.0)]
+    # a job without step ranges: every counted op, step 0
+    got = run_step("flops_step_ops", given=given, params={"no_step_ranges": True}, order_by="rank, step, id")
+    assert got == [row(0, 0, 2, 1000.0, "aten::linear"), row(0, 0, 5, 90.0), row(0, 0, 8, 7.0), row(1, 0, 9, 5.0)]
+
+
+def test_flops_steps():
+    rows = [(0, 1, 2, 1000.0), (0, 1, 3, 24.0), (0, 2, 5, 90.0), (1, 4, 9, 5.0)]
+    given = {"flops_step_ops": T([{"rank": r, "step": s, "id": i, "name": "aten::mm", "flops": f}
+                                  for r, s, i, f in rows])}
+    got = run_step("flops_steps", given=given, order_by="rank, step")
+    assert got == [{"rank": 0, "step": 1, "flops": 1024.0, "ops": 2}, {"rank": 0, "step": 2, "flops": 90.0, "ops": 1},
+                   {"rank": 1, "step": 4, "flops": 5.0, "ops": 1}]
+
+
+def test_flops_embedding_tokens():
+    emb = "aten::embedding"
+    prof = make_profile(cpu=[
+        op(1, emb, 5, dims="[[100, 16], [4, 8], [], [], []]"),        # [B, T] = [4, 8]: 32 tokens
+        op(2, emb, 50, dims="[[100, 16], [6]]"),                      # a flat index list of 6
+        op(3, emb, 60), op(4, emb, 70, dims="[[100, 16]]"), op(5, emb, 80, dims="not json"),   # no count
+        op(6, "aten::mm", 90, dims=MM),
+        op(7, emb, 5, dims="[[100, 16], [2, 3, 4]]", rank=1)], ranks=(0, 1))
+    got = run_step("flops_embedding_tokens", prof, order_by="rank, id")
+    assert got == [{"rank": 0, "id": 1, "start_ns": 5, "tokens": 32}, {"rank": 0, "id": 2, "start_ns": 50, "tokens": 6},
+                   {"rank": 1, "id": 7, "start_ns": 5, "tokens": 24}]
+
+
+def test_flops_step_tokens():
+    calls = [(0, 1, 5, 32), (0, 2, 50, 6), (0, 3, 150, 32), (0, 4, 300, 100), (1, 7, 5, 24)]
+    given = {"flops_embedding_tokens": T([{"rank": r, "id": i, "start_ns": s, "tokens": t} for r, i, s, t in calls]),
+             "step_ranges": T([step_range(0, 1, 0, 100), step_range(0, 2, 100, 200), step_range(1, 1, 0, 100)])}
+    got = run_step("flops_step_tokens", given=given, params={"no_step_ranges": False}, order_by="rank, step")
+    # step 1: 32 + 6; step 2: 32; the call at 300 is in no step; rank 1: 24
+    assert got == [{"rank": 0, "step": 1, "tokens": 38}, {"rank": 0, "step": 2, "tokens": 32},
+                   {"rank": 1, "step": 1, "tokens": 24}]
+    got = run_step("flops_step_tokens", given=given, params={"no_step_ranges": True}, order_by="rank, step")
+    # without step ranges one call is one step's batch: the largest
+    assert got == [{"rank": 0, "step": 0, "tokens": 100}, {"rank": 1, "step": 0, "tokens": 24}]
+
+
+def test_flops_groups():
+    kernels = [(10, 0, 750.0), (11, 0, 250.0), (13, 0, 45.0), (14, 1, 45.0), (15, 0, 8.0)]
+    attr = [(10, 0, 1, 0, "forward", "attention"), (11, 0, 2, 0, "forward", "attention"),
+            (13, 0, 1, None, "other", "other"), (14, 1, 1, None, "other", "other"),
+            (15, 0, None, 0, "forward", "attention"),          # outside every step
+            (16, 0, 1, 1, "forward", "moe")]                   # no FLOPs
+    given = {"flops_kernels": T([{"id": i, "rank": r, "op_id": 1, "flops": f} for i, r, f in kernels]),
+             "activity_attribution": T([{"id": i, "rank": r, "step": s, "layer": layer, "phase": p, "stage": st}
+                                        for i, r, s, layer, p, st in attr], step=pa.int64(), layer=pa.int64())}
+    got = run_step("flops_groups", given=given)
+    # layer 0 forward attention: 750 + 250 (steps 1 and 2; 15 is outside the steps); the unlayered
+    # 'other' group, both ranks: 45 + 45; groups without kernel FLOPs are absent; layers first, null last
+    assert got == [{"layer": 0, "phase": "forward", "stage": "attention", "flops": 1000.0},
+                   {"layer": None, "phase": "other", "stage": "other", "flops": 90.0}]
+
+
+def test_every_declared_step_has_a_golden_test_here():
+    from traceview.engine import steps
+    missing = sorted(n for n in steps.all_steps() if not callable(globals().get(f"test_{n}")))
+    assert not missing, f"steps without a golden test in tests/test_steps_golden.py: {missing}"

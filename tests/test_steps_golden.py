@@ -568,3 +568,109 @@ def test_every_declared_step_has_a_golden_test_here():
     from traceview.engine import steps
     missing = sorted(n for n in steps.all_steps() if not callable(globals().get(f"test_{n}")))
     assert not missing, f"steps without a golden test in tests/test_steps_golden.py: {missing}"
+
+
+# kernel names whose families tests/test_diff_families.py states
+GEMM = "volta_s884gemm_fp16_128x128_ldg8_f2f_nn"                                   # gemm:tensorop fp16
+SPLITK = ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false, float, "
+          "__nv_bfloat16, __nv_bfloat16, true, false, false>(cublasLt::cublasSplitKParams<float>)")   # gemm:splitk-reduce
+FLASH = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>, "
+         "false, true>(flash::Flash_fwd_params)")                                   # attention bf16
+ELEM = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
+        "std::array<char*, 3ul> >(int, at::native::CUDAFunctor_add<c10::BFloat16>, std::array<char*, 3ul>)")
+
+
+def kernel_rows(rows):
+    return T([{"id": i, "rank": r, "op_id": o, "flops": f} for i, r, o, f in rows], flops=pa.float64())
+
+
+INFO = [(0, SPLITK, "gemm:splitk-reduce bf16", None, None), (0, FLASH, "attention bf16", "attention", "bf16"),
+        (0, GEMM, "gemm:tensorop fp16", "gemm", "fp16"), (1, ELEM, "elementwise bf16", None, None)]
+
+
+def test_flops_kernel_info():
+    prof = make_profile(gpu=[{"id": 1, "name": GEMM, "start_ns": 0, "end_ns": 1}, {"id": 2, "name": SPLITK, "start_ns": 0, "end_ns": 1},
+                             {"id": 3, "name": FLASH, "start_ns": 0, "end_ns": 1},
+                             {"id": 4, "rank": 1, "name": ELEM, "start_ns": 0, "end_ns": 1},
+                             {"id": 5, "name": GEMM, "start_ns": 0, "end_ns": 1}], ranks=(0, 1))
+    given = {"flops_kernels": kernel_rows([(1, 0, 5, 1.0), (2, 0, 5, 1.0), (3, 0, 6, 1.0), (4, 1, 7, 1.0), (5, 0, 6, 1.0)])}
+    got = run_step("flops_kernel_info", prof, given=given)
+    # one row per distinct (rank, name), by rank and name; the split-K reduce is a GEMM family but not a
+    # compute kernel (no category, no math type), nor is the elementwise add
+    assert got == [dict(zip(("rank", "name", "family", "category", "kdtype"), r)) for r in INFO]
+
+
+def test_flops_op_kernels():
+    prof = make_profile(gpu=[{"id": 1, "name": GEMM, "start_ns": 0, "end_ns": 300},
+                             {"id": 2, "name": SPLITK, "start_ns": 300, "end_ns": 400},
+                             {"id": 3, "name": FLASH, "start_ns": 500, "end_ns": 400}])     # reversed: 0 ns
+    given = {"flops_kernels": kernel_rows([(1, 0, 5, 75.0), (2, 0, 5, 25.0), (3, 0, 6, 10.0)]),
+             "flops_kernel_info": T([dict(zip(("rank", "name", "family", "category", "kdtype"), r)) for r in INFO])}
+    got = run_step("flops_op_kernels", prof, given=given, order_by="id")
+    cols = ("id", "rank", "op_id", "name", "family", "category", "kdtype", "dur_ns", "flops")
+    assert got == [dict(zip(cols, r)) for r in [
+        (1, 0, 5, GEMM, "gemm:tensorop fp16", "gemm", "fp16", 300, 75.0),
+        (2, 0, 5, SPLITK, "gemm:splitk-reduce bf16", None, None, 100, 25.0),
+        (3, 0, 6, FLASH, "attention bf16", "attention", "bf16", 0, 10.0)]]
+
+
+def op_kernel(i, op_id, category, kdtype, dur, flops=1.0, family="f"):
+    return {"id": i, "rank": 0, "op_id": op_id, "name": f"k{i}", "family": family, "category": category,
+            "kdtype": kdtype, "dur_ns": dur, "flops": flops}
+
+
+SDPA = "aten::_scaled_dot_product_flash_attention"
+F32 = json.dumps(["float", "float"])
+
+
+def test_flops_op_inputs():
+    prof = make_profile(cpu=[op(5, "aten::mm", types=BF), op(6, SDPA), op(7, "aten::mm", types=F32)])
+    given = {
+        "flops_step_ops": T([{"rank": 0, "step": s, "id": i, "name": n, "flops": f}
+                             for s, i, n, f in [(1, 5, "aten::mm", 100.0), (1, 6, SDPA, 10.0), (2, 7, "aten::mm", 8.0)]]),
+        "flops_op_kernels": T([op_kernel(1, 5, "gemm", "fp16", 300), op_kernel(2, 5, None, None, 500),
+                               op_kernel(8, 5, "gemm", "tf32", 300), op_kernel(3, 6, "attention", "bf16", 0),
+                               op_kernel(4, 7, None, None, 50)])}
+    got = run_step("flops_op_inputs", prof, given=given, order_by="rank, step, id")
+    cols = ("rank", "step", "id", "name", "flops", "input_types", "kernel_precision")
+    # op 5: its longest compute kernels are 1 and 8 (300 ns; the 500 ns split-K reduce is no compute
+    # kernel): the lower id, 1, says fp16. Op 6: its one attention kernel, bf16. Op 7: no compute kernel.
+    assert got == [dict(zip(cols, r)) for r in [
+        (0, 1, 5, "aten::mm", 100.0, BF, "fp16"), (0, 1, 6, SDPA, 10.0, None, "bf16"),
+        (0, 2, 7, "aten::mm", 8.0, F32, None)]]
+
+
+def test_flops_op_precision():
+    rows = [(1, 5, "aten::mm", 100.0, BF, "fp16"), (1, 6, SDPA, 10.0, None, "bf16"), (2, 7, "aten::mm", 8.0, F32, "tf32"),
+            (2, 9, "aten::_scaled_mm", 4.0, BF, None), (2, 10, "aten::conv2d", 2.0, None, None)]
+    given = {"flops_op_inputs": T([{"rank": 0, "step": s, "id": i, "name": n, "flops": f, "input_types": t,
+                                    "kernel_precision": k} for s, i, n, f, t, k in rows])}
+    got = run_step("flops_op_precision", given=given, order_by="rank, step, id")
+    cols = ("rank", "step", "id", "name", "flops", "precision", "precision_source", "kind", "kernel_precision")
+    assert got == [dict(zip(cols, r)) for r in [
+        (0, 1, 5, "aten::mm", 100.0, "bf16", "inputs", "gemm", "fp16"),      # bf16 inputs before a fp16 kernel name
+        (0, 1, 6, SDPA, 10.0, "bf16", "kernel", "attention", "bf16"),        # no input types: the kernel
+        (0, 2, 7, "aten::mm", 8.0, "tf32", "kernel", "gemm", "tf32"),        # TF32 math the fp32 inputs cannot show
+        (0, 2, 9, "aten::_scaled_mm", 4.0, "fp8", "op", "gemm", None),        # the op itself is fp8
+        (0, 2, 10, "aten::conv2d", 2.0, "bf16", "assumed", "conv", None)]]   # nothing says: assumed bf16
+
+
+def test_flops_compute_kernels():
+    given = {
+        "flops_op_kernels": T([op_kernel(1, 5, "gemm", "fp16", 300, 60.0, "g"), op_kernel(2, 5, None, None, 100, 20.0, "r"),
+                               op_kernel(8, 5, "gemm", "fp16", 100, 20.0, "g"),
+                               op_kernel(3, 6, "attention", "bf16", 0, 5.0, "a"), op_kernel(4, 6, "attention", "bf16", 0, 5.0, "a"),
+                               op_kernel(5, 7, None, None, 50, 8.0, "e"), op_kernel(6, 11, "gemm", "bf16", 10, 1.0, "g")]),
+        "flops_op_precision": T([{"rank": 0, "step": 1, "id": i, "name": "x", "flops": f, "precision": p,
+                                  "precision_source": "inputs", "kind": k, "kernel_precision": None}
+                                 for i, f, p, k in [(5, 100.0, "bf16", "gemm"), (6, 10.0, "bf16", "attention"),
+                                                    (7, 8.0, "tf32", "gemm")]])}
+    got = run_step("flops_compute_kernels", given=given, order_by="id, op_id")
+    cols = ("id", "rank", "op_id", "family", "kind", "precision", "dur_ns", "flops")
+    # op 5's 100 over its compute kernels 1 (300 ns) and 8 (100 ns): 75 and 25 (the reduce 2 drops out);
+    # op 6's 10 over two 0 ns kernels: 5 each; op 7 has no compute kernel: its kernel keeps its 8;
+    # op 11 is in no step: absent
+    assert got == [dict(zip(cols, r)) for r in [
+        (1, 0, 5, "g", "gemm", "bf16", 300, 75.0), (3, 0, 6, "a", "attention", "bf16", 0, 5.0),
+        (4, 0, 6, "a", "attention", "bf16", 0, 5.0), (5, 0, 7, "e", "gemm", "tf32", 50, 8.0),
+        (8, 0, 5, "g", "gemm", "bf16", 100, 25.0)]]

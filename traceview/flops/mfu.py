@@ -1,10 +1,9 @@
 """Delivered TFLOP/s per GPU and MFU: conversions and the `flops` report section."""
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
-
-import polars as pl
 
 from ..db import Session
 from ..engine.pipeline import build
@@ -84,13 +83,12 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
                 else:
                     medians = _median_per_rank_mean(per_step, "flops")
                     trace_fps = float(sum(medians) / len(medians))
-                    inwin = pl.from_arrow(session.table("flops_step_ops"))
-                    detail = _precision_detail(session, inwin, trace_fps, len(per_step))
-                    by_pr = detail["ops"].group_by("precision").agg(pl.col("flops").sum()).sort(["flops", "precision"])
-                    trace_dtype = prec.PEAK_COLUMN.get(by_pr["precision"][-1]) if by_pr.height else None
-                    by_op = inwin.group_by("name").agg(pl.col("flops").sum()).sort("name")
-                    out["trace_flops_by_op"] = {r["name"]: r["flops"] / len(per_step) for r in by_op.to_dicts()}
-                    out["trace_ops_counted"] = inwin.height
+                    detail = _precision_detail(session, params, trace_fps, len(per_step))
+                    ops = detail["ops"]
+                    by_pr = sorted((f, k[0]) for k, f in _sums(ops, ("precision",)).items())
+                    trace_dtype = prec.PEAK_COLUMN.get(by_pr[-1][1]) if by_pr else None
+                    out["trace_flops_by_op"] = {k[0]: f / len(per_step) for k, f in sorted(_sums(ops, ("name",)).items())}
+                    out["trace_ops_counted"] = len(ops)
         if tokens_per_step is None:
             build(session, ["flops_step_tokens"], params)
             tok = _median_per_rank_mean(session.table("flops_step_tokens").to_pylist(), "tokens", int)
@@ -162,16 +160,21 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
     return out
 
 
-def _precision_detail(session: Session, inwin: pl.DataFrame, flops_per_step: float, n_steps: int) -> dict:
-    """Counted in-step ops with their precision, their compute kernels and the precision split."""
-    kern = None
-    gpu = session.profile.gpu_activities
-    if gpu is not None and gpu.num_rows:
-        build(session, ["flops_kernels"])
-        kern = prec.kernels_of_ops(session.table("flops_kernels"), gpu)
-    classified = prec.classify_ops(inwin.select("id", "name", "flops"), session.profile.cpu_ranges, kern)
-    ck = ach.compute_kernels(kern, classified) if kern is not None else None
-    return {"ops": classified, "kernels": ck, "split": prec.split(classified, flops_per_step),
+def _sums(rows: list[dict], keys: tuple[str, ...]) -> dict[tuple, float]:
+    """Sum of `flops` per distinct `keys` (in first-seen order), exact (math.fsum)."""
+    out: dict[tuple, list[float]] = {}
+    for r in rows:
+        out.setdefault(tuple(r[x] for x in keys), []).append(r["flops"])
+    return {k: math.fsum(v) for k, v in out.items()}
+
+
+def _precision_detail(session: Session, params: dict, flops_per_step: float, n_steps: int) -> dict:
+    """Counted in-step ops with their precision (flops_op_precision), their compute kernels
+    (flops_compute_kernels; None without GPU activity) and the precision split."""
+    build(session, ["flops_op_precision", "flops_compute_kernels"], params)
+    ops = session.table("flops_op_precision").to_pylist()
+    ck = session.table("flops_compute_kernels").to_pylist() if session.profile.gpu_activities.num_rows else None
+    return {"ops": ops, "kernels": ck, "split": prec.split(ops, flops_per_step),
             "n_steps": max(1, n_steps), "flops_per_step": flops_per_step}
 
 
@@ -189,7 +192,7 @@ def _precision_fields(detail: dict | None, fps: float | None, step_time_ns: int 
     if assumed:
         notes.append(f"precision not visible for {assumed / fps:.1%} of the FLOPs: assumed bf16")
     ck = detail["kernels"]
-    if ck is None or ck.height == 0:
+    if not ck:
         return out
     achievable = ach.sustained(ck)
     for a in achievable:
@@ -200,8 +203,8 @@ def _precision_fields(detail: dict | None, fps: float | None, step_time_ns: int 
     # MFU against the achievable: sum over (kind, precision) of F / (A * T)
     a = {(x["kind"], x["precision"]): x["tflops"] for x in achievable}
     ops = detail["ops"]
-    total = float(ops["flops"].sum())
-    by = ops.group_by("kind", "precision").agg(pl.col("flops").sum()).to_dicts()
+    total = math.fsum(r["flops"] for r in ops)
+    by = [{"kind": k, "precision": p, "flops": f} for (k, p), f in _sums(ops, ("kind", "precision")).items()]
     lacking = sorted(f"{r['kind']} {r['precision']}" for r in by if r["flops"] and not a.get((r["kind"], r["precision"])))
     out["mfu_achievable"] = None
     if lacking:

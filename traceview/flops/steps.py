@@ -1,13 +1,16 @@
-"""The FLOPs engine steps written in Python: the shape -> FLOP formulas (trace_flops.FORMULAS) and
-the token count of an embedding call's shapes. What joins, nests and sums is SQL
-(traceview/sql/flops_*.sql)."""
+"""The FLOPs engine steps written in Python: the shape -> FLOP formulas (trace_flops.FORMULAS), the
+token count of an embedding call's shapes, the kernel-name families and the precision rules
+(precision.py): functions of a name or a shape string, applied per row or per distinct value. What
+joins, nests, splits and sums is SQL (traceview/sql/flops_*.sql)."""
 from __future__ import annotations
 
 import json
 
 import pyarrow as pa
 
+from ..diff.families import family
 from ..engine.steps import python_step
+from .precision import input_precision, kernel_precision, op_kind, op_precision
 from .trace_flops import FORMULAS, op_dtype, shape_flops
 
 _SIGNATURE = ("rank", "name", "input_dims", "concrete_inputs", "input_types")
@@ -58,3 +61,34 @@ def flops_embedding_tokens(session, params) -> pa.Table:
     out = pa.table({"rank": emb.column("rank"), "id": emb.column("id"), "start_ns": emb.column("start_ns"),
                     "tokens": pa.array(tok, pa.int64())})
     return out.filter(keep)
+
+
+@python_step("flops_kernel_info", scope="rank", requires=("flops_kernels", "gpu_activities"), params=(),
+             produces=("rank", "name", "family", "category", "kdtype"))
+def flops_kernel_info(session, params) -> pa.Table:
+    """Per distinct kernel name of the counted ops' kernels: its family (diff/families.py), compute
+    category (gemm / attention / conv; null for other kernels) and the math type its name shows."""
+    names = session.sql("SELECT DISTINCT k.rank, coalesce(g.name, '') AS name FROM flops_kernels k "
+                        "LEFT JOIN gpu_activities g ON g.id = k.id ORDER BY ALL")
+    info = [(family(n).key,) + kernel_precision(n) for n in names.column("name").to_pylist()]
+    return pa.table({"rank": names.column("rank"), "name": names.column("name"),
+                     "family": pa.array([i[0] for i in info], pa.string()),
+                     "category": pa.array([i[1] for i in info], pa.string()),
+                     "kdtype": pa.array([i[2] for i in info], pa.string())})
+
+
+@python_step("flops_op_precision", scope="rank", requires=("flops_op_inputs",), params=(),
+             produces=("rank", "step", "id", "name", "flops", "precision", "precision_source", "kind",
+                       "kernel_precision"))
+def flops_op_precision(session, params) -> pa.Table:
+    """The precision each counted op of a step ran in and what said so (precision.op_precision:
+    the op, its compute kernel, its input types, or assumed bf16), and its kind of work."""
+    t = session.table("flops_op_inputs")
+    names, kp = t.column("name").to_pylist(), t.column("kernel_precision").to_pylist()
+    decided = [op_precision(n, input_precision(i), k)
+               for n, i, k in zip(names, t.column("input_types").to_pylist(), kp)]
+    return pa.table({"rank": t.column("rank"), "step": t.column("step"), "id": t.column("id"), "name": t.column("name"),
+                     "flops": t.column("flops"), "precision": pa.array([d[0] for d in decided], pa.string()),
+                     "precision_source": pa.array([d[1] for d in decided], pa.string()),
+                     "kind": pa.array([op_kind(n) for n in names], pa.string()),
+                     "kernel_precision": pa.array(kp, pa.string())})

@@ -196,3 +196,24 @@ def test_achieved_tflops_per_group(prof):
     assert got[(1, "bwd", "attention")]["achieved_tflops"] == pytest.approx(163840 / 100e-9 / 1e12)
     assert got[(0, "fwd", "moe")]["flops_per_step"] == 768 / 2 and got[(0, "fwd", "moe")]["achieved_tflops"] is None
     assert got[(1, "fwd", "attention")]["achieved_tflops"] is None      # 0 ns of compute
+
+
+def test_analyze_counts_flops_in_its_own_session_once(prof, monkeypatch):
+    """The FLOPs are steps of the analysis session: one analyze opens one DuckDB connection (the
+    session's) and builds each FLOPs step once."""
+    import duckdb
+    from traceview.analysis.analyze import analyze
+    from traceview.db import Session
+    opened = []
+    real = duckdb.connect
+    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: opened.append(a) or real(*a, **k))
+    s = Session(prof)
+    doc = analyze(prof, session=s)
+    assert len(opened) == 1
+    assert doc["flops"]["method"] == "trace" and doc["flops"]["flops_per_step"] == TOTAL
+    flops_steps = {n: c for n, c in s.build_counts.items() if n.startswith("flops_")}
+    assert set(flops_steps) == {"flops_shapes", "flops_ops", "flops_kernels", "flops_step_ops", "flops_steps",
+                                "flops_embedding_tokens", "flops_step_tokens", "flops_kernel_info",
+                                "flops_op_kernels", "flops_op_inputs", "flops_op_precision",
+                                "flops_compute_kernels", "flops_groups"}
+    assert set(flops_steps.values()) == {1}

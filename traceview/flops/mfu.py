@@ -33,7 +33,7 @@ def flops_params(session: Session) -> dict:
     return {"no_step_ranges": session.rows(STEPS_SQL)[0]["n"] == 0}
 
 
-def _median_per_rank_mean(rows: list[dict], key: str, whole: type = float) -> list:
+def _per_rank_medians(rows: list[dict], key: str, whole: type = float) -> list:
     """Per rank the median over its steps of `key` (a list of those medians, by rank)."""
     by: dict[int, list] = {}
     for r in rows:
@@ -81,7 +81,7 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
                 if not per_step:
                     notes.append("no matrix or attention ops inside the step windows: trace-based FLOPs unavailable")
                 else:
-                    medians = _median_per_rank_mean(per_step, "flops")
+                    medians = _per_rank_medians(per_step, "flops")
                     trace_fps = float(sum(medians) / len(medians))
                     detail = _precision_detail(session, params, trace_fps, len(per_step))
                     ops = detail["ops"]
@@ -91,7 +91,7 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
                     out["trace_ops_counted"] = len(ops)
         if tokens_per_step is None:
             build(session, ["flops_step_tokens"], params)
-            tok = _median_per_rank_mean(session.table("flops_step_tokens").to_pylist(), "tokens", int)
+            tok = _per_rank_medians(session.table("flops_step_tokens").to_pylist(), "tokens", int)
             if tok:
                 tokens_per_step = round(statistics.mean(tok))
                 out["tokens_per_step_source"] = "trace (aten::embedding input shapes)"

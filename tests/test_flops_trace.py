@@ -3,10 +3,10 @@ import json
 
 import pyarrow as pa
 import pytest
+from flops_support import analysis_session, section, trace_tables
 from helpers import make_profile
 
 from traceview.flops import models
-from flops_support import analysis_session, section, trace_tables
 from traceview.flops.mfu import NO_SHAPES, by_group
 from traceview.flops.trace_flops import shape_flops
 
@@ -202,6 +202,7 @@ def test_analyze_counts_flops_in_its_own_session_once(prof, monkeypatch):
     """The FLOPs are steps of the analysis session: one analyze opens one DuckDB connection (the
     session's) and builds each FLOPs step once."""
     import duckdb
+
     from traceview.analysis.analyze import analyze
     from traceview.db import Session
     opened = []

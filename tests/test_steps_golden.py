@@ -4,7 +4,6 @@ the comments. Canonical tables come from a hand-made profile (helpers.make_profi
 import json
 
 import pyarrow as pa
-
 from helpers import make_profile
 from steps_golden import run_step
 
@@ -433,7 +432,7 @@ def test_flops_shapes():
         op(7, "aten::bmm", dims="[[2, 3]]")], ranks=(0, 1))                           # one input only
     got = run_step("flops_shapes", prof)
     sig = ("rank", "name", "input_dims", "concrete_inputs", "input_types", "flops", "dtype")
-    assert got == [dict(zip(sig, r)) for r in [
+    assert got == [dict(zip(sig, r, strict=True)) for r in [
         (0, "aten::bmm", "[[2, 3]]", "", "", None, None),
         (0, "aten::linear", "[[4, 8, 16], [32, 16], [32]]", "", json.dumps(["float"] * 3), 2 * 32 * 16 * 32, "fp32"),
         (0, "aten::mm", "", "", "", None, None),
@@ -599,7 +598,7 @@ def test_flops_kernel_info():
     got = run_step("flops_kernel_info", prof, given=given)
     # one row per distinct (rank, name), by rank and name; the split-K reduce is a GEMM family but not a
     # compute kernel (no category, no math type), nor is the elementwise add
-    assert got == [dict(zip(("rank", "name", "family", "category", "kdtype"), r)) for r in INFO]
+    assert got == [dict(zip(("rank", "name", "family", "category", "kdtype"), r, strict=True)) for r in INFO]
 
 
 def test_flops_op_kernels():
@@ -607,10 +606,10 @@ def test_flops_op_kernels():
                              {"id": 2, "name": SPLITK, "start_ns": 300, "end_ns": 400},
                              {"id": 3, "name": FLASH, "start_ns": 500, "end_ns": 400}])     # reversed: 0 ns
     given = {"flops_kernels": kernel_rows([(1, 0, 5, 75.0), (2, 0, 5, 25.0), (3, 0, 6, 10.0)]),
-             "flops_kernel_info": T([dict(zip(("rank", "name", "family", "category", "kdtype"), r)) for r in INFO])}
+             "flops_kernel_info": T([dict(zip(("rank", "name", "family", "category", "kdtype"), r, strict=True)) for r in INFO])}
     got = run_step("flops_op_kernels", prof, given=given, order_by="id")
     cols = ("id", "rank", "op_id", "name", "family", "category", "kdtype", "dur_ns", "flops")
-    assert got == [dict(zip(cols, r)) for r in [
+    assert got == [dict(zip(cols, r, strict=True)) for r in [
         (1, 0, 5, GEMM, "gemm:tensorop fp16", "gemm", "fp16", 300, 75.0),
         (2, 0, 5, SPLITK, "gemm:splitk-reduce bf16", None, None, 100, 25.0),
         (3, 0, 6, FLASH, "attention bf16", "attention", "bf16", 0, 10.0)]]
@@ -637,7 +636,7 @@ def test_flops_op_inputs():
     cols = ("rank", "step", "id", "name", "flops", "input_types", "kernel_precision")
     # op 5: its longest compute kernels are 1 and 8 (300 ns; the 500 ns split-K reduce is no compute
     # kernel): the lower id, 1, says fp16. Op 6: its one attention kernel, bf16. Op 7: no compute kernel.
-    assert got == [dict(zip(cols, r)) for r in [
+    assert got == [dict(zip(cols, r, strict=True)) for r in [
         (0, 1, 5, "aten::mm", 100.0, BF, "fp16"), (0, 1, 6, SDPA, 10.0, None, "bf16"),
         (0, 2, 7, "aten::mm", 8.0, F32, None)]]
 
@@ -649,7 +648,7 @@ def test_flops_op_precision():
                                     "kernel_precision": k} for s, i, n, f, t, k in rows])}
     got = run_step("flops_op_precision", given=given, order_by="rank, step, id")
     cols = ("rank", "step", "id", "name", "flops", "precision", "precision_source", "kind", "kernel_precision")
-    assert got == [dict(zip(cols, r)) for r in [
+    assert got == [dict(zip(cols, r, strict=True)) for r in [
         (0, 1, 5, "aten::mm", 100.0, "bf16", "inputs", "gemm", "fp16"),      # bf16 inputs before a fp16 kernel name
         (0, 1, 6, SDPA, 10.0, "bf16", "kernel", "attention", "bf16"),        # no input types: the kernel
         (0, 2, 7, "aten::mm", 8.0, "tf32", "kernel", "gemm", "tf32"),        # TF32 math the fp32 inputs cannot show
@@ -672,7 +671,7 @@ def test_flops_compute_kernels():
     # op 5's 100 over its compute kernels 1 (300 ns) and 8 (100 ns): 75 and 25 (the reduce 2 drops out);
     # op 6's 10 over two 0 ns kernels: 5 each; op 7 has no compute kernel: its kernel keeps its 8;
     # op 11 is in no step: absent
-    assert got == [dict(zip(cols, r)) for r in [
+    assert got == [dict(zip(cols, r, strict=True)) for r in [
         (1, 0, 5, "g", "gemm", "bf16", 300, 75.0), (3, 0, 6, "a", "attention", "bf16", 0, 5.0),
         (4, 0, 6, "a", "attention", "bf16", 0, 5.0), (5, 0, 7, "e", "gemm", "tf32", 50, 8.0),
         (8, 0, 5, "g", "gemm", "bf16", 100, 25.0)]]

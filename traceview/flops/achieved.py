@@ -4,7 +4,8 @@ Sustained ("achievable") TFLOP/s of a (kind, precision) pair: the 95th percentil
 per-kernel TFLOP/s over the compute kernels of that kind (gemm / attention / conv: the kind of the op
 that launched them) and precision (the op's) that last at least MIN_KERNEL_NS inside the step windows.
 Compute kernels and their FLOPs: the engine step flops_compute_kernels. Nearest rank: the sorted
-rates x_1 <= ... <= x_n give x_ceil(0.95 n); below 20 kernels that is the best one. Per-kernel FLOPs: the op's FLOPs split over its compute kernels by duration.
+rates x_1 <= ... <= x_n give x_ceil(0.95 n); below 20 kernels that is the best one. Per-kernel FLOPs:
+the op's FLOPs split over its compute kernels by duration.
 """
 from __future__ import annotations
 

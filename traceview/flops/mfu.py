@@ -8,10 +8,12 @@ from typing import Any
 from ..db import Session
 from ..engine.pipeline import build
 from ..errors import UsageError
+from . import (
+    achieved as ach,
+    precision as prec,
+    steps as _steps,  # noqa: F401  (declares the Python FLOPs steps)
+)
 from .convert import TERA
-from . import achieved as ach
-from . import precision as prec
-from . import steps as _steps  # noqa: F401  (declares the Python FLOPs steps)
 from .models import ModelConfig, param_counts, training_flops_per_token
 from .peaks import PEAKS, match_gpu, normalize_dtype, peak_tflops as lookup_peak
 
@@ -22,7 +24,8 @@ NO_SHAPES = "trace has no recorded shapes (record_shapes off): trace-based FLOPs
 
 STEPS_SQL = "SELECT count(*) AS n, count(DISTINCT step) AS steps FROM step_ranges"
 SHAPED_SQL = "SELECT count(*) AS ops, count(input_dims) AS shaped FROM cpu_ranges WHERE kind = 'op'"
-OPS_SQL = "SELECT count(*) FILTER (WHERE flops IS NULL) AS unknown, count(*) FILTER (WHERE counted) AS counted FROM flops_ops"
+OPS_SQL = ("SELECT count(*) FILTER (WHERE flops IS NULL) AS unknown, count(*) FILTER (WHERE counted) AS counted "
+           "FROM flops_ops")
 
 
 def flops_params(session: Session) -> dict:
@@ -87,7 +90,8 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
                     ops = detail["ops"]
                     by_pr = sorted((f, k[0]) for k, f in _sums(ops, ("precision",)).items())
                     trace_dtype = prec.PEAK_COLUMN.get(by_pr[-1][1]) if by_pr else None
-                    out["trace_flops_by_op"] = {k[0]: f / len(per_step) for k, f in sorted(_sums(ops, ("name",)).items())}
+                    by_op = sorted(_sums(ops, ("name",)).items())
+                    out["trace_flops_by_op"] = {k[0]: f / len(per_step) for k, f in by_op}
                     out["trace_ops_counted"] = len(ops)
         if tokens_per_step is None:
             build(session, ["flops_step_tokens"], params)
@@ -205,7 +209,8 @@ def _precision_fields(detail: dict | None, fps: float | None, step_time_ns: int 
     ops = detail["ops"]
     total = math.fsum(r["flops"] for r in ops)
     by = [{"kind": k, "precision": p, "flops": f} for (k, p), f in _sums(ops, ("kind", "precision")).items()]
-    lacking = sorted(f"{r['kind']} {r['precision']}" for r in by if r["flops"] and not a.get((r["kind"], r["precision"])))
+    lacking = sorted(f"{r['kind']} {r['precision']}" for r in by
+                     if r["flops"] and not a.get((r["kind"], r["precision"])))
     out["mfu_achievable"] = None
     if lacking:
         notes.append(f"no kernel of {', '.join(lacking)} lasts {ach.MIN_KERNEL_NS // 1000} us: "
@@ -229,7 +234,8 @@ def by_group(session: Session, layer_rows: list[dict], n_steps: int) -> list[dic
         if not r["flops"]:
             continue
         t = time.get((r["layer"], r["phase"], r["stage"]))
-        out.append({"layer": r["layer"], "phase": r["phase"], "stage": r["stage"], "flops_per_step": r["flops"] / n_steps,
+        out.append({"layer": r["layer"], "phase": r["phase"], "stage": r["stage"],
+                    "flops_per_step": r["flops"] / n_steps,
                     "compute_ns_per_step": (t or 0) / n_steps,
                     "achieved_tflops": r["flops"] / (t * 1e-9) / 1e12 if t is not None and t > 0 else None})
     return out

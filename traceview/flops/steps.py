@@ -22,11 +22,13 @@ def flops_shapes(session, params) -> pa.Table:
     """One row per distinct (rank, op name, input dims, concrete inputs, input types) of the ops
     with a formula (missing text as ''): its FLOPs (null: no usable shapes) and input dtype.
     Computed on the signatures only: a few hundred, even for big traces."""
-    sig = session.sql("SELECT DISTINCT rank, name, coalesce(input_dims, '') AS input_dims, coalesce(concrete_inputs, '') "
-                      "AS concrete_inputs, coalesce(input_types, '') AS input_types FROM cpu_ranges "
+    sig = session.sql("SELECT DISTINCT rank, name, coalesce(input_dims, '') AS input_dims, "
+                      "coalesce(concrete_inputs, '') AS concrete_inputs, coalesce(input_types, '') AS input_types "
+                      "FROM cpu_ranges "
                       "WHERE list_contains($names, name) ORDER BY ALL", names=sorted(FORMULAS))
     cols = {c: sig.column(c).to_pylist() for c in _SIGNATURE}
-    flops = [shape_flops(n, d, c) for n, d, c in zip(cols["name"], cols["input_dims"], cols["concrete_inputs"])]
+    flops = [shape_flops(n, d, c)
+             for n, d, c in zip(cols["name"], cols["input_dims"], cols["concrete_inputs"], strict=True)]
     dtype = [op_dtype(t) for t in cols["input_types"]]
     return pa.table({**{c: sig.column(c) for c in _SIGNATURE},
                      "flops": pa.array(flops, pa.float64()), "dtype": pa.array(dtype, pa.string())})
@@ -86,7 +88,7 @@ def flops_op_precision(session, params) -> pa.Table:
     t = session.table("flops_op_inputs")
     names, kp = t.column("name").to_pylist(), t.column("kernel_precision").to_pylist()
     decided = [op_precision(n, input_precision(i), k)
-               for n, i, k in zip(names, t.column("input_types").to_pylist(), kp)]
+               for n, i, k in zip(names, t.column("input_types").to_pylist(), kp, strict=True)]
     return pa.table({"rank": t.column("rank"), "step": t.column("step"), "id": t.column("id"), "name": t.column("name"),
                      "flops": t.column("flops"), "precision": pa.array([d[0] for d in decided], pa.string()),
                      "precision_source": pa.array([d[1] for d in decided], pa.string()),

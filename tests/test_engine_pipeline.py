@@ -8,6 +8,7 @@ from traceview.engine import steps
 from traceview.engine.pipeline import build, plan
 from traceview.engine.session import Session
 from traceview.engine.steps import StepError, parse_header, python_step
+import traceview.flops.steps  # noqa: F401  (declares the FLOPs' Python steps)
 
 
 def _session():

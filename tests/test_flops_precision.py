@@ -9,7 +9,7 @@ import pytest
 from helpers import make_profile
 
 from traceview.flops import achieved, precision
-from traceview.flops.mfu import flops_section
+from flops_support import section
 
 F8 = ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float"]
 BF = ["c10::BFloat16", "c10::BFloat16"]
@@ -64,7 +64,7 @@ def profile_tables():
 @pytest.fixture(scope="module")
 def sec():
     cpu, gpu = profile_tables()
-    return flops_section(make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3"), step_time_ns=STEP_NS)
+    return section(make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3"), step_time_ns=STEP_NS)
 
 
 def by_precision(sec):
@@ -171,7 +171,7 @@ def test_input_types_as_recorded():
 
 def test_no_fp8_peak_is_said_not_guessed():
     cpu, gpu = profile_tables()
-    sec = flops_section(make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA A100-SXM4-80GB"), step_time_ns=STEP_NS)
+    sec = section(make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA A100-SXM4-80GB"), step_time_ns=STEP_NS)
     assert sec["mfu_precision_weighted"] is None and sec["peak_tflops_precision_weighted"] is None
     assert by_precision(sec)["fp8"]["peak_tflops"] is None
     assert "A100 SXM has no fp8 peak in the table: precision-weighted MFU not computed" in sec["notes"]
@@ -296,7 +296,7 @@ def test_deepseek_fixture_split_exactly_as_planted(tmp_path):
     from traceview.load import load
     paths, truth = deepseek.write(tmp_path)
     for fmt in ("kineto", "nsys"):
-        sec = flops_section(load([str(paths[fmt])]), step_time_ns=STEP_NS)
+        sec = section(load([str(paths[fmt])]), step_time_ns=STEP_NS)
         s = by_precision(sec)
         assert set(s) == set(truth["flops_per_step"]), fmt
         for p, want in truth["flops_per_step"].items():

@@ -32,27 +32,14 @@ def inputs_section(profile: Profile) -> list[dict]:
 
 def flops_sections(session: Session, doc: dict, fopts: dict) -> dict:
     """The `flops` section: delivered TFLOP/s, peak, MFU, and achieved TFLOP/s per layer/stage."""
-    import pyarrow as pa
     from ..flops import mfu
     from ..flops.models import resolve
     model = resolve(fopts.get("model"), fopts.get("model_config"))
     sec = mfu.flops_section(session, doc["summary"]["step_time_ns"], model=model,
                             tokens_per_step=fopts.get("tokens_per_step"), peak_tflops=fopts.get("peak_tflops"),
-                            dtype=fopts.get("dtype"), steps=session.table("step_ranges"))
+                            dtype=fopts.get("dtype"))
     if sec.get("method") == "trace":
-        _, kernels = mfu.trace_flops(session)
-        groups = session.table("activity_attribution")
-        n = max(1, len(doc["steps"]))
-        comp: dict = {}
-        for r in doc["layers"]:
-            k = (r["layer"], r["phase"], r["stage"])
-            comp[k] = comp.get(k, 0) + r["compute_ns"]
-        ct = pa.table({"layer": pa.array([k[0] for k in comp], pa.int32()), "phase": [k[1] for k in comp],
-                       "stage": [k[2] for k in comp], "time_ns": list(comp.values())})
-        rows = mfu.group_tflops(kernels, groups.filter(pa.compute.is_valid(groups.column("step"))), ct).to_pylist()
-        sec["by_group"] = [{"layer": r["layer"], "phase": r["phase"], "stage": r["stage"],
-                            "flops_per_step": r["flops"] / n, "compute_ns_per_step": (r["time_ns"] or 0) / n,
-                            "achieved_tflops": r["tflops"]} for r in rows if r["flops"]]
+        sec["by_group"] = mfu.by_group(session, doc["layers"], max(1, len(doc["steps"])))
     return sec
 
 

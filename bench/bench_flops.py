@@ -22,7 +22,7 @@ import duckdb
 from traceview.analysis import breakdown, layers
 from traceview.analysis.analyze import analyze, flops_sections
 from traceview.config import Rules
-from traceview.db import Session
+from traceview.engine.session import Session
 from traceview.load import load
 
 DEFAULT = Path(__file__).resolve().parents[2] / "shared" / "traces" / "kineto" / "h200_moe" / "overlap.json.gz"

@@ -204,7 +204,7 @@ def test_analyze_counts_flops_in_its_own_session_once(prof, monkeypatch):
     import duckdb
 
     from traceview.analysis.analyze import analyze
-    from traceview.db import Session
+    from traceview.engine.session import Session
     opened = []
     real = duckdb.connect
     monkeypatch.setattr(duckdb, "connect", lambda *a, **k: opened.append(a) or real(*a, **k))

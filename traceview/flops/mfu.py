@@ -5,7 +5,7 @@ import math
 import statistics
 from typing import Any
 
-from ..db import Session
+from ..engine.session import Session
 from ..engine.pipeline import build
 from ..errors import UsageError
 from . import (

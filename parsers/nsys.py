@@ -152,13 +152,15 @@ class _Reader:
         n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
         if n_bad:
             self.warn(f"{n_bad} NVTX ranges with a missing, non-integer or out-of-range start dropped")
-        self.reg("nv", nv)
+        self.nv = nv
+        self.reg("nv", nv.append_column("pos", pa.array(range(nv.num_rows), pa.int64())))
         self.reg("sy", self.timed("sync records", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
             **_GPU, "sync_type": "syncType", "event_id": "eventId", "event_sync_id": "eventSyncId"}, need=_NEED_GPU)))
         self.reg("ce", s.table("CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"correlation": "correlationId", "gpid": "globalPid",
                                "event_id": "eventId", "stream": "streamId", "event_sync_id": "eventSyncId"}))
-        self.reg("strs", s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
-                                 need=("id", "value")))
+        self.strs = s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
+                            need=("id", "value"))
+        self.reg("strs", self.strs)
         self.event_types_used = types
 
     def timed(self, label: str, t: pa.Table) -> pa.Table:
@@ -321,7 +323,7 @@ class _Reader:
             self.warn(f"{n_other} NVTX ranges of processes without GPU activity dropped")
         x(f"""CREATE TEMP TABLE r0 AS
             SELECT (row_number() OVER (ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.rn) - 1)::BIGINT AS id,
-                   n.rn, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
+                   n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
             WHERE {rngs}""")
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
@@ -343,25 +345,46 @@ class _Reader:
         crossing = self.one("SELECT count(*) FROM nest WHERE crosses")[0]
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
+        # Integer columns in id order first; the names are then gathered (Arrow take, no sort of
+        # strings) and parsed in that order.
+        rows = self.q(f"""
+            SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns,
+                   r0.end_ns, CASE WHEN r0.domain_id IS NULL OR r0.domain_id = 0 THEN NULL
+                        ELSE COALESCE(d.name, '<unknown domain ' || r0.domain_id || '>') END AS domain,
+                   nest.depth, nest.parent_id, r0.pos
+            FROM r0 LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = r0.domain_id
+            ORDER BY id""")
+        self.drop("r0", "nest", "nv")
+        raw = pc.take(self.nv_names(), rows.column("pos"))
+        self.nv = None
+        rows = rows.drop_columns(["pos"])
+        self.reg("nm", pa.table({"raw": raw}))
+        del raw
         # emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'
-        out = self.q(f"""
-            WITH nm AS (SELECT n.rn, n.domain_id, {name} AS raw FROM nv n LEFT JOIN strs s ON s.id = n.text_id
-                        WHERE {rngs}),
-            p AS (SELECT *, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
-                         strpos(raw, ', sizes = ') AS pz, strpos(raw, ', input_op_ids = ') AS pi FROM nm)
-            SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns, r0.end_ns,
-                   CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
+        parsed = self.q("""
+            WITH p AS (SELECT raw, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
+                              strpos(raw, ', sizes = ') AS pz, strpos(raw, ', input_op_ids = ') AS pi FROM nm)
+            SELECT CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
                    CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1) ELSE raw END AS name,
-                   CASE WHEN p.domain_id IS NULL OR p.domain_id = 0 THEN NULL
-                        ELSE COALESCE(d.name, '<unknown domain ' || p.domain_id || '>') END AS domain,
-                   nest.depth, nest.parent_id,
                    CASE WHEN ps > 0 THEN TRY_CAST(split_part(substr(raw, ps + 8), ',', 1) AS BIGINT) END AS seq,
                    CASE WHEN pz > 0 AND (ps > 0 OR po > 0)
                         THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END) END AS input_dims
-            FROM r0 JOIN p USING (rn) LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = p.domain_id
-            ORDER BY id""")
-        self.drop("r0", "nest", "nv")
-        return out
+            FROM p""")
+        self.drop("nm")
+        if parsed.num_rows != rows.num_rows:
+            raise ValueError("NVTX names and ranges out of step")
+        for f in parsed.column_names:
+            rows = rows.append_column(f, parsed.column(f))
+        return rows
+
+    def nv_names(self) -> pa.ChunkedArray:
+        """The name of each NVTX_EVENTS row, in row order: its inline text, else its StringIds entry."""
+        nv, strs = self.nv, self.strs
+        tid = nv.column("text_id")
+        found = pc.take(strs.column("value"), pc.index_in(tid, value_set=strs.column("id")))
+        unknown = pc.binary_join_element_wise("<unknown string ", pc.cast(tid, pa.string()), ">", "")
+        by_id = pc.if_else(pc.is_null(tid), "", pc.coalesce(found, unknown))
+        return pc.if_else(pc.cast(nv.column("has_text"), pa.bool_()), nv.column("text"), by_id)
 
     def launches(self) -> pa.Table:
         x = self.db.execute

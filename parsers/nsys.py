@@ -288,21 +288,27 @@ class _Reader:
         cpu_ranges = self.ranges(self.one("SELECT max(end_ns) FROM gpu0")[0])
         launches = self.launches()
         self.drop("calls", "pp", "l0", "rt", "k", "mc", "ms")
+        syncs, meta = self.syncs(), self.meta(ranks)
+        names = self.q("SELECT kind, a, b, c, name FROM gname")
+        self.drop("gname")
+        self.reg("gk", names.drop_columns(["name"]).append_column("gi", pa.array(range(names.num_rows), pa.int64())))
         gpu = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
                        FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation),
             g AS (SELECT (row_number() OVER (ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind,
                                              g.a, g.b, g.c) - 1)::BIGINT AS id, r.rank, g.*
                   FROM gpu0 g JOIN ranks r USING (pid))
-            SELECT g.id, g.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, n.name, g.correlation,
+            SELECT g.id, g.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, n.gi, g.correlation,
                    l.id AS launch_id, l.op_id, g.bytes, g.grid, g.block
-            FROM g JOIN gname n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
+            FROM g JOIN gk n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
             ORDER BY id""")
+        self.drop("gk", "gpu0", "launches", "rec")
+        gpu = gpu.append_column("name", pc.take(names.column("name"), gpu.column("gi"))).drop_columns(["gi"])
+        del names
         return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
                        cpu_ranges=schema.conform("cpu_ranges", cpu_ranges),
                        launches=schema.conform("launches", launches),
-                       syncs=schema.conform("syncs", self.syncs()),
-                       meta=self.meta(ranks), warnings=self.warnings)
+                       syncs=schema.conform("syncs", syncs), meta=meta, warnings=self.warnings)
 
     def ranges(self, last_gpu) -> pa.Table:
         """cpu_ranges, and the nesting sweep over ranges and calls (tables sw, pp) that launches() uses."""

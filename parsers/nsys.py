@@ -47,6 +47,7 @@ _SYNC_NAMES = (("STREAM_WAIT_EVENT", "stream_wait_event"), ("EVENT_SYNCHRONIZE",
                ("STREAM_SYNCHRONIZE", "stream_sync"), ("CONTEXT_SYNCHRONIZE", "context_sync"))
 _EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
 _PID = "((({c}) >> 24) & 16777215)"
+_K = 1 << 56  # the nesting sweep's sort key: kind * _K + id
 
 
 def sniff(path) -> bool:
@@ -335,15 +336,19 @@ class _Reader:
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
         # running sum is the open-range count. Ends at t come before starts at t (end exclusive), the
         # end of a zero-length range after its start, and a call after everything at its time.
-        x("""CREATE TEMP TABLE sw AS
-            SELECT id, gtid, t, k, e, (sum(delta) OVER (PARTITION BY gtid ORDER BY t, k, id ROWS UNBOUNDED PRECEDING))::INTEGER AS run
-            FROM (SELECT gtid, start_ns AS t, 1 AS k, id, 1 AS delta, end_ns AS e FROM r0 WHERE pushpop
-                  UNION ALL SELECT gtid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 2 END, id, -1, NULL FROM r0 WHERE pushpop
-                  UNION ALL SELECT gtid, start_ns, 3, id, 0, NULL FROM l0
+        # The sort key packs the kind above the id (ids < 2^56), so the sweep sorts two columns.
+        x(f"""CREATE TEMP TABLE sw AS
+            SELECT gtid, t, kid, (sum(CASE kid // {_K} WHEN 1 THEN 1 WHEN 3 THEN 0 ELSE -1 END)
+                                  OVER (PARTITION BY gtid ORDER BY t, kid ROWS UNBOUNDED PRECEDING))::INTEGER AS run
+            FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop
+                  UNION ALL SELECT gtid, end_ns, id + CASE WHEN end_ns > start_ns THEN 0 ELSE {2 * _K} END FROM r0
+                            WHERE pushpop
+                  UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
                             WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
-            QUALIFY k IN (1, 3)""")
-        x("CREATE TEMP TABLE pp AS SELECT id, gtid, t AS start_ns, e AS end_ns, run - 1 AS depth FROM sw WHERE k = 1")
-        x("CREATE TEMP TABLE calls AS SELECT id, gtid, t, run FROM sw WHERE k = 3")
+            QUALIFY kid // {_K} IN (1, 3)""")
+        x(f"""CREATE TEMP TABLE pp AS SELECT r0.id, r0.gtid, r0.start_ns, r0.end_ns, sw.run - 1 AS depth
+              FROM sw JOIN r0 ON r0.id = sw.kid - {_K} WHERE sw.kid // {_K} = 1""")
+        x(f"CREATE TEMP TABLE calls AS SELECT kid - {3 * _K} AS id, gtid, t, run FROM sw WHERE kid // {_K} = 3")
         self.drop("sw")
         x("""CREATE TEMP TABLE nest AS
             SELECT c.id, c.depth, p.id AS parent_id, p.end_ns < c.end_ns AS crosses

@@ -66,13 +66,17 @@ def read(path, nsys_bin=None) -> Profile:
         src = nsys_export.Export(db, path)
     except (nsys_export.dbapi.Error, OSError) as e:
         raise TraceError(path, f"cannot open the SQLite file: {_line(e)}") from None
+    reader = None
     try:
-        return _Reader(src, path).run()
+        reader = _Reader(src, path)
+        return reader.run()
     except TraceError:
         raise
     except (nsys_export.dbapi.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
         raise TraceError(path, f"cannot read this Nsight Systems export: {_line(e)}") from None
     finally:
+        if reader is not None:
+            reader.db.close()  # its temp tables go now, before the analysis allocates
         src.close()
 
 

@@ -1,12 +1,14 @@
 """Typed msgspec structs for Kineto Chrome-trace JSON: only the fields traceview reads.
 
-Event `args` stay raw while the whole file is decoded and are decoded per event group
-(GPU activities, launches, CPU ranges, syncs) with the small structs below, so that memory
-holds few fields per event.
+The file is decoded in two steps: the top-level object with `traceEvents` as a list of raw
+(undecoded) slices of the file, then those slices a chunk at a time into `Event`, whose `args`
+are one struct holding every argument any event group reads (a non-object `args` decodes as
+itself and counts as none). A chunk's events become Arrow columns before the next chunk is
+decoded, so the decoded Python objects of only one chunk are alive at a time.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -18,8 +20,9 @@ def _f(name: str, default=None):
     return msgspec.field(default=default, name=name)
 
 
-class _CollArgs(msgspec.Struct, gc=False):
-    """Collective metadata (PyTorch >= 2.1 writes it on NCCL kernels and record_param_comms)."""
+class Args(msgspec.Struct, gc=False):
+    """The `args` fields read from GPU activities, CUDA API calls, CPU ranges and sync records."""
+    # collective metadata (PyTorch >= 2.1 writes it on NCCL kernels and record_param_comms)
     coll_name: Any = _f("Collective name")
     in_nelems: Any = _f("In msg nelems")
     out_nelems: Any = _f("Out msg nelems")
@@ -28,41 +31,29 @@ class _CollArgs(msgspec.Struct, gc=False):
     in_split: _RawOpt = _f("In split size", _EMPTY)
     out_split: _RawOpt = _f("Out split size", _EMPTY)
     pg_name: Any = _f("Process Group Name")
-
-
-class CpuArgs(_CollArgs, gc=False):
+    # links
+    correlation: Any = None
     external_id: Any = _f("External id")
     external_id_old: Any = _f("external id")
+    # CPU ranges
     seq: Any = _f("Sequence number")
     input_dims: _RawOpt = _f("Input Dims", _EMPTY)
     input_types: _RawOpt = _f("Input type", _EMPTY)
     concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
-
-
-class LaunchArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-
-
-class GpuArgs(_CollArgs, gc=False):
-    correlation: Any = None
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
+    # GPU activities
     device: Any = None
     stream: Any = None
     bytes: Any = None
     grid: _RawOpt = _EMPTY
     block: _RawOpt = _EMPTY
-
-
-class SyncArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    device: Any = None
-    stream: Any = None
+    # sync records
     sync_kind: Any = _f("cuda_sync_kind")
     wait_on_stream: Any = None
     wait_event: Any = _f("wait_on_cuda_event_id")
+
+
+ARG_FIELDS = Args.__struct_fields__
+NO_ARGS = Args()
 
 
 class Event(msgspec.Struct, gc=False):
@@ -74,7 +65,10 @@ class Event(msgspec.Struct, gc=False):
     ts: Any = None
     dur: Any = None
     id: Any = None
-    args: _RawOpt = _EMPTY
+    args: Union[Args, None, list, str, int, float, bool] = None
+
+
+EVENT_FIELDS = Event.__struct_fields__
 
 
 class DeviceProps(msgspec.Struct):
@@ -84,8 +78,14 @@ class DeviceProps(msgspec.Struct):
 
 
 class Trace(msgspec.Struct):
-    traceEvents: Optional[list[Event]] = None
+    """The top level; each event stays a raw slice of the file until its chunk is decoded."""
+    traceEvents: Optional[list[msgspec.Raw]] = None
     schemaVersion: Any = None
     deviceProperties: Optional[list[DeviceProps]] = None
     distributedInfo: Optional[dict[str, Any]] = None
     baseTimeNanoseconds: Any = None
+
+
+class TypedTrace(Trace):
+    """Every event decoded at once into `Event` (the floor the benchmarks compare with)."""
+    traceEvents: Optional[list[Event]] = None

@@ -22,7 +22,9 @@ import pyarrow.compute as pc
 
 from . import bounded_read, json_depth
 from ._nesting import innermost_container, nest
-from .kineto_events import NO_ARGS, Args, Event, Trace, TypedTrace  # noqa: F401
+from .kineto_events import CpuArgs, Event, GpuArgs, LaunchArgs, SyncArgs, Trace, TypedTrace  # noqa: F401
+
+_EMPTY_RAW = msgspec.Raw(b"")
 
 _CPU_KIND = {"cpu_op": "op", "operator": "op", "user_annotation": "annotation", "python_function": "python"}
 _LAUNCH = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
@@ -239,17 +241,36 @@ def _times(ts: tuple, dur: tuple):
     return start, end
 
 
-class _ArgCols:
-    """The `args` of a group's events, read one field at a time (absent or non-object args: no fields)."""
+_NULL = b"null"
 
-    def __init__(self, rows):
-        args = _get(rows, "args")
-        if set(map(type, args)) != {Args}:
-            args = [x if type(x) is Args else NO_ARGS for x in args]
-        self.rows = args
+
+class _ArgCols:
+    """The `args` of a group's events decoded with the group's struct, read one field at a time
+    (absent or non-object args: the struct's defaults)."""
+
+    def __init__(self, rows, typ):
+        self.rows = _args(_get(rows, "args"), typ)
 
     def __getitem__(self, field: str) -> list:
         return _get(self.rows, field)
+
+
+def _args(raws: list, typ) -> list:
+    """The raw `args` of many events decoded in one call."""
+    empty = typ()
+    buf = b"[" + b",".join([r if len(r) else _NULL for r in raws]) + b"]"
+    try:
+        out = msgspec.json.decode(buf, type=list[Optional[typ]])
+    except msgspec.ValidationError:  # a field of an unexpected shape: decode one by one, leniently
+        out = []
+        for r in raws:
+            try:
+                out.append(msgspec.json.decode(r, type=typ) if len(r) else None)
+            except msgspec.ValidationError:
+                out.append(None)
+    if None in out:
+        out = [a if a is not None else empty for a in out]
+    return out
 
 
 def _exts(a: dict) -> pa.Array:
@@ -312,6 +333,7 @@ def _cpu_chunk(e: dict, a: dict, out: "_Acc") -> None:
 
 
 _CHUNK_FN = {1: _gpu_chunk, 2: _cpu_chunk, 3: _launch_chunk, 4: _sync_chunk}
+_ARGS_TYPE = {1: GpuArgs, 2: CpuArgs, 3: LaunchArgs, 4: SyncArgs}
 
 
 class _Acc:
@@ -348,7 +370,7 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
         rows = _take(evs, idx)
         if code == _FLOW:
             for ev in rows:
-                ev.args = None  # its raw slices would keep the chunk's text alive
+                ev.args = _EMPTY_RAW  # its raw slice would keep the chunk's text alive
                 if type(ev.id) in (int, str, float) and _number(ev.ts):
                     (flows[0] if ev.ph == "s" else flows[1]).append(ev)
                 else:
@@ -360,7 +382,7 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
             rows = keep
             if not rows:
                 continue
-        _CHUNK_FN[code](_EvCols(rows), _ArgCols(rows), accs[code])
+        _CHUNK_FN[code](_EvCols(rows), _ArgCols(rows, _ARGS_TYPE[code]), accs[code])
 
 
 def read(path: Path) -> Profile:

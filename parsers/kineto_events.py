@@ -1,10 +1,10 @@
 """Typed msgspec structs for Kineto Chrome-trace JSON: only the fields traceview reads.
 
-The file is decoded in two steps: the top-level object with `traceEvents` as a list of raw
-(undecoded) slices of the file, then those slices a chunk at a time into `Event`, whose `args`
-are one struct holding every argument any event group reads (a non-object `args` decodes as
-itself and counts as none). A chunk's events become Arrow columns before the next chunk is
-decoded, so the decoded Python objects of only one chunk are alive at a time.
+The file is decoded in steps: the top-level object with `traceEvents` as a list of raw
+(undecoded) slices of the file, then those slices a chunk at a time into `Event` with `args`
+still raw, then the args of each event group of the chunk (GPU activities, launches, CPU ranges,
+syncs) with the small structs below. A chunk's events become Arrow columns before the next chunk
+is decoded, so the decoded Python objects of only one chunk are alive at a time.
 """
 from __future__ import annotations
 
@@ -20,8 +20,55 @@ def _f(name: str, default=None):
     return msgspec.field(default=default, name=name)
 
 
+class _CollArgs(msgspec.Struct, gc=False):
+    """Collective metadata (PyTorch >= 2.1 writes it on NCCL kernels and record_param_comms)."""
+    coll_name: Any = _f("Collective name")
+    in_nelems: Any = _f("In msg nelems")
+    out_nelems: Any = _f("Out msg nelems")
+    group_size: Any = _f("Group size")
+    dtype: Any = None
+    in_split: _RawOpt = _f("In split size", _EMPTY)
+    out_split: _RawOpt = _f("Out split size", _EMPTY)
+    pg_name: Any = _f("Process Group Name")
+
+
+class CpuArgs(_CollArgs, gc=False):
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+    seq: Any = _f("Sequence number")
+    input_dims: _RawOpt = _f("Input Dims", _EMPTY)
+    input_types: _RawOpt = _f("Input type", _EMPTY)
+    concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
+
+
+class LaunchArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+
+
+class GpuArgs(_CollArgs, gc=False):
+    correlation: Any = None
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+    device: Any = None
+    stream: Any = None
+    bytes: Any = None
+    grid: _RawOpt = _EMPTY
+    block: _RawOpt = _EMPTY
+
+
+class SyncArgs(msgspec.Struct, gc=False):
+    correlation: Any = None
+    device: Any = None
+    stream: Any = None
+    sync_kind: Any = _f("cuda_sync_kind")
+    wait_on_stream: Any = None
+    wait_event: Any = _f("wait_on_cuda_event_id")
+
+
 class Args(msgspec.Struct, gc=False):
-    """The `args` fields read from GPU activities, CUDA API calls, CPU ranges and sync records."""
+    """Every `args` field any group reads (the benchmarks' floor decodes all events into it)."""
     # collective metadata (PyTorch >= 2.1 writes it on NCCL kernels and record_param_comms)
     coll_name: Any = _f("Collective name")
     in_nelems: Any = _f("In msg nelems")
@@ -52,10 +99,6 @@ class Args(msgspec.Struct, gc=False):
     wait_event: Any = _f("wait_on_cuda_event_id")
 
 
-ARG_FIELDS = Args.__struct_fields__
-NO_ARGS = Args()
-
-
 class Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
@@ -65,10 +108,11 @@ class Event(msgspec.Struct, gc=False):
     ts: Any = None
     dur: Any = None
     id: Any = None
+    args: _RawOpt = _EMPTY
+
+
+class TypedEvent(Event, gc=False):
     args: Union[Args, None, list, str, int, float, bool] = None
-
-
-EVENT_FIELDS = Event.__struct_fields__
 
 
 class DeviceProps(msgspec.Struct):
@@ -87,5 +131,5 @@ class Trace(msgspec.Struct):
 
 
 class TypedTrace(Trace):
-    """Every event decoded at once into `Event` (the floor the benchmarks compare with)."""
-    traceEvents: Optional[list[Event]] = None
+    """Every event and its args decoded at once (the floor the benchmarks compare with)."""
+    traceEvents: Optional[list[TypedEvent]] = None

@@ -112,8 +112,10 @@ def show(label: str, res: dict[str, dict], base: str, n_gpu: int, extra: str = "
             print(f"  {k:10s} unavailable ({r['error']})")
             continue
         line = f"  {k:10s} wall {r['wall']:7.2f} s  cpu {r['cpu']:7.2f} s  peak RSS {r['rss']:7.0f} MiB"
-        if k == base and n_gpu:
-            line += f"  {r['wall'] / max(n_gpu, 1) * 1e6:7.2f} us per GPU activity"
+        if k == base:
+            if n_gpu:
+                line += (f"  {r['wall'] / n_gpu * 1e6:7.2f} us (cpu {r['cpu'] / n_gpu * 1e6:6.2f} us) "
+                         "per GPU activity")
         elif "error" not in b:
             line += f"  traceview / {k}: time {b['wall'] / r['wall']:5.2f}x, peak RSS {b['rss'] / r['rss']:4.2f}x"
         print(line)
@@ -143,6 +145,10 @@ def targets(summary: dict) -> None:
     if len(per) > 1:
         rows.append((f"us per GPU activity, max/min over x{min(per)}..x{max(per)}", max(per.values()) / min(per.values()),
                      "<= 1.3", lambda v: v <= 1.3))
+    per_cpu = {f: v for f, v in summary.get("per_gpu_cpu", {}).items() if f >= 5}
+    if len(per_cpu) > 1:
+        rows.append((f"cpu us per GPU activity, max/min over x{min(per_cpu)}..x{max(per_cpu)}",
+                     max(per_cpu.values()) / min(per_cpu.values()), "<= 1.3", lambda v: v <= 1.3))
     rows.append(("traceview --help (s)", summary.get("help"), "< 0.2", lambda v: v < 0.2))
     print("targets:")
     for label, v, want, ok in rows:
@@ -191,6 +197,7 @@ def main() -> None:
         if "error" not in res["traceview"]:
             print(f"  traceview peak RSS / decompressed JSON: {res['traceview']['rss'] / raw_mb:.2f}")
             summary["per_gpu"][f] = res["traceview"]["wall"] / counts["gpu_activities"] * 1e6
+            summary.setdefault("per_gpu_cpu", {})[f] = res["traceview"]["cpu"] / counts["gpu_activities"] * 1e6
             if f == args.target:
                 summary["target"] = (f, path.stat().st_size / 2**20, raw_mb, res)
     if not args.no_df:

@@ -12,13 +12,12 @@ from pathlib import Path
 from typing import Optional
 
 import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceview import schema
 from traceview.errors import TraceError
 from traceview.profile import Profile
-
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from . import bounded_read, json_depth
 from ._nesting import innermost_container, nest
@@ -196,7 +195,7 @@ def _codes(ph: list, cat: list) -> pa.Array:
     try:
         pa_ph, pa_cat = pa.array(ph, type=pa.string()), pa.array(cat, type=pa.string())
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # a ph or cat that is not a string: one by one
-        return pa.array([_code(p, c) for p, c in zip(ph, cat)], type=pa.int8())
+        return pa.array([_code(p, c) for p, c in zip(ph, cat, strict=False)], type=pa.int8())
     d_ph, d_cat = pa_ph.dictionary_encode(null_encoding="encode"), pa_cat.dictionary_encode(null_encoding="encode")
     phs, cats = d_ph.dictionary.to_pylist(), d_cat.dictionary.to_pylist()
     table = pa.array([_code(p, c) for p in phs for c in cats], type=pa.int8())
@@ -274,7 +273,8 @@ def _args(raws: list, typ) -> list:
 
 
 def _exts(a: dict) -> pa.Array:
-    return pa.array([x if type(x) is int else _ext(x, o) for x, o in zip(a["external_id"], a["external_id_old"])],
+    pairs = zip(a["external_id"], a["external_id_old"], strict=False)
+    return pa.array([x if type(x) is int else _ext(x, o) for x, o in pairs],
                     type=pa.int64())
 
 
@@ -283,24 +283,24 @@ def _ext(x, old):
     return v if v is not None else _int(old)
 
 
-def _gpu_chunk(e: dict, a: dict, out: "_Acc") -> None:
+def _gpu_chunk(e: dict, a: dict, out: _Acc) -> None:
     corr, ext, old = a["correlation"], a["external_id"], a["external_id_old"]
-    out.no_args += sum(1 for c, x, o in zip(corr, ext, old) if c is None and x is None and o is None)
+    out.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False) if c is None and x is None and o is None)
     d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=pa.string()), "name": _strs(e["name"]),
          "correlation": _ints(list(corr)), "bytes": _ints(list(a["bytes"])),
          "grid": pa.array([_dims(x) for x in a["grid"]], type=pa.string()),
          "block": pa.array([_dims(x) for x in a["block"]], type=pa.string()),
-         "device": pa.array([_int(d) if d is not None else _int(p) for d, p in zip(a["device"], e["pid"])],
-                            type=pa.int64()),
-         "stream": pa.array([_int(s) if s is not None else _int(t) for s, t in zip(a["stream"], e["tid"])],
-                            type=pa.int64()),
+         "device": pa.array([_int(d) if d is not None else _int(p)
+                             for d, p in zip(a["device"], e["pid"], strict=False)], type=pa.int64()),
+         "stream": pa.array([_int(s) if s is not None else _int(t)
+                             for s, t in zip(a["stream"], e["tid"], strict=False)], type=pa.int64()),
          "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     _colls(d, a)
     out.add(d)
 
 
-def _launch_chunk(e: dict, a: dict, out: "_Acc") -> None:
+def _launch_chunk(e: dict, a: dict, out: _Acc) -> None:
     d = {"pid": _ints(list(e["pid"])), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
          "api": pa.array(_kinds(e["cat"], _LAUNCH), type=pa.string()), "correlation": _ints(list(a["correlation"])),
          "ext": _exts(a)}
@@ -308,7 +308,7 @@ def _launch_chunk(e: dict, a: dict, out: "_Acc") -> None:
     out.add(d)
 
 
-def _sync_chunk(e: dict, a: dict, out: "_Acc") -> None:
+def _sync_chunk(e: dict, a: dict, out: _Acc) -> None:
     i64 = pa.int64()
     d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=pa.string()),
          "device": pa.array([_int(x) for x in a["device"]], type=i64),
@@ -321,7 +321,7 @@ def _sync_chunk(e: dict, a: dict, out: "_Acc") -> None:
     out.add(d)
 
 
-def _cpu_chunk(e: dict, a: dict, out: "_Acc") -> None:
+def _cpu_chunk(e: dict, a: dict, out: _Acc) -> None:
     d = {"pid": _ints(list(e["pid"])), "tid": _tids(e["tid"]),
          "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=pa.string()), "name": _strs(e["name"]),
          "seq": _ints(list(a["seq"])),
@@ -430,7 +430,7 @@ def _read(path: Path) -> Profile:
     c_tid = cpu["tid"].to_pylist()
     c_start, c_end = cpu["start_ns"].to_pylist(), cpu["end_ns"].to_pylist()
     by_ext: dict = {}
-    for cid, x in zip(cpu["id"], cpu_ext):
+    for cid, x in zip(cpu["id"], cpu_ext, strict=False):
         if x is not None and x not in by_ext:
             by_ext[x] = cid
     op_of_launch = [by_ext.get(x) if x else None for x in lau_ext]
@@ -441,14 +441,14 @@ def _read(path: Path) -> Profile:
     depth, parent, *rest = nest(c_tid, c_start, c_end, cpu["id"], [l_tid[i] for i in missing] if missing else [],
                                 [l_start[i] for i in missing] if missing else [],
                                 [l_end[i] for i in missing] if missing else [])
-    for i, op in zip(missing, rest[0] if rest else []):
+    for i, op in zip(missing, rest[0] if rest else [], strict=False):
         op_of_launch[i] = op
     launch_of_corr: dict = {}
     for i, c in enumerate(lau["correlation"].to_pylist()):
         if c is not None and c not in launch_of_corr:
             launch_of_corr[c] = i
     g_launch, g_op = [], []
-    for c, x in zip(gpu["correlation"].to_pylist(), gpu_ext):
+    for c, x in zip(gpu["correlation"].to_pylist(), gpu_ext, strict=False):
         li = launch_of_corr.get(c) if c is not None else None
         if li is not None:
             g_launch.append(lau["id"][li])
@@ -505,7 +505,7 @@ _COLL_TYPE = {"coll_name": pa.string(), "coll_in_nelems": pa.int64(), "coll_out_
               "coll_in_split": pa.string(), "coll_out_split": pa.string()}
 
 
-def _colls(d: dict, a: "_ArgCols") -> None:
+def _colls(d: dict, a: _ArgCols) -> None:
     """Collective metadata columns of a chunk (null where an event has no collective name)."""
     names = a["coll_name"]
     n = len(names)

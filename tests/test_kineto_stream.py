@@ -8,11 +8,10 @@ import json
 import zlib
 
 import pytest
+from helpers import TRACES
 
 from traceview.errors import TraceError
 from traceview.parsers import bounded_read, kineto
-
-from helpers import TRACES
 
 TABLES = ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta")
 

@@ -1,0 +1,248 @@
+"""Where the per-rank work runs: in this process (`--jobs 1`), a local process pool (`--jobs N`), or a
+Dask distributed cluster (`--dask ADDRESS`, `--dask-scheduler-file FILE`, TRACEVIEW_DASK_SCHEDULER).
+
+The per-rank task parses one trace file into its canonical tables and writes them to the store
+(workers must see the trace paths and the store: a shared filesystem, as on every training cluster);
+the parent then reads them from the store. Without a store the task sends the tables back. Whichever
+executor ran it, the tables, and so the report, are the same.
+
+A trace that cannot be read is one line naming the file (TraceError), raised before any report; with
+`skip_bad_ranks` it is set aside (`RunState.skipped`) and the rest is analyzed. A worker that dies is
+retried once (a fresh pool; Dask reschedules it), then its trace is a failed rank.
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from .errors import TraceError, UsageError
+
+ENV_SCHEDULER = "TRACEVIEW_DASK_SCHEDULER"
+
+
+def cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class RunSettings:
+    store: Path | None = None            # None: nothing is stored or read from a store
+    jobs: int = 1
+    dask: str | None = None              # scheduler address
+    dask_scheduler_file: str | None = None
+    skip_bad_ranks: bool = False
+    progress: bool = False
+
+
+@dataclass
+class RunState:
+    settings: RunSettings
+    skipped: list[dict] = field(default_factory=list)    # {"file":, "reason":}
+    client: object | None = None                         # dask.distributed.Client when connected
+    stats: dict = field(default_factory=dict)            # what the last map did (for bench/tests)
+
+
+_STATE: RunState | None = None
+
+
+def current() -> RunState | None:
+    return _STATE
+
+
+@contextmanager
+def configured(settings: RunSettings) -> Iterator[RunState]:
+    """Run what is inside with these settings (the CLI wraps one command in it). A Dask scheduler is
+    connected here, before any work: one that cannot be reached is a usage error."""
+    global _STATE
+    state = RunState(settings)
+    address, sched_file = settings.dask, settings.dask_scheduler_file
+    env = os.environ.get(ENV_SCHEDULER)
+    if not address and not sched_file and env:      # an address, or the path of a scheduler file
+        address, sched_file = (None, env) if Path(env).is_file() else (env, None)
+    if address or sched_file:
+        state.client = _connect(None if sched_file else address, sched_file)
+    previous, _STATE = _STATE, state
+    try:
+        yield state
+    finally:
+        _STATE = previous
+        if state.client is not None:
+            state.client.close()
+
+
+def _connect(address: str | None, scheduler_file: str | None):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError(None, "--dask needs Dask distributed: pip install 'traceview[dask]'") from None
+    if scheduler_file and not Path(scheduler_file).is_file():
+        raise UsageError(scheduler_file, "no such Dask scheduler file")
+    where = address or scheduler_file
+    try:
+        if scheduler_file:
+            return Client(scheduler_file=scheduler_file, timeout="10s", set_as_default=False)
+        return Client(address, timeout="10s", set_as_default=False)
+    except (OSError, TimeoutError, ValueError) as e:
+        from .reports.escape import one_line_controls
+        raise UsageError(None, f"cannot reach the Dask scheduler at {where}: "
+                               f"{one_line_controls(str(e)) or type(e).__name__}") from None
+
+
+# -- the per-rank task ---------------------------------------------------------------------------
+
+def parse_task(path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None):
+    """Parse one trace (in whichever process runs it). Returns ("stored", None) when its tables went
+    to the store, ("tables", Stored) when they come back by value, ("bad", message) for bad input."""
+    from .parsers import bounded_read
+    from .load import parse_checked
+    from .store import Store, Stored, file_hash
+    if max_input is not None:
+        bounded_read.set_max_input_size(max_input)
+    p = Path(path)
+    try:
+        if store_root is None:
+            prof = parse_checked(p, nsys_bin)
+            return "tables", Stored(prof.tables(), list(prof.warnings))
+        store = Store(Path(store_root))
+        with store.lock(p):
+            if store.lookup(p) is not None:        # another run stored it meanwhile
+                return "stored", None
+            before = p.stat()
+            content_hash = file_hash(p)
+            prof = parse_checked(p, nsys_bin)
+            got = Stored(prof.tables(), list(prof.warnings))
+            return ("stored", None) if store.put(p, got, before, content_hash) else ("tables", got)
+    except TraceError as e:
+        return "bad", e.problem
+
+
+# -- the map -------------------------------------------------------------------------------------
+
+def read_all(files: list[Path], nsys_bin: str | None) -> list[tuple[Path, object]]:
+    """(file, Stored) for each file, in file order, under the configured run (files set aside as bad
+    are left out, with the state's `skipped` saying why)."""
+    state = current()
+    assert state is not None
+    from .store import Store
+    s = state.settings
+    store = Store(s.store) if s.store is not None else None
+    from .progress import Progress
+    progress = Progress(len(files), sum(_size(f) for f in files), force=s.progress)
+    results: dict[int, object] = {}
+    t0 = time.perf_counter()
+    misses = []
+    for i, f in enumerate(files):
+        hit = store.lookup(f) if store is not None else None
+        if hit is not None:
+            results[i] = hit
+            progress.advance(_size(f))
+        else:
+            misses.append(i)
+    hits = len(files) - len(misses)
+    root = str(s.store) if store is not None else None
+    from .parsers import bounded_read
+    limit = bounded_read.max_input_size()
+    bad: dict[int, str] = {}
+
+    def take(i: int, outcome) -> None:
+        kind, value = outcome
+        if kind == "bad":
+            if not s.skip_bad_ranks:
+                progress.close()
+                raise TraceError(files[i], value)
+            bad[i] = value
+        elif kind == "stored":
+            got = store.lookup(files[i]) if store is not None else None
+            if got is None:
+                raise TraceError(files[i], "its stored tables could not be read back from the store "
+                                           f"{s.store}")
+            results[i] = got
+        else:
+            results[i] = value
+        progress.advance(_size(files[i]))
+
+    args = [(str(files[i]), nsys_bin, root, limit) for i in misses]
+    try:
+        if not misses:
+            pass
+        elif state.client is not None:
+            _map_dask(state.client, misses, args, take, bad)
+        elif s.jobs > 1 and len(misses) > 1:
+            _map_pool(min(s.jobs, len(misses)), misses, args, take, bad)
+        else:
+            for i, a in zip(misses, args):
+                take(i, parse_task(*a))
+    finally:
+        progress.close()
+    for i in sorted(bad):
+        state.skipped.append({"file": str(files[i]), "reason": bad[i]})
+    state.stats = {"files": len(files), "from_store": hits, "parsed": len(misses) - len(bad),
+                   "skipped": len(bad), "seconds": time.perf_counter() - t0}
+    return [(files[i], results[i]) for i in range(len(files)) if i in results]
+
+
+def _size(f: Path) -> int:
+    try:
+        return f.stat().st_size
+    except OSError:
+        return 0
+
+
+def _pool(n: int) -> ProcessPoolExecutor:
+    import multiprocessing as mp
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["traceview.load", "traceview.parsers.kineto", "traceview.store"])
+    return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+
+
+def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> None:
+    pending = list(zip(idx, args))
+    for attempt in (1, 2):
+        crashed = []
+        with _pool(n) as pool:
+            futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in pending}
+            try:
+                for fut in as_completed(futs):
+                    i, a = futs[fut]
+                    try:
+                        outcome = fut.result()
+                    except BrokenProcessPool:
+                        crashed.append((i, a))
+                        continue
+                    take(i, outcome)
+            except BaseException:
+                pool.shutdown(wait=True, cancel_futures=True)
+                raise
+        if not crashed:
+            return
+        pending = sorted(crashed)
+    for i, a in pending:
+        take(i, ("bad", "the worker parsing it died twice (out of memory or killed)"))
+
+
+def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> None:
+    from distributed import as_completed as dask_completed
+    cols = list(zip(*args))
+    futs = client.map(parse_task, *cols, pure=False, retries=1,
+                      key=[f"traceview-parse-{i}-{os.getpid()}-{time.time_ns()}" for i in idx])
+    where = {f.key: i for f, i in zip(futs, idx)}
+    try:
+        for fut in dask_completed(futs):
+            i = where[fut.key]
+            try:
+                outcome = fut.result()
+            except Exception as e:  # KilledWorker, a lost connection: the task is a failed rank
+                outcome = ("bad", f"the Dask worker parsing it failed ({type(e).__name__})")
+            take(i, outcome)
+    except BaseException:
+        client.cancel(futs)
+        raise

@@ -99,7 +99,8 @@ def _connect(address: str | None, scheduler_file: str | None):
 
 # -- the per-rank task ---------------------------------------------------------------------------
 
-def parse_task(path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None):
+def parse_task(path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
+               fault: str | None = None):
     """Parse one trace (in whichever process runs it). Returns ("stored", None) when its tables went
     to the store, ("tables", Stored) when they come back by value, ("bad", message) for bad input."""
     from .parsers import bounded_read
@@ -108,6 +109,7 @@ def parse_task(path: str, nsys_bin: str | None, store_root: str | None, max_inpu
     if max_input is not None:
         bounded_read.set_max_input_size(max_input)
     p = Path(path)
+    _fault_injection(p, fault)
     try:
         if store_root is None:
             prof = parse_checked(p, nsys_bin)
@@ -123,6 +125,23 @@ def parse_task(path: str, nsys_bin: str | None, store_root: str | None, max_inpu
             return ("stored", None) if store.put(p, got, before, content_hash) else ("tables", got)
     except TraceError as e:
         return "bad", e.problem
+
+
+FAULT_ENV = "TRACEVIEW_FAULT_DIE_ONCE"
+
+
+def _fault_injection(p: Path, marker: str | None) -> None:
+    """Tests of worker death: when FAULT_ENV (read by the parent, passed with the task) names a marker
+    file holding this trace's file name, the worker process dies (once: the marker is removed first)."""
+    import multiprocessing as mp
+    if not marker or mp.parent_process() is None:    # never the parent process itself
+        return
+    try:
+        if Path(marker).read_text(encoding="utf-8").strip() == p.name:
+            Path(marker).unlink()
+            os._exit(86)
+    except OSError:
+        return
 
 
 # -- the map -------------------------------------------------------------------------------------
@@ -170,7 +189,8 @@ def read_all(files: list[Path], nsys_bin: str | None) -> list[tuple[Path, object
             results[i] = value
         progress.advance(_size(files[i]))
 
-    args = [(str(files[i]), nsys_bin, root, limit) for i in misses]
+    fault = os.environ.get(FAULT_ENV)
+    args = [(str(files[i]), nsys_bin, root, limit, fault) for i in misses]
     try:
         if not misses:
             pass

@@ -167,3 +167,37 @@ def test_no_store_writes_nothing(tmp_path, monkeypatch):
 def test_suite_never_stores_beside_the_corpus():
     assert os.environ["TRACEVIEW_CACHE_DIR"] and not (DLRM / ".traceview").exists()
     assert not (TRACES / "kineto" / "hta_trace_compare_base" / ".traceview").exists()
+
+
+def test_finished_document_is_kept_and_keyed_by_traces_and_options(tmp_path):
+    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+    from traceview.job_cache import analyze as analyze_job
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in sorted(DLRM.iterdir())[:2]:
+        shutil.copy(f, job / f.name)
+    root = tmp_path / "store"
+    calls = []
+
+    def counted(paths, opts):
+        calls.append(opts.top)
+        return run_analyze(paths, opts)
+
+    def once(top=10):
+        with executors.configured(executors.RunSettings(store=root, jobs=1)) as state:
+            doc = analyze_job([str(job)], AnalyzeOptions(top=top), counted)
+        return doc, state.stats.get("document_from_store", False)
+
+    first, hit1 = once()
+    second, hit2 = once()
+    assert (hit1, hit2) == (False, True) and first == second and calls == [10]
+    other, hit3 = once(top=3)
+    assert not hit3 and calls == [10, 3] and other != first
+    victim = sorted(job.iterdir())[1]
+    victim.write_bytes(sorted(DLRM.iterdir())[2].read_bytes())    # another rank's trace under this name
+    _, hit4 = once()
+    assert not hit4 and calls == [10, 3, 10]
+    # the CLI renders the kept document byte for byte as it rendered the analyzed one
+    a = report(tmp_path, job, "--store", root, "--top", "4")
+    b = report(tmp_path, job, "--store", root, "--top", "4")
+    assert a == b == report(tmp_path, job, "--no-store", "--top", "4")

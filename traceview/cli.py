@@ -106,7 +106,8 @@ def analyze(
         from .executors import configured
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
         with configured(rs) as state:
-            doc = run_analyze([str(p) for p in paths], opts)
+            from .job_cache import analyze as analyze_job
+            doc = analyze_job([str(p) for p in paths], opts, run_analyze)
         if state.skipped:
             doc["skipped_ranks"] = state.skipped
         text = render(doc, fmt)

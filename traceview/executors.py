@@ -89,8 +89,8 @@ def _connect(address: str | None, scheduler_file: str | None):
     where = address or scheduler_file
     try:
         if scheduler_file:
-            return Client(scheduler_file=scheduler_file, timeout="10s", set_as_default=False)
-        return Client(address, timeout="10s", set_as_default=False)
+            return Client(scheduler_file=scheduler_file, timeout="10s")
+        return Client(address, timeout="10s")
     except (OSError, TimeoutError, ValueError) as e:
         from .reports.escape import one_line_controls
         raise UsageError(None, f"cannot reach the Dask scheduler at {where}: "
@@ -101,8 +101,15 @@ def _connect(address: str | None, scheduler_file: str | None):
 
 def parse_task(path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
                fault: str | None = None):
-    """Parse one trace (in whichever process runs it). Returns ("stored", None) when its tables went
-    to the store, ("tables", Stored) when they come back by value, ("bad", message) for bad input."""
+    """Parse one trace (in whichever process runs it). Returns (kind, value, peak RSS KiB of the
+    process that ran it): ("stored", None) when its tables went to the store, ("tables", Stored)
+    when they come back by value, ("bad", message) for bad input."""
+    import resource
+    kind, value = _parse(path, nsys_bin, store_root, max_input, fault)
+    return kind, value, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _parse(path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None, fault: str | None):
     from .parsers import bounded_read
     from .load import parse_checked
     from .store import Store, Stored, file_hash
@@ -171,9 +178,12 @@ def read_all(files: list[Path], nsys_bin: str | None) -> list[tuple[Path, object
     from .parsers import bounded_read
     limit = bounded_read.max_input_size()
     bad: dict[int, str] = {}
+    peak = [0]                   # the largest worker's peak RSS (KiB), pool workers only
 
     def take(i: int, outcome) -> None:
-        kind, value = outcome
+        kind, value, *rss = outcome
+        if rss and state.client is None and (s.jobs > 1 and len(misses) > 1):
+            peak[0] = max(peak[0], rss[0])
         if kind == "bad":
             if not s.skip_bad_ranks:
                 progress.close()
@@ -206,7 +216,11 @@ def read_all(files: list[Path], nsys_bin: str | None) -> list[tuple[Path, object
     for i in sorted(bad):
         state.skipped.append({"file": str(files[i]), "reason": bad[i]})
     state.stats = {"files": len(files), "from_store": hits, "parsed": len(misses) - len(bad),
-                   "skipped": len(bad), "seconds": time.perf_counter() - t0}
+                   "skipped": len(bad), "seconds": time.perf_counter() - t0, "worker_peak_rss_kib": peak[0]}
+    if os.environ.get("TRACEVIEW_BENCH_STATS"):        # bench/bench_ranks.py reads this line
+        import json
+        import sys
+        print("TRACEVIEW_STATS " + json.dumps(state.stats), file=sys.stderr)
     return [(files[i], results[i]) for i in range(len(files)) if i in results]
 
 

@@ -142,6 +142,42 @@ class Store:
                     for w in man.get("warnings", [])]
         return Stored(tables, warnings)
 
+    def source_hash(self, path: Path) -> str | None:
+        """The content hash of `path` when the store holds its current tables (by the manifest;
+        the Parquet files are checked when they are read), else None."""
+        entry = self.entries / self.key(path)
+        try:
+            man = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        if not isinstance(man, dict) or man.get("store_schema_version") != STORE_SCHEMA_VERSION \
+                or man.get("traceview_version") != _version() or not self._source_matches(path, man, entry):
+            return None
+        return man["source"].get("hash")
+
+    # -- finished documents of a whole job -------------------------------------------------------
+    def get_document(self, key: str) -> dict | None:
+        try:
+            got = json.loads((self.root / "jobs" / f"{key}.json").read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return got.get("document") if isinstance(got, dict) and got.get("key") == key else None
+
+    def put_document(self, key: str, doc: dict) -> bool:
+        """Keep the finished document of a job, when JSON gives it back exactly (else nothing)."""
+        try:
+            text = json.dumps({"key": key, "document": doc}, sort_keys=False)
+            if json.loads(text)["document"] != doc:
+                return False
+            folder = self.root / "jobs"
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+            tmp.write_text(text, encoding="utf-8")
+            os.replace(tmp, folder / f"{key}.json")
+            return True
+        except (OSError, TypeError, ValueError):
+            return False
+
     def _source_matches(self, path: Path, man: dict, entry: Path) -> bool:
         try:
             st = Path(path).stat()

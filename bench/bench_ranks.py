@@ -110,6 +110,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=moe_job.Job.steps)
     ap.add_argument("--layers", type=int, default=moe_job.Job.layers)
     ap.add_argument("--dlrm", action="store_true", help="also the 8-rank DLRM job of the corpus")
+    ap.add_argument("--dlrm-dir", type=Path, default=DLRM, help="where the DLRM job is (default: the corpus)")
     ap.add_argument("--runs", nargs="*", default=list(RUNS), choices=RUNS, help="which runs of each job")
     ap.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
     a = ap.parse_args()
@@ -119,7 +120,7 @@ def main() -> None:
     try:
         if a.dlrm:
             print("DLRM 8 ranks (corpus)")
-            all_runs["dlrm"] = run_job("dlrm", DLRM, 8, work, None, a.runs)
+            all_runs["dlrm"] = run_job("dlrm", a.dlrm_dir, 8, work, None, a.runs)
             ratios("dlrm", all_runs["dlrm"])
         for n in a.ranks:
             job = moe_job.Job(ranks=n, steps=a.steps, layers=a.layers)

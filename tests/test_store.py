@@ -179,13 +179,12 @@ def test_finished_document_is_kept_and_keyed_by_traces_and_options(tmp_path):
     root = tmp_path / "store"
     calls = []
 
-    def counted(paths, opts):
-        calls.append(opts.top)
-        return run_analyze(paths, opts)
-
     def once(top=10):
+        def counted(paths):
+            calls.append(top)
+            return run_analyze(paths, AnalyzeOptions(top=top))
         with executors.configured(executors.RunSettings(store=root, jobs=1)) as state:
-            doc = analyze_job([str(job)], AnalyzeOptions(top=top), counted)
+            doc = analyze_job([str(job)], {"top": top}, counted)
         return doc, state.stats.get("document_from_store", False)
 
     first, hit1 = once()

@@ -98,16 +98,18 @@ def analyze(
             check_out_dir(out_dir, (staged,) if staged else ())
         if staged is None:
             check_out(out)
-        from .analysis.pipeline import AnalyzeOptions, run_analyze
-        opts = AnalyzeOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
-                              model=model, model_config=model_config, tokens_per_step=tokens_per_step,
-                              peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys,
-                              whole_trace=whole_trace)
+        fields = dict(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
+                      model=model, model_config=model_config, tokens_per_step=tokens_per_step,
+                      peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys, whole_trace=whole_trace)
+
+        def compute(inputs: list[str]) -> dict:   # the analysis engine is imported only when it runs
+            from .analysis.pipeline import AnalyzeOptions, run_analyze
+            return run_analyze(inputs, AnalyzeOptions(**fields))
         from .executors import configured
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
         with configured(rs) as state:
             from .job_cache import analyze as analyze_job
-            doc = analyze_job([str(p) for p in paths], opts, run_analyze)
+            doc = analyze_job([str(p) for p in paths], fields, compute)
         if state.skipped:
             doc["skipped_ranks"] = state.skipped
         text = render(doc, fmt)

@@ -4,15 +4,16 @@ options, the paths as given and the content hash of every trace (from the store'
 the store does not hold current means no key), and the content of every file the options name."""
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from pathlib import Path
+from typing import Callable
 
 from .store import STORE_SCHEMA_VERSION, Store
 
 
-def key(paths: list[str], opts, store: Store) -> str | None:
+def key(paths: list[str], fields: dict, store: Store) -> str | None:
+    """The identity of one analysis: None when some trace is not current in the store."""
     from . import __version__
     from .load import expand
     from .parsers import bounded_read
@@ -27,7 +28,6 @@ def key(paths: list[str], opts, store: Store) -> str | None:
             return None
         hashes.append(h)
     named = {}
-    fields = dataclasses.asdict(opts) if dataclasses.is_dataclass(opts) else dict(vars(opts))
     for name, value in fields.items():
         if isinstance(value, Path):
             try:
@@ -40,24 +40,25 @@ def key(paths: list[str], opts, store: Store) -> str | None:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:40]
 
 
-def analyze(paths: list[str], opts, run) -> dict:
-    """run(paths, opts) -> document, or the stored document of this job when there is one."""
+def analyze(paths: list[str], fields: dict, run: Callable[[list[str]], dict]) -> dict:
+    """run(paths) -> document (the analysis with the options `fields`), or the stored document of
+    this job when there is one."""
     from .executors import current
     state = current()
     root = state.settings.store if state is not None else None
     if root is None:
-        return run(paths, opts)
+        return run(paths)
     store = Store(root)
-    k = key(paths, opts, store)
+    k = key(paths, fields, store)
     if k is not None:
         doc = store.get_document(k)
         if doc is not None:
             state.stats = {**state.stats, "document_from_store": True}
             return doc
-    doc = run(paths, opts)
+    doc = run(paths)
     if state.skipped:
         return doc
-    k = key(paths, opts, store)          # the traces are in the store now
+    k = key(paths, fields, store)          # the traces are in the store now
     if k is not None:
         store.put_document(k, doc)
     return doc

@@ -78,6 +78,8 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
               f"parent peak RSS {r['rss_mb']:8.1f} MB  workers' peak RSS {r['kids_rss_mb']:7.1f} MB", flush=True)
     same = len(set(reports.values())) == 1
     print(f"  {name:10s} reports byte-identical across the {len(reports)} runs: {same}")
+    first = next(label for label in RUNS if label in reports)
+    growth(name, work / f"{name}-{first.replace(' ', '-')}.json", Path(f"{store}-{first[4]}"))
     if want is not None:
         doc = json.loads(next(iter(reports.values())))
         top = doc["stragglers"][0]
@@ -90,6 +92,22 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
         print(f"  {name:10s} slow expert layer {want['slow_layer']} on ranks {slow} planted {want['slow_ranks']}: "
               f"{'exact' if slow == want['slow_ranks'] else 'DIFFERENT'}")
     return runs
+
+
+def growth(name: str, report: Path, store: Path) -> None:
+    """What grows with ranks: the document's sections (JSON bytes) and the stored tables (rows, bytes)."""
+    doc = json.loads(report.read_bytes())
+    sections = sorted(((len(json.dumps(v)), k) for k, v in doc.items()), reverse=True)[:6]
+    print(f"  {name:10s} report {report.stat().st_size / 1e6:.1f} MB; largest sections: "
+          + ", ".join(f"{k} {b / 1e6:.2f} MB" for b, k in sections))
+    rows: dict[str, int] = {}
+    size = 0
+    for man in store.glob("entries/*/manifest.json"):
+        for table, parts in json.loads(man.read_text())["tables"].items():
+            rows[table] = rows.get(table, 0) + sum(p["rows"] for p in parts)
+            size += sum(p["size"] for p in parts)
+    print(f"  {name:10s} stored tables {size / 1e6:.1f} MB (Parquet): "
+          + ", ".join(f"{t} {n:,} rows" for t, n in sorted(rows.items())))
 
 
 def ratios(name: str, runs: dict) -> None:

@@ -90,6 +90,20 @@ def test_a_worker_that_dies_is_retried_once(tmp_path, job16, monkeypatch):
     assert text == one
 
 
+def test_a_rank_that_kills_its_worker_twice_is_a_failed_rank(tmp_path, job16, monkeypatch, capsys):
+    marker = tmp_path / "die"
+    marker.write_text("always:rank_00007.json")
+    monkeypatch.setenv("TRACEVIEW_FAULT_DIE_ONCE", str(marker))
+    out = tmp_path / "r.json"
+    assert run_cli(["analyze", str(job16), "-f", "json", "-o", str(out), "--jobs", "2", "--no-store"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "rank_00007.json" in err[0] and "died twice" in err[0] and not out.exists()
+    rc, text = analyze(tmp_path, job16, "--jobs", "2", "--no-store", "--skip-bad-ranks")
+    doc = json.loads(text)
+    assert rc == 0 and [s["file"].rsplit("/", 1)[1] for s in doc["skipped_ranks"]] == ["rank_00007.json"]
+    assert len(doc["inputs"]) == JOB.ranks - 1
+
+
 def test_progress_only_when_asked_off_a_terminal(job16, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "CI"}
     base = [sys.executable, "-m", "traceview", "analyze", str(job16), "-f", "json", "-o", str(tmp_path / "p.json"),

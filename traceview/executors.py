@@ -139,12 +139,16 @@ FAULT_ENV = "TRACEVIEW_FAULT_DIE_ONCE"
 
 def _fault_injection(p: Path, marker: str | None) -> None:
     """Tests of worker death: when FAULT_ENV (read by the parent, passed with the task) names a marker
-    file holding this trace's file name, the worker process dies (once: the marker is removed first)."""
+    file holding this trace's file name, the worker process dies (once: the marker is removed first;
+    `always:NAME` every time)."""
     import multiprocessing as mp
     if not marker or mp.parent_process() is None:    # never the parent process itself
         return
     try:
-        if Path(marker).read_text(encoding="utf-8").strip() == p.name:
+        text = Path(marker).read_text(encoding="utf-8").strip()
+        if text == f"always:{p.name}":                   # dies every time: a rank that kills its worker
+            os._exit(86)
+        if text == p.name:
             Path(marker).unlink()
             os._exit(86)
     except OSError:
@@ -239,28 +243,38 @@ def _pool(n: int) -> ProcessPoolExecutor:
 
 
 def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> None:
-    pending = list(zip(idx, args))
-    for attempt in (1, 2):
-        crashed = []
-        with _pool(n) as pool:
-            futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in pending}
+    """All ranks on a pool of n; the ranks of a pool that broke (a worker died: every task in flight
+    fails with it) are retried once each, one at a time, so a rank that kills its worker again is
+    known to be the one, and only it is a failed rank."""
+    crashed = []
+    with _pool(n) as pool:
+        futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in zip(idx, args)}
+        try:
+            for fut in as_completed(futs):
+                i, a = futs[fut]
+                try:
+                    outcome = fut.result()
+                except BrokenProcessPool:
+                    crashed.append((i, a))
+                    continue
+                take(i, outcome)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    pool = None
+    try:
+        for i, a in sorted(crashed):
+            pool = pool or _pool(1)
             try:
-                for fut in as_completed(futs):
-                    i, a = futs[fut]
-                    try:
-                        outcome = fut.result()
-                    except BrokenProcessPool:
-                        crashed.append((i, a))
-                        continue
-                    take(i, outcome)
-            except BaseException:
-                pool.shutdown(wait=True, cancel_futures=True)
-                raise
-        if not crashed:
-            return
-        pending = sorted(crashed)
-    for i, a in pending:
-        take(i, ("bad", "the worker parsing it died twice (out of memory or killed)"))
+                outcome = pool.submit(parse_task, *a).result()
+            except BrokenProcessPool:
+                pool.shutdown(wait=True)
+                pool = None
+                outcome = ("bad", "the worker parsing it died twice (out of memory or killed)")
+            take(i, outcome)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
 
 
 def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> None:

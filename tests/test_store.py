@@ -200,3 +200,11 @@ def test_finished_document_is_kept_and_keyed_by_traces_and_options(tmp_path):
     a = report(tmp_path, job, "--store", root, "--top", "4")
     b = report(tmp_path, job, "--store", root, "--top", "4")
     assert a == b == report(tmp_path, job, "--no-store", "--top", "4")
+
+
+def test_a_store_that_cannot_be_made_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert run_cli(["analyze", str(BASE), "--store", str(blocker / "store")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot use as the store" in err[0] and str(blocker) in err[0]

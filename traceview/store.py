@@ -227,7 +227,7 @@ class Store:
             self._write_manifest(tmp, man)
             self._publish(tmp, self.entries / key)
             return True
-        except OSError:
+        except (OSError, ValueError, TypeError, pa.ArrowException):
             shutil.rmtree(tmp, ignore_errors=True)
             return False
 

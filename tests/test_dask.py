@@ -45,3 +45,13 @@ def test_generated_64_ranks_on_dask_is_byte_identical_and_finds_the_planted_caus
     top = json.loads(one)["stragglers"][0]
     assert (top["rank"], top["times_last"], top["wait_caused_ns"]) == \
         (want["straggler"], want["times_last"], want["wait_caused_ns"])
+
+
+def test_a_dask_worker_that_dies_is_rescheduled(tmp_path, cluster, monkeypatch):
+    marker = tmp_path / "die"
+    marker.write_text(sorted(DLRM.iterdir())[3].name)
+    monkeypatch.setenv("TRACEVIEW_FAULT_DIE_ONCE", str(marker))
+    got = report(tmp_path, DLRM, "--dask", cluster.scheduler_address, "--no-store")
+    assert not marker.exists()          # a worker died on it, and the task ran again elsewhere
+    monkeypatch.delenv("TRACEVIEW_FAULT_DIE_ONCE")
+    assert got == report(tmp_path, DLRM, "--jobs", "1", "--no-store")

@@ -279,6 +279,7 @@ def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> Non
 
 def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> None:
     from distributed import as_completed as dask_completed
+    from distributed.scheduler import KilledWorker
     cols = list(zip(*args))
     futs = client.map(parse_task, *cols, pure=False, retries=1,
                       key=[f"traceview-parse-{i}-{os.getpid()}-{time.time_ns()}" for i in idx])
@@ -288,8 +289,8 @@ def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> Non
             i = where[fut.key]
             try:
                 outcome = fut.result()
-            except Exception as e:  # KilledWorker, a lost connection: the task is a failed rank
-                outcome = ("bad", f"the Dask worker parsing it failed ({type(e).__name__})")
+            except (KilledWorker, OSError) as e:  # its workers died, a lost connection: a failed rank
+                outcome = ("bad", f"the Dask workers parsing it died ({type(e).__name__})")
             take(i, outcome)
     except BaseException:
         client.cancel(futs)

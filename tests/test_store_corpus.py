@@ -1,9 +1,9 @@
 """Every corpus report is byte-identical when its traces are read back from the store: once every
 case is parsed and stored, every report rendered from the stored Parquet tables hashes as in
 tests/golden/corpus_reports.sha256 (the diffs too: diff shares the store)."""
+import corpus_reports as cr
 import pytest
 
-import corpus_reports as cr
 from traceview import executors
 from traceview.store import Store
 

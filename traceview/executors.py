@@ -92,26 +92,25 @@ def _connect(address: str | None, scheduler_file: str | None):
             return Client(scheduler_file=scheduler_file, timeout="10s")
         return Client(address, timeout="10s")
     except (OSError, TimeoutError, ValueError) as e:
-        from .reports.escape import one_line_controls
-        raise UsageError(None, f"cannot reach the Dask scheduler at {where}: "
-                               f"{one_line_controls(str(e)) or type(e).__name__}") from None
+        why = " ".join("".join(c if c.isprintable() else " " for c in str(e)).split())
+        raise UsageError(None, f"cannot reach the Dask scheduler at {where}: {why or type(e).__name__}") from None
 
 
 # -- the per-rank task ---------------------------------------------------------------------------
 
-def parse_task(path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
+def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
                fault: str | None = None):
     """Parse one trace (in whichever process runs it). Returns (kind, value, peak RSS KiB of the
     process that ran it): ("stored", None) when its tables went to the store, ("tables", Stored)
     when they come back by value, ("bad", message) for bad input."""
     import resource
-    kind, value = _parse(path, nsys_bin, store_root, max_input, fault)
+    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault)
     return kind, value, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
-def _parse(path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None, fault: str | None):
+def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
+           fault: str | None):
     from .parsers import bounded_read
-    from .load import parse_checked
     from .store import Store, Stored, file_hash
     if max_input is not None:
         bounded_read.set_max_input_size(max_input)
@@ -119,7 +118,7 @@ def _parse(path: str, nsys_bin: str | None, store_root: str | None, max_input: i
     _fault_injection(p, fault)
     try:
         if store_root is None:
-            prof = parse_checked(p, nsys_bin)
+            prof = parse(p, nsys_bin)
             return "tables", Stored(prof.tables(), list(prof.warnings))
         store = Store(Path(store_root))
         with store.lock(p):
@@ -127,7 +126,7 @@ def _parse(path: str, nsys_bin: str | None, store_root: str | None, max_input: i
                 return "stored", None
             before = p.stat()
             content_hash = file_hash(p)
-            prof = parse_checked(p, nsys_bin)
+            prof = parse(p, nsys_bin)
             got = Stored(prof.tables(), list(prof.warnings))
             return ("stored", None) if store.put(p, got, before, content_hash) else ("tables", got)
     except TraceError as e:
@@ -157,7 +156,7 @@ def _fault_injection(p: Path, marker: str | None) -> None:
 
 # -- the map -------------------------------------------------------------------------------------
 
-def read_all(files: list[Path], nsys_bin: str | None) -> list[tuple[Path, object]]:
+def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path, object]]:
     """(file, Stored) for each file, in file order, under the configured run (files set aside as bad
     are left out, with the state's `skipped` saying why)."""
     state = current()
@@ -204,7 +203,7 @@ def read_all(files: list[Path], nsys_bin: str | None) -> list[tuple[Path, object
         progress.advance(_size(files[i]))
 
     fault = os.environ.get(FAULT_ENV)
-    args = [(str(files[i]), nsys_bin, root, limit, fault) for i in misses]
+    args = [(parse, str(files[i]), nsys_bin, root, limit, fault) for i in misses]
     try:
         if not misses:
             pass
@@ -213,7 +212,7 @@ def read_all(files: list[Path], nsys_bin: str | None) -> list[tuple[Path, object
         elif s.jobs > 1 and len(misses) > 1:
             _map_pool(min(s.jobs, len(misses)), misses, args, take, bad)
         else:
-            for i, a in zip(misses, args):
+            for i, a in zip(misses, args, strict=False):
                 take(i, parse_task(*a))
     finally:
         progress.close()
@@ -248,7 +247,7 @@ def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> Non
     known to be the one, and only it is a failed rank."""
     crashed = []
     with _pool(n) as pool:
-        futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in zip(idx, args)}
+        futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in zip(idx, args, strict=False)}
         try:
             for fut in as_completed(futs):
                 i, a = futs[fut]
@@ -280,10 +279,10 @@ def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> Non
 def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> None:
     from distributed import as_completed as dask_completed
     from distributed.scheduler import KilledWorker
-    cols = list(zip(*args))
+    cols = list(zip(*args, strict=False))
     futs = client.map(parse_task, *cols, pure=False, retries=1,
                       key=[f"traceview-parse-{i}-{os.getpid()}-{time.time_ns()}" for i in idx])
-    where = {f.key: i for f, i in zip(futs, idx)}
+    where = {f.key: i for f, i in zip(futs, idx, strict=False)}
     try:
         for fut in dask_completed(futs):
             i = where[fut.key]

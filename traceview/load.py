@@ -142,7 +142,7 @@ def read_ranks(files: list[Path], nsys_bin: str | None = None) -> tuple[list[Pat
     from . import executors
     if executors.current() is None:
         return files, [parse_checked(f, nsys_bin) for f in files]
-    got = executors.read_all(files, nsys_bin)
+    got = executors.read_all(files, nsys_bin, parse_checked)   # a top-level function: it pickles by name
     if not got:
         raise TraceError(files[0].parent if len(files) > 1 else files[0],
                          "no trace could be read (every one was skipped)")

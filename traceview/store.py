@@ -278,7 +278,7 @@ def _write_partitions(entry: Path, name: str, table: pa.Table) -> list[dict]:
     already in order."""
     ranks = table.column("rank").to_pylist()
     distinct = sorted(set(ranks)) or [None]
-    ordered = all(a <= b for a, b in zip(ranks, ranks[1:]))
+    ordered = all(a <= b for a, b in zip(ranks, ranks[1:], strict=False))
     if not ordered:
         table = table.append_column(_ORDER, pa.array(range(table.num_rows), pa.int64()))
     out = []

@@ -41,6 +41,7 @@ class RunSettings:
     dask_scheduler_file: str | None = None
     skip_bad_ranks: bool = False
     progress: bool = False
+    store_explicit: bool = True          # --store DIR given (one that cannot be made is an error)
 
 
 @dataclass
@@ -70,6 +71,15 @@ def configured(settings: RunSettings) -> Iterator[RunState]:
         address, sched_file = (None, env) if Path(env).is_file() else (env, None)
     if address or sched_file:
         state.client = _connect(None if sched_file else address, sched_file)
+    if settings.store is not None:
+        try:
+            Path(settings.store).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if state.client is not None:
+                state.client.close()
+            if settings.store_explicit:
+                raise UsageError(settings.store, f"cannot use as the store: {e.strerror or e}") from None
+            settings.store = None        # the default place is unusable: run without a store
     previous, _STATE = _STATE, state
     try:
         yield state

@@ -27,13 +27,6 @@ def settings(paths: list[Path], store: Optional[Path], no_store: bool, jobs: Opt
         raise UsageError(None, "--dask and --dask-scheduler-file exclude each other")
     from .store import default_dir
     root = None if no_store else (store if store is not None else default_dir(list(paths)))
-    if root is not None:
-        try:
-            root.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            if store is not None:
-                raise UsageError(store, f"cannot use as the store: {e.strerror or e}") from None
-            root = None                  # the default place is unusable: run without a store
     return RunSettings(store=root, jobs=jobs if jobs is not None else cores(), dask=dask,
                        dask_scheduler_file=str(dask_scheduler_file) if dask_scheduler_file else None,
-                       skip_bad_ranks=skip_bad_ranks, progress=progress)
+                       skip_bad_ranks=skip_bad_ranks, progress=progress, store_explicit=store is not None)

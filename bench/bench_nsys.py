@@ -122,7 +122,8 @@ def scaled_copy(src: Path, n: int, workdir: Path) -> Path:
         if t not in tables:
             continue
         cols = [r[1] for r in con.execute(f"PRAGMA table_info({t})")]
-        shift = {"start": "start + {k} * :span", "end": '"end" + {k} * :span', "correlationId": "correlationId + {k} * :corr"}
+        shift = {"start": "start + {k} * :span", "end": '"end" + {k} * :span',
+                 "correlationId": "correlationId + {k} * :corr"}
         quoted = ", ".join(f'"{c}"' for c in cols)
         for k in range(1, n):
             sel = ", ".join(shift[c].format(k=k) if c in shift else f'"{c}"' for c in cols)

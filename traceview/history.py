@@ -21,7 +21,7 @@ A night is only judged when its regime has at least `min_nights` earlier nights.
 """
 from __future__ import annotations
 
-import os
+import itertools
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -256,7 +256,7 @@ def build(paths: list[str | Path], rule: Rule | None = None) -> dict:
     warnings = []
     if skipped:
         warnings.append(f"{len(skipped)} diff/history document(s) in the folder(s) skipped")
-    same = sum(1 for a, b in zip(nights, nights[1:]) if a.capture_ns == b.capture_ns)
+    same = sum(1 for a, b in itertools.pairwise(nights) if a.capture_ns == b.capture_ns)
     if same:
         warnings.append(f"{same} report(s) have the capture time of the report before them (the same run twice?)")
     mlist = metric_list(nights)

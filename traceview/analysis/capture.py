@@ -33,7 +33,7 @@ def utc_text(epoch_ns: int | None) -> str | None:
     """ISO 8601 in UTC with microseconds and a `Z`, e.g. `2026-11-30T00:53:45.202996Z`."""
     if epoch_ns is None:
         return None
-    t = dt.datetime.fromtimestamp(epoch_ns // 1000 / 1e6, tz=dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(epoch_ns // 1000 / 1e6, tz=dt.UTC)
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -46,7 +46,7 @@ def first_event_ns(profile: Profile) -> dict[int, int]:
             continue
         g = pa.table({"rank": t.column("rank"), "start_ns": t.column("start_ns")}).group_by("rank").aggregate(
             [("start_ns", "min")])
-        for r, s in zip(g.column("rank").to_pylist(), g.column("start_ns_min").to_pylist()):
+        for r, s in zip(g.column("rank").to_pylist(), g.column("start_ns_min").to_pylist(), strict=True):
             if s is not None and (r not in out or s < out[r]):
                 out[r] = s
     return out

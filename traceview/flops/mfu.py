@@ -5,8 +5,8 @@ import math
 import statistics
 from typing import Any
 
-from ..engine.session import Session
 from ..engine.pipeline import build
+from ..engine.session import Session
 from ..errors import UsageError
 from . import (
     achieved as ach,

@@ -77,7 +77,7 @@ class ModelConfig:
     def n_moe_layers(self) -> int:
         return self.layers - self.n_dense_layers
 
-    def validate(self, path=None) -> "ModelConfig":
+    def validate(self, path=None) -> ModelConfig:
         def need(cond, msg):
             if not cond:
                 raise UsageError(path, f"model config {self.name!r}: {msg}")
@@ -255,7 +255,8 @@ def config_from_dict(raw: dict, path=None, seq_len: int | None = None) -> ModelC
     out.setdefault("name", Path(path).stem if path else "custom")
     missing = [k for k in ("layers", "hidden", "vocab", "heads", "seq_len") if k not in out]
     if missing:
-        raise UsageError(path, f"model config lacks {', '.join(missing)}" + (" (pass --seq-len)" if "seq_len" in missing else ""))
+        raise UsageError(path, f"model config lacks {', '.join(missing)}"
+                         + (" (pass --seq-len)" if "seq_len" in missing else ""))
     for k, v in list(out.items()):
         if v is None and k not in ("q_lora_rank", "kv_lora_rank", "kv_heads", "head_dim", "shared_ffn",
                                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -280,7 +281,8 @@ def load_config(path: str | Path, seq_len: int | None = None) -> ModelConfig:
     try:
         raw = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as e:
-        raise UsageError(p, f"model config is not valid {'TOML' if p.suffix.lower() == '.toml' else 'JSON'}: {e}") from None
+        kind = "TOML" if p.suffix.lower() == ".toml" else "JSON"
+        raise UsageError(p, f"model config is not valid {kind}: {e}") from None
     if not isinstance(raw, dict):
         raise UsageError(p, "model config must be a table/object of keys")
     raw = raw.get("model", raw) if isinstance(raw.get("model"), dict) else raw

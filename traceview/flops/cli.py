@@ -5,7 +5,7 @@ import math
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Optional
+from typing import Optional, overload
 
 import typer
 
@@ -16,6 +16,12 @@ from .models import param_counts, resolve, training_flops_per_token
 from .peaks import normalize_dtype, peak_tflops as lookup_peak
 
 
+@overload
+def _num(text: str, flag: str) -> Fraction: ...
+@overload
+def _num(text: None, flag: str) -> None: ...
+@overload
+def _num(text: str | None, flag: str) -> Fraction | None: ...
 def _num(text: str | None, flag: str) -> Fraction | None:
     if text is None:
         return None
@@ -94,7 +100,10 @@ def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, 
     elif tflops_per_gpu:
         primary = ("tflops", _num(tflops_per_gpu, "--tflops-per-gpu"))
     else:
-        primary = ("mfu", _mfu(mfu))
+        m = _mfu(mfu)
+        if m is None:   # not reached: exactly one quantity was given above
+            raise UsageError(None, "give --mfu F")
+        primary = ("mfu", m)
 
     kind, x = primary
     to_tflops = {"tokens": lambda v: tflops_from_tokens(v, fpt), "tflops": lambda v: v, "mfu": lambda v: v * peak}[kind]

@@ -53,6 +53,11 @@ def max_input_size() -> int:
     return _limit["bytes"] if _limit["bytes"] is not None else default_max_input_size()
 
 
+def ceiling_was_set() -> bool:
+    """Whether this process runs under a ceiling other than the default (--max-input-size)."""
+    return _limit["bytes"] is not None and _limit["bytes"] != default_max_input_size()
+
+
 def set_max_input_size(n: int | None) -> None:
     """The ceiling for this process (None: back to the default)."""
     _limit["bytes"] = n

@@ -24,3 +24,11 @@ def _store_in_a_temporary_folder(monkeypatch, tmp_path_factory):
     """The default store lies beside the input: a test on a corpus trace would write into ../shared.
     Every test's store is a temporary folder unless the test says otherwise."""
     monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path_factory.mktemp("store")))
+
+
+@pytest.fixture(autouse=True)
+def _default_input_ceiling():
+    """A test that sets --max-input-size in-process leaves the next test the default ceiling."""
+    yield
+    from traceview.parsers import bounded_read
+    bounded_read.set_max_input_size(None)

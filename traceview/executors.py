@@ -132,7 +132,7 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
             return "tables", Stored(prof.tables(), list(prof.warnings))
         store = Store(Path(store_root))
         with store.lock(p):
-            if store.lookup(p) is not None:        # another run stored it meanwhile
+            if not _reread() and store.lookup(p) is not None:        # another run stored it meanwhile
                 return "stored", None
             before = p.stat()
             content_hash = file_hash(p)
@@ -166,6 +166,12 @@ def _fault_injection(p: Path, marker: str | None) -> None:
 
 # -- the map -------------------------------------------------------------------------------------
 
+def _reread() -> bool:
+    """Under a --max-input-size ceiling every input is read again (a stored entry would skip the check)."""
+    from .parsers import bounded_read
+    return bounded_read.ceiling_was_set()
+
+
 def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path, Any]]:
     """(file, Stored) for each file, in file order, under the configured run (files set aside as bad
     are left out, with the state's `skipped` saying why)."""
@@ -180,7 +186,7 @@ def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path,
     t0 = time.perf_counter()
     misses = []
     for i, f in enumerate(files):
-        hit = store.lookup(f) if store is not None else None
+        hit = store.lookup(f) if store is not None and not _reread() else None
         if hit is not None:
             results[i] = hit
             progress.advance(_size(f))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from .diff_text import DELTA_PARTS, FAMILY_COUNT, cp_rows, family_counts
 from .escape import md
+from .fmt import latent_headline, ms, signed_ms as sms, verdict_words
 
 PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
          ("idle", "idle_ns"), ("overlapped comm", "overlapped_comm_ns"))
@@ -17,14 +18,6 @@ PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("expos
 def esc(s, limit: int | None = None) -> str:
     """One line of Markdown-safe text (the shared escaper of reports/escape.py)."""
     return md(s, limit)
-
-
-def ms(ns) -> str:
-    return f"{(ns or 0) / 1e6:,.3f}"
-
-
-def sms(ns) -> str:
-    return f"{(ns or 0) / 1e6:+,.3f}"
 
 
 def table(headers: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
@@ -42,7 +35,6 @@ def render(doc: dict) -> str:
     d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
     pct = d["step_time_pct"]
     pct_s = f" ({pct:+.1f} %)" if pct is not None else ""
-    from traceview.diff.texts import latent_headline, verdict_words
     out = [f"### traceview diff: {verdict_words(doc)}, {sms(d['step_time_ns'])} ms per step{pct_s}", ""]
     def files(s):   # one nsys file may hold several ranks: each file once
         u = list(dict.fromkeys(f"{i['file']} ({i['format']})" for i in s["inputs"]))
@@ -59,7 +51,7 @@ def render(doc: dict) -> str:
     out.append("")
     lh = latent_headline(doc)
     if lh:
-        out += [f"> [!WARNING]", f"> **{esc(lh[0].upper() + lh[1:])}**"]
+        out += ["> [!WARNING]", f"> **{esc(lh[0].upper() + lh[1:])}**"]
         out += [f"> {i}. {esc(it['text'])}" for i, it in enumerate(doc["latent"], 1)]
         out.append("")
     out.append("**Why** (contributions add up to the change):" if doc["verdict"] != "noise"

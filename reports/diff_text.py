@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import textwrap
 
+from .fmt import clip, latent_headline, ms, one_line, signed_ms, table, verdict_words
 from .labels import CP_MEASURES, CP_PARTS, count, words
 
 PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
@@ -26,33 +27,6 @@ def family_counts(r: dict, arrow: str = "->") -> str:
     return f"{count(r['base_count'])} {arrow} {count(r['new_count'])}"
 
 
-def ms(ns) -> str:
-    return f"{(ns or 0) / 1e6:,.3f}"
-
-
-def signed_ms(ns) -> str:
-    return f"{(ns or 0) / 1e6:+,.3f}"
-
-
-def one_line(s) -> str:
-    return " ".join(str(s).split())
-
-
-def clip(s, n: int) -> str:
-    s = one_line(s)
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def table(headers, rows, aligns=None) -> list[str]:
-    cols = [[str(h)] + [str(r[i]) for r in rows] for i, h in enumerate(headers)]
-    widths = [max(len(c) for c in col) for col in cols]
-    aligns = aligns or "l" + "r" * (len(headers) - 1)
-
-    def fmt(vals):
-        return "  ".join(v.ljust(w) if a == "l" else v.rjust(w) for v, w, a in zip(vals, widths, aligns)).rstrip()
-    return [fmt(headers), fmt(["-" * w for w in widths])] + [fmt([str(v) for v in r]) for r in rows]
-
-
 def side_line(label: str, s: dict) -> str:
     files = ", ".join(sorted({f"{i['format']}: {i['file']}" for i in s["inputs"]}))
     return "  " + clip(f"{label:4s} {ms(s['step_time_ns'])} ms per step  ({s['steps']} steps x {s['ranks']} ranks; "
@@ -66,7 +40,6 @@ def _layer(x) -> str:
 def render(doc: dict) -> str:
     d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
     pct = d["step_time_pct"]
-    from traceview.diff.texts import latent_headline, verdict_words
     out = [f"traceview diff: {verdict_words(doc).upper()}  {signed_ms(d['step_time_ns'])} ms per step"
            + (f" ({pct:+.1f}%)" if pct is not None else ""), ""]
     out += [side_line("base", b), side_line("new", n)]

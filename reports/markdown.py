@@ -11,13 +11,10 @@ Every name from a trace goes through `escape.md` (one line, `|` escaped, no raw 
 from __future__ import annotations
 
 from .escape import md
+from .fmt import budget_headline, inputs_words, mfu_denominators, ms, pc as _pc, tflops as _tf
 from .labels import OVERLAP_NOTE, PARTS, count, count_per_step, mean_label, words
 
 TOP = 10
-
-
-def ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
 
 
 def pct(part, whole) -> str:
@@ -64,7 +61,6 @@ def headline(doc: dict) -> list[tuple[str, str]]:
 
 
 def title(doc: dict) -> str:
-    from traceview.analysis.analyze import inputs_words
     name = inputs_words(doc.get("inputs", []))
     s = doc["summary"]
     return f"traceview: {name} — {s['ranks']} rank(s), {s['steps']} step(s)"
@@ -74,12 +70,10 @@ def budget_lines(doc: dict) -> list[str]:
     b = doc.get("budget")
     if not b:
         return []
-    v = b.get("violations") or []
-    if not v:
-        return [f"**Budget {md(b['file'])}: all {len(b['checked'])} threshold(s) met.**", ""]
-    lines = [f"> [!CAUTION]", f"> **Budget {md(b['file'])}: {len(v)} of {len(b['checked'])} threshold(s) violated**"]
-    lines += [f"> - {md(c['message'])}" for c in v]
-    return lines + [""]
+    met, head, violated = budget_headline(b, md)
+    if met:
+        return [f"**{head}.**", ""]
+    return ["> [!CAUTION]", f"> **{head}**"] + [f"> - {m}" for m in violated] + [""]
 
 
 # --- sections ---------------------------------------------------------------------------------------
@@ -289,30 +283,9 @@ def flops_lines(doc: dict) -> list[str]:
     return lines + ([""] if f.get("notes") else [])
 
 
-def _pc(x) -> str:
-    return f"{100 * x:.1f}%" if x is not None else "n/a"
-
-
 def printable(s) -> str:
     """Control characters of a trace-derived name shown as '?' (before the format's own escaping)."""
     return "".join(c if c.isprintable() else "?" for c in str(s))
-
-
-def _tf(x) -> str:
-    return f"{x:,.1f}" if x is not None else "n/a"
-
-
-def mfu_denominators(f: dict) -> str:
-    """Dense-bf16 and precision-weighted MFU, each with its denominator (one sentence)."""
-    pw = (f"precision-weighted MFU {_pc(f['mfu_precision_weighted'])} against each op's own precision "
-          f"(effective peak {_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s)"
-          if f.get("mfu_precision_weighted") is not None else
-          "precision-weighted MFU n/a (" + ("a precision has no peak for this GPU" if f.get("flops_by_precision")
-                                            else "the precision split needs trace shapes") + ")")
-    return (f"MFU {_pc(f.get('mfu_dense_bf16'))} against the dense bf16 peak ({_tf(f.get('peak_tflops_dense_bf16'))} "
-            f"TFLOP/s); {pw}"
-            + (f"; {_pc(f['mfu_achievable'])} of what this trace sustains" if f.get("mfu_achievable") is not None
-               else ""))
 
 
 def precision_lines(f: dict) -> list[str]:

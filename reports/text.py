@@ -3,36 +3,15 @@ from __future__ import annotations
 
 import textwrap
 
+from .fmt import budget_headline, clip, inputs_words, mfu_denominators, ms, pc as _pc, table, tflops as _tf
 from .labels import PARTS as BREAKDOWN, count, count_per_step, mean_label, rounded_parts, total_label
 
 OVERLAP_LEGEND = ("exp = exposed (nothing else ran beside it); ovl comm = overlapped communication, which ran "
                   "beside compute: that time is counted as compute, so it is not a part and can exceed the total.")
 
 
-def ms(ns: int | float) -> str:
-    return f"{ns / 1e6:,.3f}"
-
-
 def pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:5.1f}%" if whole else "   - "
-
-
-def clip(s: str, n: int) -> str:
-    s = " ".join(str(s).split())
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def table(headers: list[str], rows: list[list], aligns: str | None = None) -> list[str]:
-    cols = [[str(h)] + [str(r[i]) for r in rows] for i, h in enumerate(headers)]
-    widths = [max(len(c) for c in col) for col in cols]
-    aligns = aligns or "l" + "r" * (len(headers) - 1)
-
-    def fmt(vals):
-        return "  ".join(v.ljust(w) if a == "l" else v.rjust(w) for v, w, a in zip(vals, widths, aligns)).rstrip()
-
-    out = [fmt([str(h) for h in headers]), fmt(["-" * w for w in widths])]
-    out += [fmt([str(v) for v in r]) for r in rows]
-    return out
 
 
 def breakdown_lines(doc: dict) -> list[str]:
@@ -206,19 +185,10 @@ def _term(s, n: int) -> str:
     return "".join(c if c.isprintable() else "?" for c in clip(s, n))
 
 
-def _pc(x) -> str:
-    return f"{100 * x:.1f}%" if x is not None else "n/a"
-
-
-def _tf(x) -> str:
-    return f"{x:,.1f}" if x is not None else "n/a"
-
-
 def precision_lines(f: dict, ind: str) -> list[str]:
     """MFU against each denominator, FLOPs by precision, achievable TFLOP/s, per-family rates."""
     lines = []
     if f.get("mfu_dense_bf16") is not None or f.get("mfu_precision_weighted") is not None:
-        from .markdown import mfu_denominators
         lines += textwrap.wrap(ind + mfu_denominators(f), 100, subsequent_indent=ind + "  ")
     rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
              ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
@@ -242,9 +212,17 @@ def precision_lines(f: dict, ind: str) -> list[str]:
     return lines
 
 
+def budget_lines(doc: dict) -> list[str]:
+    """The budget's headline and violations, first in the report (nothing without a budget)."""
+    b = doc.get("budget")
+    if not b:
+        return []
+    _, head, violated = budget_headline(b)
+    return [head] + [f"  VIOLATED {m}" for m in violated] + [""]
+
+
 def render(doc: dict) -> str:
     s = doc["summary"]
-    from traceview.analysis.analyze import inputs_words
     head = textwrap.wrap(f"traceview {doc['tool']['version']} — {inputs_words(doc['inputs'])}, "
                          f"{s['ranks']} rank(s), {s['steps']} step(s); steps: {clip(doc['steps_source'], 120)}",
                          100, subsequent_indent="  ")
@@ -253,8 +231,7 @@ def render(doc: dict) -> str:
     if len(doc["inputs"]) > 8:
         head.append(f"  ... and {len(doc['inputs']) - 8} more")
     head.append("")
-    from traceview.budget import text_lines as budget_lines   # issue 8: budget violations, first
-    from .text_stalls import lines as stall_lines  # text_stalls imports helpers from this module
+    from .text_stalls import lines as stall_lines
     lines = (head + budget_lines(doc) + breakdown_lines(doc) + flops_lines(doc) + layer_lines(doc) + comm_lines(doc)
              + stall_lines(doc) + top_kernel_lines(doc))
     for extra in doc.get("_text_sections", []):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import textwrap
 
-from .text import clip, ms, table
+from .fmt import clip, ms, table
 
 MAX_CP_ROWS = 24
 EVIDENCE_WIDTH = 44

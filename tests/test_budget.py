@@ -132,14 +132,14 @@ def test_missing_budget_file(tmp_path):
 
 
 def test_violations_in_every_format(tmp_path):
-    from traceview.reports import html, json_report, markdown
+    from traceview.reports import html, json_report, markdown, text
     doc = hand_doc()
     budget.apply(doc, write(tmp_path, "max_idle_pct = 15\n"))
     msg = "overall: idle 15.9% above the budget maximum 15.0%"
     assert msg in markdown.render(doc)
     assert msg in html.render(doc)
     assert json.loads(json_report.render(doc))["budget"]["violations"][0]["message"] == msg
-    assert "  VIOLATED " + msg in budget.text_lines(doc)
+    assert "  VIOLATED " + msg in text.budget_lines(doc)
 
 
 # --- through the command line (needs the pipeline to call the budget; see docs/CI.md) ----------------

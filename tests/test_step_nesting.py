@@ -49,7 +49,7 @@ def test_no_warning_without_nesting():
 
 
 def test_inputs_in_words():
-    from traceview.analysis.analyze import inputs_words
+    from traceview.reports.fmt import inputs_words
     two_procs = [{"file": "run.sqlite", "rank": r, "rank_source": "pid order"} for r in (0, 1)]
     assert inputs_words(two_procs) == "run.sqlite: 1 file, 2 processes (ranks by process order)"
     assert inputs_words(two_procs[:1]) == "run.sqlite"

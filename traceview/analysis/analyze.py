@@ -98,17 +98,3 @@ def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Se
     doc.update(sec)
     return doc
 
-
-def inputs_words(inputs: list[dict]) -> str:
-    """What the inputs are, in words: 'run.sqlite: 1 file, 2 processes (ranks by process order)',
-    'overlap.json.gz', '8 files, 8 ranks'. One nsys file may hold several processes (ranks)."""
-    files = list(dict.fromkeys(i["file"] for i in inputs))
-    n = len(inputs)
-    if len(files) == 1 and n > 1:
-        how = {str(i.get("rank_source") or "") for i in inputs}
-        src = how.pop() if len(how) == 1 else ""
-        src = {"pid order": "process order"}.get(src, src)
-        return f"{files[0]}: 1 file, {n} processes" + (f" (ranks by {src})" if src else "")
-    if len(files) == 1:
-        return files[0]
-    return f"{len(files)} files" + (f", {n} ranks" if n != len(files) else "")

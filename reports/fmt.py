@@ -41,6 +41,11 @@ def tflops(x: float | None) -> str:
     return f"{x:,.1f}" if x is not None else "n/a"
 
 
+def mb_per(nbytes: float | None, n: int) -> str:
+    """Bytes as MB per step over n windows ('-' when none)."""
+    return f"{nbytes / n / 1e6:,.1f}" if nbytes else "-"
+
+
 def table(headers: Sequence[object], rows: Sequence[Sequence[object]], aligns: str | None = None) -> list[str]:
     """A plain-text table padded to column widths: 'l' or 'r' per column (default: first left)."""
     cols = [[str(h)] + [str(r[i]) for r in rows] for i, h in enumerate(headers)]
@@ -95,10 +100,12 @@ def mfu_denominators(f: Flops) -> str:
 def latent_headline(doc: DiffDocument) -> str | None:
     """'latent regression: GPU work +0.500 ms per step (+19.8 %), hidden by idle time ...' when
     the document has a latent regression, else None."""
-    w = (doc.get("delta") or {}).get("gpu_work") or {}
-    if not doc.get("latent") or not w.get("latent"):
+    delta = doc.get("delta")
+    w = delta.get("gpu_work") if delta else None
+    if not doc.get("latent") or not w or not w.get("latent"):
         return None
-    pct = f" ({w['pct']:+.1f} %)" if w.get("pct") is not None else ""
+    share = w.get("pct")
+    pct = f" ({share:+.1f} %)" if share is not None else ""
     return (f"latent regression: GPU work {w['delta_ns'] / 1e6:+,.3f} ms per step{pct}, "
             f"{w['hidden_ns'] / 1e6:,.3f} ms of it hidden by idle time; once the host-side bottleneck is "
             f"gone the step grows by up to that much, led by:")

@@ -12,11 +12,13 @@ Names from a trace are HTML-escaped (`escape.html`) in text and go into the char
 from __future__ import annotations
 
 import functools
+from typing import Any, Mapping
 
+from traceview.document.types import is_diff, DiffDocument, Document, Flops, ReportDocument
 from . import charts as charts_mod
 from . import markdown as mdr
 from .escape import html as h, script_json
-from .fmt import budget_headline, latent_headline, ms, verdict_words
+from .fmt import budget_headline, latent_headline, mb_per, mfu_denominators, ms, pc, tflops, verdict_words
 from .labels import OVERLAP_NOTE, count, count_per_step, mean_label, words
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
@@ -70,7 +72,7 @@ def vega_bundle() -> str:
     """vega + vega-lite + vega-embed as one classic script (defines window.vegaEmbed)."""
     import vl_convert as vlc
     from altair.utils._importers import vl_version_for_vl_convert
-    js = vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    js = vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())  # type: ignore[call-arg]  # stub lags
     # the bundle must not be able to end its <script> element early
     return js.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
@@ -113,7 +115,7 @@ def _chart_divs(specs: list[tuple[str, dict]]) -> list[str]:
     return out
 
 
-def _budget_html(doc: dict) -> list[str]:
+def _budget_html(doc: ReportDocument) -> list[str]:
     b = doc.get("budget")
     if not b:
         return []
@@ -124,7 +126,7 @@ def _budget_html(doc: dict) -> list[str]:
     return [f'<div class="violations"><b>{head}</b><ul>{items}</ul></div>']
 
 
-def _layers_html(doc: dict) -> list[str]:
+def _layers_html(doc: ReportDocument) -> list[str]:
     if not doc.get("layers"):
         return []
     from .text import part_cells
@@ -144,33 +146,33 @@ def _layers_html(doc: dict) -> list[str]:
     return out
 
 
-def _flops_html(f: dict) -> list[str]:
+def _flops_html(f: Flops) -> list[str]:
     """FLOPs by precision (MFU against both denominators), achievable TFLOP/s and per-family rates."""
     out = []
     if f.get("flops_by_precision"):
         rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
                  ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
-                 mdr._tf(r.get("peak_tflops")), mdr._pc(r.get("mfu"))] for r in f["flops_by_precision"]]
-        out += ["<h2>FLOPs by precision (per step per GPU)</h2>", f"<p>{h(mdr.mfu_denominators(f))}.</p>",
+                 tflops(r.get("peak_tflops")), pc(r.get("mfu"))] for r in f["flops_by_precision"]]
+        out += ["<h2>FLOPs by precision (per step per GPU)</h2>", f"<p>{h(mfu_denominators(f))}.</p>",
                 _table(["precision", "TFLOP per step", "share", "precision from", "dense peak TFLOP/s", "MFU"], rows,
                        "lrrlrr")]
     if f.get("achievable"):
         out.append(f"<p>Achievable in this trace ({h(f.get('achievable_definition') or '')}): " + h("; ".join(
-            f"{a['kind']} {a['precision']} {mdr._tf(a['tflops'])} TFLOP/s ({a['kernels']} kernels)"
+            f"{a['kind']} {a['precision']} {tflops(a['tflops'])} TFLOP/s ({a['kernels']} kernels)"
             for a in f["achievable"])) + ".</p>")
     fams = (f.get("by_family") or [])[:12]
     if fams:
         frows = [[mdr.printable(r["family"]), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
                   ms(r["kernel_ns_per_step"]),
-                  mdr._tf(r.get("achieved_tflops")), mdr._pc(r.get("ratio_to_achievable")),
-                  mdr._pc(r.get("ratio_to_peak"))] for r in fams]
+                  tflops(r.get("achieved_tflops")), pc(r.get("ratio_to_achievable")),
+                  pc(r.get("ratio_to_peak"))] for r in fams]
         out += ["<h2>Achieved TFLOP/s by kernel family</h2>",
                 _table(["kernel family", "precision", "TFLOP per step", "kernel ms per step", "TFLOP/s",
                         "of achievable", "of peak"], frows, "llrrrrr", name_cols=(0,))]
     return out
 
 
-def _stalls_html(doc: dict) -> list[str]:
+def _stalls_html(doc: ReportDocument) -> list[str]:
     stalls = doc.get("stalls")
     if stalls is None:
         return []
@@ -187,7 +189,7 @@ def _stalls_html(doc: dict) -> list[str]:
                    name_cols=(8,))]
 
 
-def _collectives_html(doc: dict) -> list[str]:
+def _collectives_html(doc: ReportDocument) -> list[str]:
     out = []
     headers, rows = mdr.straggler_rows(doc)
     if rows:
@@ -217,8 +219,8 @@ def _collectives_html(doc: dict) -> list[str]:
     return out
 
 
-def render(doc: dict) -> str:
-    if str(doc.get("schema", "")).startswith("traceview.diff/"):
+def render(doc: Document) -> str:
+    if is_diff(doc):
         return render_diff_html(doc)
     s = doc["summary"]
     specs = charts_mod.specs(doc)
@@ -232,12 +234,12 @@ def render(doc: dict) -> str:
     if f.get("delivered_tflops_per_gpu") is not None:
         cards.append(("delivered per GPU", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s",
                       f"{f.get('method')}-based FLOPs"))
-        cards.append(("MFU", f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a",
+        cards.append(("MFU", pc(f.get("mfu")),
                       f"of {f['peak_tflops']:,.1f} TFLOP/s ({f.get('gpu') or f.get('gpu_name')}, {f.get('dtype')} dense)"
                       if f.get("peak_tflops") else "peak unknown"))
         if f.get("mfu_precision_weighted") is not None or f.get("mfu_dense_bf16") is not None:
-            cards.append(("MFU by denominator", f"{mdr._pc(f.get('mfu_dense_bf16'))} bf16 · "
-                          f"{mdr._pc(f.get('mfu_precision_weighted'))} precision-weighted", mdr.mfu_denominators(f)))
+            cards.append(("MFU by denominator", f"{pc(f.get('mfu_dense_bf16'))} bf16 · "
+                          f"{pc(f.get('mfu_precision_weighted'))} precision-weighted", mfu_denominators(f)))
     else:
         cards.append(("delivered per GPU", "unknown", "no FLOPs (no shapes, no --model)"))
     cards.append(("exposed communication", mdr.pct(s["exposed_comm_ns"], st),
@@ -267,7 +269,7 @@ def render(doc: dict) -> str:
     if doc.get("comm"):
         n = max(1, len(doc.get("steps") or []))
         crow = [[c["kind"], count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
-                 f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+                 mb_per(c.get("bytes"), n),
                  ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
         body += [f"<h2>Communication by collective ({h(mean_label(n))})</h2>",
                  _table(["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], crow),
@@ -310,7 +312,7 @@ def _side_label(side) -> str:
     return ""
 
 
-def render_diff_html(doc: dict) -> str:
+def render_diff_html(doc: DiffDocument) -> str:
     """The `traceview.diff/1` report: verdict, base vs new, the waterfall, the explanation list."""
     specs = charts_mod.specs(doc)
     base, new = doc.get("base"), doc.get("new")
@@ -335,7 +337,6 @@ def render_diff_html(doc: dict) -> str:
     if lh:
         body += [f"<h2>{h(lh.split(':', 1)[0].capitalize())}</h2>", f"<p>{h(lh)}</p>",
                  "<ol>" + "".join(f"<li>{h(it.get('text', ''))}</li>" for it in doc["latent"]) + "</ol>"]
-    body += _budget_html(doc)
     body += _chart_divs(specs)
     expl = doc.get("explanation") or []
     if expl:
@@ -353,12 +354,15 @@ def _layer_name(x) -> str:
     return "outside layers" if x is None else f"layer {x}"
 
 
-def _diff_details(doc: dict) -> list[str]:
+def _diff_details(doc: DiffDocument) -> list[str]:
     """The rest of a diff document, in the same words as the text and Markdown diffs: noise,
     breakdown, stages, layers, collectives, kernel families, stalls, critical path."""
     from .diff_text import DELTA_PARTS, FAMILY_COUNT, PARTS as DIFF_PARTS, cp_rows, family_counts
     out = []
-    base, new, delta = doc.get("base") or {}, doc.get("new") or {}, doc.get("delta") or {}
+    # read defensively: a document from elsewhere may lack a section (each is then left out)
+    base: Mapping[str, Any] = doc.get("base") or {}
+    new: Mapping[str, Any] = doc.get("new") or {}
+    delta: Mapping[str, Any] = doc.get("delta") or {}
     nz = doc.get("noise")
     if isinstance(nz, dict) and nz.get("threshold_ns") is not None:
         out.append(f"<p>Noise: the change is {'within' if nz.get('within_noise') else 'outside'} the noise threshold "
@@ -401,12 +405,12 @@ def _diff_details(doc: dict) -> list[str]:
     fam = delta.get("families")
     if isinstance(fam, dict):
         for key in ("changed", "appeared", "vanished"):
-            rows = [r for r in fam.get(key) or [] if isinstance(r, dict)][:12]
-            if rows:
+            frows = [r for r in fam.get(key) or [] if isinstance(r, dict)][:12]
+            if frows:
                 out += [f"<h2>Kernel families {key} (kernel time, ms, mean per rank-step)</h2>",
                         _table(["family", "base", "new", "change", FAMILY_COUNT],
                                [[r.get("family"), ms(r.get("base_ns")), ms(r.get("new_ns")),
-                                 _sms(r.get("delta_ns")), family_counts(r, "→")] for r in rows], "lrrrr",
+                                 _sms(r.get("delta_ns")), family_counts(r, "→")] for r in frows], "lrrrr",
                                name_cols=(0,))]
     stalls = [r for r in delta.get("stalls") or [] if isinstance(r, dict) and r.get("status") != "same"][:12]
     if stalls:

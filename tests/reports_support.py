@@ -28,7 +28,7 @@ def validate(doc: dict) -> dict:
 
 @functools.lru_cache(maxsize=None)
 def _analyze_json(paths: tuple[str, ...]) -> str:
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+    from traceview.runs import AnalyzeOptions, run_analyze
     from traceview.reports import json_report
     return json_report.render(run_analyze(list(paths), AnalyzeOptions()))
 

@@ -1,7 +1,6 @@
 """Budgets: TOML thresholds against the report; violations in every format; exit codes 0/1/2."""
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
@@ -142,23 +141,13 @@ def test_violations_in_every_format(tmp_path):
     assert "  VIOLATED " + msg in text.budget_lines(doc)
 
 
-# --- through the command line (needs the pipeline to call the budget; see docs/CI.md) ----------------
-
-def _pipeline_applies_budget() -> bool:
-    from traceview.analysis import pipeline
-    return "budget" in inspect.getsource(pipeline.run_analyze)
-
-
-needs_pipeline = pytest.mark.skipif(not _pipeline_applies_budget(),
-                                    reason="pipeline.run_analyze does not apply --budget yet (integration pending)")
-
+# --- through the command line ----------------------------------------------------------------------
 
 def tv(*args):
     return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
 
 
-@needs_pipeline
 def test_cli_exit_codes(tmp_path):
     """tiny_breakdown: idle % from the generator's own expected numbers decides pass (0) or fail (1)."""
     exp = json.loads((GEN / "tiny_breakdown.expected.json").read_text())

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import independent
-from traceview.diff.decompose import load_side
+from traceview.runs import load_side
 from traceview.diff.document import DiffOptions, diff_sides
 
 ROOT = Path(__file__).resolve().parents[1]

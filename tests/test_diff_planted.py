@@ -7,7 +7,7 @@ import json
 import pytest
 
 from fixtures.scenarios import regression_pairs
-from traceview.diff.decompose import load_side
+from traceview.runs import load_side
 from traceview.diff.document import DiffOptions, diff_sides
 
 PAIRS = {p["name"]: p for p in regression_pairs()}
@@ -162,17 +162,20 @@ def test_new_stalls_are_named(diffs):
     assert cp["window_ns"]["delta_ns"] == doc["delta"]["step_time_ns"]
 
 
-def test_works_without_stalls(written, monkeypatch):
+def test_works_without_stalls(written):
     """Without the stalls section the explanation is the same (it only adds the stall notes)."""
-    import traceview.diff.decompose as dec
-    def strip(session, doc):   # as if `analyze` had no issue-6 sections (whether or not it has them now)
+    from traceview.diff.decompose import build_side
+    from traceview.runs import run_job
+
+    def side(label, path, opts):   # a document without the stall and collective sections
+        doc, session = run_job([str(path)], opts)
         for k in ("stalls", "critical_path", "stragglers", "stall_summary", "collectives", "a2a", "clock"):
             doc.pop(k, None)
-    monkeypatch.setattr(dec, "add_stalls", strip)
+        return build_side(label, [str(path)], doc, session)
     for name in ("new_host_sync", "straggler"):
         b, n = written[name]
         opts = DiffOptions()
-        doc = diff_sides(load_side("base", [str(b["kineto"])], opts), load_side("new", [str(n["kineto"])], opts), opts)
+        doc = diff_sides(side("base", b["kineto"], opts), side("new", n["kineto"], opts), opts)
         planted = PAIRS[name]["step_time_delta_ns"]
         assert doc["delta"]["stalls"] is None and doc["delta"]["critical_path"] is None
         first = doc["explanation"][0]

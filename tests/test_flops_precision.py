@@ -313,14 +313,14 @@ def test_deepseek_fixture_split_exactly_as_planted(tmp_path):
 def test_family_names_from_kernels_are_escaped_in_every_format():
     """A kernel name is untrusted text: as a family name ('kernel:<name>') it is escaped for the terminal,
     Markdown and HTML (a GEMM with no recognised compute kernel keeps its own kernel's family)."""
-    from traceview.analysis.analyze import analyze
+    from traceview.document.assemble import assemble
     from traceview.db import Session
     from traceview.reports import html as html_r, markdown as md_r, text as text_r
     evil = "evil<x>|*_&\x1b[31m"            # the family drops the <...> part as template arguments
     cpu, gpu = profile_tables()
     gpu[-1]["name"] = evil
     prof = make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3")
-    doc = analyze(prof, session=Session(prof))
+    doc = assemble(prof, session=Session(prof))
     fams = [r["family"] for r in doc["flops"]["by_family"]]
     assert "kernel:evil|*_&\x1b[31m" in fams               # the JSON keeps the name as it is
     # (only the FLOPs sections are checked here: the kernel tables elsewhere print raw kernel names)

@@ -12,7 +12,7 @@ import pytest
 from helpers import TRACES
 
 from traceview.analysis import breakdown
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+from traceview.runs import AnalyzeOptions, run_analyze
 from traceview.db import Session
 from traceview.load import load
 

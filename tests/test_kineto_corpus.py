@@ -5,7 +5,7 @@ import json
 import pytest
 from helpers import TRACES
 
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+from traceview.runs import AnalyzeOptions, run_analyze
 from traceview.errors import TraceError
 from traceview.load import load
 

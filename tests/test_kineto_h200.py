@@ -3,7 +3,7 @@ import pytest
 from helpers import TRACES
 
 import independent
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+from traceview.runs import AnalyzeOptions, run_analyze
 
 H200 = TRACES / "kineto" / "h200_moe"
 

@@ -5,7 +5,7 @@ import pytest
 from helpers import TRACES
 
 import independent
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+from traceview.runs import AnalyzeOptions, run_analyze
 
 HOSTBOUND = TRACES / "kineto" / "h200_moe_hostbound"
 pytestmark = pytest.mark.skipif(not HOSTBOUND.exists(), reason="trace corpus not present")

@@ -5,7 +5,7 @@ import json
 import pytest
 from helpers import ROOT
 
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+from traceview.runs import AnalyzeOptions, run_analyze
 from traceview.reports import json_report
 
 GEN = ROOT / "fixtures" / "generated"

@@ -48,7 +48,7 @@ def _analyze_doc(name):
 
 @functools.lru_cache(maxsize=None)
 def _diff_doc(name):
-    from traceview.diff.document import run_diff
+    from traceview.runs import run_diff
     base, new = DIFFS[name]
     return run_diff([str(_paths(base))], [str(_paths(new))])
 

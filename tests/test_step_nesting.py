@@ -2,8 +2,8 @@
 step, the inner ones are not steps of their own, and a warning says so."""
 from helpers import make_profile
 
-from traceview.analysis import breakdown
-from traceview.analysis.analyze import analyze
+from traceview.document.assemble import assemble
+from traceview.document.options import AnalyzeOptions
 from traceview.db import Session
 
 
@@ -17,7 +17,7 @@ def _profile(cpu):
 
 def _doc(cpu, rx):
     p = _profile(cpu)
-    return analyze(p, breakdown.Options(step_regex=rx), Session(p))
+    return assemble(p, AnalyzeOptions(step_regex=rx), Session(p))
 
 
 def test_nested_ranges_of_one_regex_are_one_step():

@@ -79,7 +79,8 @@ def analyze(
             check_out_dir(out_dir, (staged,) if staged else ())
         if staged is None:
             check_out(out)
-        from .analysis.pipeline import AnalyzeOptions, run_analyze
+        from .document.options import AnalyzeOptions
+        from .runs import run_analyze
         opts = AnalyzeOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
                               model=model, model_config=model_config, tokens_per_step=tokens_per_step,
                               peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys,

@@ -193,6 +193,12 @@ class Flops(TypedDict):
     trace_flops_per_step: NotRequired[float | None]
     model_flops_per_step: NotRequired[float | None]
     trace_to_model_ratio: NotRequired[float | None]
+    trace_steps: NotRequired[int]
+    trace_flops_by_op: NotRequired[dict[str, float]]
+    trace_ops_counted: NotRequired[int]
+    tokens_per_step_source: NotRequired[str]
+    tokens_per_second_per_gpu: NotRequired[float]
+    peak_source: NotRequired[str]
     status: NotRequired[str]
     method: NotRequired[str | None]
     flops_per_step: NotRequired[float | None]
@@ -237,6 +243,7 @@ class CriticalPathWindow(TypedDict):
     launch_bound_ns: NotRequired[float]
     host_sync_ns: NotRequired[float]
     idle_ns: NotRequired[float]
+    overlapped_comm_ns: NotRequired[float]
     peer_wait_ns: NotRequired[float]
     imbalance_ns: NotRequired[float]
     stall_ns: NotRequired[float]
@@ -268,6 +275,14 @@ class Collective(TypedDict):
     step: NotRequired[int | None]
     wait_ns: NotRequired[dict[str, float | None] | list[float | None]]
     ranks: NotRequired[int]
+    # where the collective ran and who arrived first, as analyze writes them beside the schema's fields
+    layer: NotRequired[int | None]
+    phase: NotRequired[str | None]
+    stage: NotRequired[str | None]
+    earliest_rank: NotRequired[int]
+    earliest_ns: NotRequired[float]
+    latest_ns: NotRequired[float]
+    imbalance: NotRequired[dict[str, Any] | None]
 
 
 class Straggler(TypedDict):

@@ -65,8 +65,8 @@ def main() -> None:
     nights = int(sys.argv[1]) if len(sys.argv) > 1 else 365
     sys.path.insert(0, str(ROOT))
     from fixtures import nightly
-    from traceview.runs import AnalyzeOptions, run_analyze
     from traceview.reports import json_report
+    from traceview.runs import AnalyzeOptions, run_analyze
     report = json.loads(json_report.render(run_analyze([str(FIXTURE)], AnalyzeOptions())))
     with tempfile.TemporaryDirectory(prefix="tv-history-") as tmp:
         folder = Path(tmp) / "nights"
@@ -78,7 +78,8 @@ def main() -> None:
             r = subprocess.run([sys.executable, "-c", CHILD, str(folder)], capture_output=True, text=True, check=True)
         res = json.loads(r.stdout)
         print(f"in-process: imports {res['imports_s']:.3f} s; build (read {nights} reports, order, rule) "
-              f"{res['build_s']:.3f} s wall, {res['build_cpu_s']:.3f} s CPU, peak RSS {res['rss_after_build_mb']:.0f} MB"
+              f"{res['build_s']:.3f} s wall, {res['build_cpu_s']:.3f} s CPU, "
+              f"peak RSS {res['rss_after_build_mb']:.0f} MB"
               f" after it; changes on night(s) {res['changes']}")
         for fmt in ("text", "markdown", "json", "html"):
             print(f"  render {fmt:8s} {res[fmt + '_s']:.3f} s wall, {res[fmt + '_cpu_s']:.3f} s CPU "

@@ -25,7 +25,7 @@ if variant == "traceview":
     from traceview.cli import _skip_pyarrow_pandas_probe  # as `traceview analyze` does
     _skip_pyarrow_pandas_probe()
     from traceview.load import load
-    from traceview.db import Session
+    from traceview.engine.session import Session
     from traceview.analysis import breakdown
     t_imp = time.perf_counter()
     prof = load([path])
@@ -64,7 +64,7 @@ print(json.dumps(out))
 '''
 
 
-def run(variant: str, path: Path) -> dict | None:
+def run(variant: str, path: Path) -> dict:
     r = subprocess.run([sys.executable, "-c", CHILD, variant, str(path)], capture_output=True, text=True)
     if r.returncode != 0:
         return {"error": (r.stderr.strip().splitlines() or ["?"])[-1]}
@@ -77,7 +77,7 @@ def main() -> None:
     with gzip.open(path) if path.suffix == ".gz" else open(path, "rb") as fh:
         n_events = fh.read().count(b'"ph"')
     print(f"trace: {path.name}  ({path.stat().st_size / 1e6:.1f} MB compressed, {n_events:,} events)")
-    results = {}
+    results: dict[str, dict] = {}
     for variant in ("traceview", "msgspec", "orjson", "hta"):
         results[variant] = res = run(variant, path)
         if "error" in res:

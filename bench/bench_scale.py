@@ -57,7 +57,7 @@ def run(path: Path) -> dict:
                          stderr=subprocess.PIPE, text=True)
     _, status, usage = os.wait4(p.pid, 0)
     wall = time.perf_counter() - t
-    out, err = p.stdout.read(), p.stderr.read()
+    out, err = p.communicate()
     if status != 0:
         sys.exit(f"analyze failed on {path}: {err.strip().splitlines()[-1] if err.strip() else status}")
     return {**json.loads(out.strip().splitlines()[-1]), "wall_s": wall, "maxrss_mib": usage.ru_maxrss / 1024}

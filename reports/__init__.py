@@ -6,6 +6,7 @@ as JSON escapes in JSON, and the charts of a bundle are drawn with them removed.
 from __future__ import annotations
 
 from traceview.document.types import DiffDocument, ReportDocument
+
 from . import escape
 
 

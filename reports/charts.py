@@ -8,13 +8,13 @@ Names from the trace travel as data values; Vega draws them as SVG text (never a
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
-
 from pathlib import Path
+from typing import Any, Mapping
 
 import altair as alt
 
-from traceview.document.types import DiffSide, is_diff, DiffDocument, Document, ReportDocument
+from traceview.document.types import DiffDocument, DiffSide, Document, ReportDocument, is_diff
+
 from . import palette
 from .escape import clip
 

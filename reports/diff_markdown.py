@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from traceview.document.types import DiffDocument
+
 from .diff_text import DELTA_PARTS, FAMILY_COUNT, _part, cp_rows, family_counts
 from .escape import md
 from .fmt import latent_headline, ms, signed_ms as sms, verdict_words

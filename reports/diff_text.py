@@ -1,11 +1,11 @@
 """Terminal rendering of a `traceview.diff/1` document (fits 100 columns)."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Mapping
 
-import textwrap
-
 from traceview.document.types import DeltaCriticalPathPart, DiffDocument, DiffSide
+
 from .fmt import clip, latent_headline, ms, one_line, signed_ms, table, verdict_words
 from .labels import CP_MEASURES, CP_PARTS, count, words
 

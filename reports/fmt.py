@@ -53,7 +53,8 @@ def table(headers: Sequence[object], rows: Sequence[Sequence[object]], aligns: s
     how = aligns or "l" + "r" * (len(headers) - 1)
 
     def line(vals: list[str]) -> str:
-        return "  ".join(v.ljust(w) if a == "l" else v.rjust(w) for v, w, a in zip(vals, widths, how)).rstrip()
+        cells = zip(vals, widths, how, strict=False)
+        return "  ".join(v.ljust(w) if a == "l" else v.rjust(w) for v, w, a in cells).rstrip()
 
     out = [line([str(h) for h in headers]), line(["-" * w for w in widths])]
     out += [line([str(v) for v in r]) for r in rows]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import functools
 from typing import Any, Mapping
 
-from traceview.document.types import is_diff, DiffDocument, Document, Flops, ReportDocument
-from . import charts as charts_mod
-from . import markdown as mdr
+from traceview.document.types import DiffDocument, Document, Flops, ReportDocument, is_diff
+
+from . import charts as charts_mod, markdown as mdr
 from .escape import html as h, script_json
 from .fmt import budget_headline, latent_headline, mb_per, mfu_denominators, ms, pc, tflops, verdict_words
 from .labels import OVERLAP_NOTE, count, count_per_step, mean_label, words

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 from traceview.document.types import DiffDocument, ReportDocument
+
 from .escape import json_controls
 
 

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from traceview.document.types import is_diff, DiffDocument, Document, Flops, ReportDocument
+from traceview.document.types import DiffDocument, Document, Flops, ReportDocument, is_diff
+
 from .escape import md
 from .fmt import budget_headline, inputs_words, mb_per, mfu_denominators, ms, pc, tflops
 from .labels import OVERLAP_NOTE, PARTS, count, count_per_step, mean_label, words

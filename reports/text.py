@@ -1,11 +1,11 @@
 """Terminal report: readable tables that fit 100 columns."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Mapping
 
-import textwrap
-
 from traceview.document.types import Attribution, Flops, ReportDocument
+
 from .fmt import budget_headline, clip, inputs_words, mb_per, mfu_denominators, ms, pc, table, tflops
 from .labels import PARTS as BREAKDOWN, count, count_per_step, mean_label, rounded_parts, total_label
 

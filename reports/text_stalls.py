@@ -4,11 +4,11 @@ traceview.analysis.stalls.sections: critical_path, stalls, stall_summary, a2a, c
 stragglers, clock."""
 from __future__ import annotations
 
+import textwrap
 from typing import Any, Mapping
 
-import textwrap
-
 from traceview.document.types import ReportDocument
+
 from .fmt import clip, ms, table
 
 MAX_CP_ROWS = 24

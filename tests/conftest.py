@@ -13,6 +13,7 @@ import pytest  # noqa: E402
 def _every_report_matches_its_schema(monkeypatch):
     """Every JSON report rendered in-process by a test is validated against the shipped schema."""
     from reports_support import validate
+
     from traceview.reports import json_report
     original = json_report.render
     monkeypatch.setattr(json_report, "render", lambda doc: original(validate(doc)))

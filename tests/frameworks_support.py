@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from traceview.analysis import breakdown, layers
 from traceview.config import Rules
-from traceview.db import Session
+from traceview.engine.session import Session
 from traceview.load import load
 
 

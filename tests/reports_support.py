@@ -13,7 +13,7 @@ HOSTILE_KERNEL = "<img src=x onerror=alert(1)>"
 HOSTILE_ANNOTATION = "stage|one\nsecond line"
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def schema(name: str = "report.schema.json") -> dict:
     return json.loads(resources.files("traceview.data").joinpath(name).read_text(encoding="utf-8"))
 
@@ -26,10 +26,10 @@ def validate(doc: dict) -> dict:
     return doc
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _analyze_json(paths: tuple[str, ...]) -> str:
-    from traceview.runs import AnalyzeOptions, run_analyze
     from traceview.reports import json_report
+    from traceview.runs import AnalyzeOptions, run_analyze
     return json_report.render(run_analyze(list(paths), AnalyzeOptions()))
 
 
@@ -39,7 +39,8 @@ def analyze(*paths) -> dict:
 
 
 def with_issue6(doc: dict, stall_evidence: str = "", stall_stage: str = "dispatch") -> dict:
-    """Hand-made issue-6 sections over doc's own steps, in the shapes traceview/analysis/stalls.py writes.
+    """Hand-made stall, collective and critical-path sections over doc's own steps, in the shapes
+    traceview/analysis/stalls.py writes.
 
     Stall 1: the first step window's rank, 0.100 ms into it, 0.250 ms long, cause exposed_a2a;
     stall 2: same rank, 0.900 ms in, 0.120 ms long, host_sync. Collective 0 of that step: rank r

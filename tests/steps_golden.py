@@ -5,14 +5,13 @@ step exactly the input it is about."""
 from __future__ import annotations
 
 import pyarrow as pa
-
 from helpers import make_profile
 
 from traceview.engine.pipeline import build
 
 
 def session_for(profile=None, given: dict | None = None):
-    from traceview.db import Session
+    from traceview.engine.session import Session
     s = Session(profile if profile is not None else make_profile())
     for name, rows in (given or {}).items():
         s.register(name, rows if isinstance(rows, pa.Table) else pa.Table.from_pylist(rows))

@@ -4,7 +4,7 @@ from helpers import make_profile
 
 from traceview.analysis import breakdown, layers
 from traceview.config import Rules
-from traceview.db import Session
+from traceview.engine.session import Session
 
 
 def _attr(profile):

@@ -7,8 +7,8 @@ import json
 import pytest
 
 from fixtures.scenarios import regression_pairs
-from traceview.runs import load_side
 from traceview.diff.document import DiffOptions, diff_sides
+from traceview.runs import load_side
 
 PAIRS = {p["name"]: p for p in regression_pairs()}
 # planted cause kind -> the explanation item kind that names it, and words its text must hold
@@ -141,8 +141,9 @@ def test_formats_may_differ(written):
 
 
 def test_document_matches_schema(diffs):
-    import jsonschema
     from importlib import resources
+
+    import jsonschema
     schema = json.loads(resources.files("traceview.data").joinpath("diff.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     for doc in diffs.values():

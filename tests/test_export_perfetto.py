@@ -2,16 +2,17 @@
 from the format's specification) whose added tracks carry the report's numbers."""
 import collections
 import gzip
+import itertools
 import json
 import subprocess
 import sys
 from decimal import Decimal
 
 import pytest
-
 import trace_event_check as tec
-import traceview
 from helpers import ROOT, TRACES
+
+import traceview
 
 OVERLAP = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
 DLRM = TRACES / "kineto" / "dlrm_8rank_v100"
@@ -92,7 +93,7 @@ def test_class_track_totals_equal_the_reports_breakdown(overlap):
         # the four partition classes tile the window with no gap and no overlap
         top = sorted((s, e) for s, e, n, _ in mine if n != "overlapped communication")
         assert top[0][0] == a and top[-1][1] == b
-        assert all(x[1] == y[0] for x, y in zip(top, top[1:]))
+        assert all(x[1] == y[0] for x, y in itertools.pairwise(top))
     assert sum(len(in_window(cls, a, b)) for _, a, b in windows(obj, report)) == len(cls)
 
 
@@ -126,7 +127,7 @@ def test_layer_track_equals_the_reports_layers(overlap):
     for st, a, b in windows(obj, report):
         mine = in_window(lay, a, b)
         by = collections.Counter()
-        for s, e, name, ev in mine:
+        for s, e, _name, ev in mine:
             if ev["cat"] == "traceview.stage":
                 g = ev["args"]
                 by[(g["layer"], g["phase"], g["stage"])] += e - s
@@ -157,7 +158,7 @@ def test_gpu_activities_are_the_traces(overlap):
     # durations: Kineto's microseconds against the export's nanoseconds (the parser rounds to 1 ns)
     got = sorted(e - s for s, e, _, _ in streams)
     want = sorted(Decimal(str(e["dur"])) * 1000 for e in gpu)
-    assert max(abs(x - y) for x, y in zip(got, want)) <= 1
+    assert max(abs(x - y) for x, y in zip(got, want, strict=True)) <= 1
 
 
 def test_multi_rank_job_one_process_per_rank(tmp_path):
@@ -309,7 +310,7 @@ def _hand_profile(extra_gpu=(), extra_launches=()):
 
 def _hand_export(profile):
     from traceview.document.assemble import assemble
-    from traceview.db import Session
+    from traceview.engine.session import Session
     from traceview.export_perfetto import build
     s = Session(profile)
     doc = assemble(profile, session=s)

@@ -6,7 +6,7 @@ import pytest
 from helpers import TRACES
 
 from traceview.flops import models
-from traceview.flops.mfu import flops_section, trace_flops
+from flops_support import section, trace_tables
 
 PATH = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
 META = json.loads((TRACES / "kineto" / "h200_moe" / "overlap.meta.json").read_text())
@@ -41,7 +41,7 @@ def overlap_model():
 
 def test_trace_and_model_flops_agree(profile):
     step_ns = 300_000_000
-    sec = flops_section(profile, step_time_ns=step_ns, model=overlap_model())
+    sec = section(profile, step_time_ns=step_ns, model=overlap_model())
     assert sec["method"] == "trace" and sec["status"] == "ok", sec["notes"]
     assert sec["tokens_per_step"] == TOKENS and sec["trace_steps"] == 3
     assert sec["model_flops_per_step"] == MODEL_PER_STEP
@@ -53,20 +53,20 @@ def test_trace_and_model_flops_agree(profile):
 
 
 def test_every_counted_flop_lands_on_a_kernel_once(profile):
-    ops, kernels = trace_flops(profile)
-    counted = sum(r["flops"] for r in ops.to_pylist() if r["counted"])
+    ops, ks = trace_tables(profile)
+    counted = sum(r["flops"] for r in ops if r["counted"])
     assert counted == pytest.approx(3 * TRACE_PER_STEP, rel=1e-12)
-    ks = kernels.to_pylist()
     assert len({r["id"] for r in ks}) == len(ks)
     assert sum(r["flops"] for r in ks) == pytest.approx(counted, rel=1e-12)
 
 
 def test_without_shapes_the_model_count_is_used(profile):
+    import dataclasses
     import pyarrow as pa
     cr = profile.cpu_ranges
     i = cr.schema.get_field_index("input_dims")
     bare = cr.set_column(i, cr.schema.field(i), pa.nulls(cr.num_rows, pa.string()))
-    sec = flops_section({"cpu_ranges": bare, "gpu_activities": profile.gpu_activities, "meta": profile.meta},
+    sec = section(dataclasses.replace(profile, cpu_ranges=bare),
                         step_time_ns=300_000_000, model=overlap_model(), tokens_per_step=TOKENS)
     assert sec["method"] == "model" and sec["flops_per_step"] == MODEL_PER_STEP
     assert any("record_shapes off" in n for n in sec["notes"])
@@ -97,7 +97,7 @@ def test_every_matmul_is_bf16_so_both_mfus_agree(profile):
     """moe_step.py trains in bf16: all counted FLOPs come out bf16 (from the recorded input types), so the
     precision-weighted MFU equals the dense-bf16 one, 38.8 % at the step breakdown's 300.90 ms."""
     step_ns = 300_900_000
-    sec = flops_section(profile, step_time_ns=step_ns)
+    sec = section(profile, step_time_ns=step_ns)
     assert [(r["precision"], r["sources"]) for r in sec["flops_by_precision"]] == [("bf16", {"inputs": TRACE_PER_STEP})]
     mfu = TRACE_PER_STEP / (989.5e12 * step_ns * 1e-9)
     assert sec["mfu_dense_bf16"] == pytest.approx(mfu, rel=1e-12)
@@ -130,7 +130,7 @@ def test_family_rates_and_sustained_attention_from_the_raw_json(profile):
     fwd = [attn / 4 / d / 1e3 for n, d in kern if "sdpa" in n and "fprop" in n]
     bwd = [2.5 * attn / 4 / d / 1e3 for n, d in kern if "sdpa" in n and "bprop" in n]
     assert len(fwd) == len(bwd) == 4 * len(steps)
-    sec = flops_section(profile, step_time_ns=300_900_000)
+    sec = section(profile, step_time_ns=300_900_000)
     fam = {r["family"]: r for r in sec["by_family"]}
     g = fam["gemm:nvjet bf16"]
     assert g["kernel_ns_per_step"] == pytest.approx(nvjet, rel=1e-9)

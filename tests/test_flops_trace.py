@@ -3,11 +3,12 @@ import json
 
 import pyarrow as pa
 import pytest
+from flops_support import analysis_session, section, trace_tables
 from helpers import make_profile
 
 from traceview.flops import models
-from traceview.flops.mfu import NO_SHAPES, flops_section, group_tflops, trace_flops
-from traceview.flops.trace_flops import shape_flops, step_windows, tokens_per_step
+from traceview.flops.mfu import NO_SHAPES, by_group
+from traceview.flops.trace_flops import shape_flops
 
 BF = json.dumps(["c10::BFloat16", "c10::BFloat16"])
 
@@ -41,7 +42,8 @@ CPU = [
        [[2, 4, 16, 8]] * 5 + [[2, 4, 16]] + [[]] * 9,
        [""] * 11 + ["False"] + [""] * 3),                                   # 4*2*4*16*16*8 * 2.5 = 163840
     op(12, "aten::mm", 710, 720, 1, None),                                  # no shapes: not counted
-    op(13, "aten::embedding", 5, 9, 1, [[100, 16], [4, 8], [], [], []], types=json.dumps(["c10::BFloat16", "long int"])),
+    op(13, "aten::embedding", 5, 9, 1, [[100, 16], [4, 8], [], [], []],
+       types=json.dumps(["c10::BFloat16", "long int"])),
 ]
 TOTAL = 32768 + 768 + 210 + 210 + 32768 + 163840
 GPU = [
@@ -62,8 +64,8 @@ def prof():
 
 
 def test_outermost_op_with_a_formula_counts_once(prof):
-    ops, kernels = trace_flops(prof)
-    rows = {r["id"]: r for r in ops.to_pylist()}
+    ops, _ = trace_tables(prof)
+    rows = {r["id"]: r for r in ops}
     counted = {i: r["flops"] for i, r in rows.items() if r["counted"]}
     assert counted == {2: 32768, 4: 768, 7: 210, 8: 210, 9: 32768, 11: 163840}
     assert rows[3]["flops"] == 32768 and not rows[3]["counted"]
@@ -73,10 +75,10 @@ def test_outermost_op_with_a_formula_counts_once(prof):
 
 
 def test_kernels_get_their_ops_flops(prof):
-    _, kernels = trace_flops(prof)
-    k = {r["id"]: r["flops"] for r in kernels.to_pylist()}
+    _, kernels = trace_tables(prof)
+    k = {r["id"]: r["flops"] for r in kernels}
     assert k == {100: 32768 * 3 / 4, 101: 32768 / 4, 103: 768, 104: 210, 105: 210, 106: 32768, 107: 163840}
-    assert {r["id"]: r["op_id"] for r in kernels.to_pylist()}[100] == 2
+    assert {r["id"]: r["op_id"] for r in kernels}[100] == 2
     assert sum(k.values()) == TOTAL
 
 
@@ -105,14 +107,17 @@ def test_shape_formulas_by_hand():
     assert f("aten::mm", "[[3, 4, 5], [4, 5]]", None) is None
 
 
-def test_steps_and_tokens(prof):
-    w = step_windows(prof.cpu_ranges)
-    assert w.to_pylist() == [{"rank": 0, "step": 1, "start_ns": 0, "end_ns": 1000}]
-    assert tokens_per_step(prof.cpu_ranges, w) == {0: 32}
+def test_steps_and_tokens_are_the_breakdowns(prof):
+    """The FLOPs count in the breakdown's steps (its step_ranges), not a rule of their own."""
+    s = analysis_session(prof)
+    assert s.rows("SELECT rank, step, cpu_start_ns, cpu_end_ns FROM step_ranges") == [
+        {"rank": 0, "step": 1, "cpu_start_ns": 0, "cpu_end_ns": 1000}]
+    sec = section(prof, step_time_ns=2_000_000)
+    assert sec["trace_steps"] == 1 and sec["tokens_per_step"] == 32   # embedding [4, 8] inside step 1
 
 
 def test_section_from_trace(prof):
-    sec = flops_section(prof, step_time_ns=2_000_000)
+    sec = section(prof, step_time_ns=2_000_000)
     assert sec["method"] == "trace" and sec["status"] == "ok"
     assert sec["flops_per_step"] == TOTAL
     assert sec["tokens_per_step"] == 32
@@ -128,13 +133,20 @@ def test_median_over_steps_and_step_ranges_input():
            op(3, "ProfilerStep#2", 100, 200, kind="annotation"), op(4, "aten::mm", 110, 120, 3, [[10, 10], [10, 20]]),
            op(5, "aten::mm", 130, 140, 3, [[10, 10], [10, 20]]),
            op(6, "ProfilerStep#3", 200, 300, kind="annotation"), op(7, "aten::mm", 210, 220, 6, [[10, 10], [10, 30]])]
-    p = make_profile(cpu=cpu)
-    sec = flops_section(p, step_time_ns=10**6)
+    gpu = [kern(100 + i, i, 1000 + 100 * i, 1050 + 100 * i) for i in (2, 4, 5, 7)]   # each step has GPU work
+    p = make_profile(cpu=cpu, gpu=gpu)
+    sec = section(p, step_time_ns=10**6)
     assert sec["flops_per_step"] == 6000     # steps: 2000, 8000, 6000 -> median 6000
-    # the lead's step_ranges columns: only steps 1 and 2 given -> median of 2000 and 8000
+    assert sec["trace_steps"] == 3
+    # step ranges given (only steps 1 and 2) -> median of 2000 and 8000
     ranges = pa.table({"rank": pa.array([0, 0], pa.int32()), "step": [1, 2], "cpu_start_ns": [0, 100],
                        "cpu_end_ns": [100, 200]})
-    assert flops_section(p, 10**6, steps=ranges)["flops_per_step"] == 5000
+    assert section(p, 10**6, step_ranges=ranges)["flops_per_step"] == 5000
+    # no step ranges at all: the whole trace is one step, 2000 + 8000 + 6000
+    sec = section(make_profile(cpu=[dict(c, name="x") if c["kind"] == "annotation" else c for c in cpu], gpu=gpu),
+                  10**6)
+    assert sec["flops_per_step"] == 16000 and "trace_steps" not in sec
+    assert any("whole trace counted as one step" in n for n in sec["notes"])
 
 
 def test_no_shapes_falls_back_to_model():
@@ -144,38 +156,66 @@ def test_no_shapes_falls_back_to_model():
                                         dense_ffn=8, gated_ffn=False))
     # q,k,v,o 4x4 each = 64; FFN 2*4*8 = 64; head 10*4 = 40 -> 168 matmul weights
     # forward 2*168 + attention 2*1*8*(4+4)/2 = 400; training 1200 per token
-    sec = flops_section(p, step_time_ns=1_000_000, model=tiny, tokens_per_step=100)
+    sec = section(p, step_time_ns=1_000_000, model=tiny, tokens_per_step=100)
     assert NO_SHAPES in sec["notes"]
     assert sec["method"] == "model" and sec["trace_flops_per_step"] is None
     assert sec["flops_per_step"] == 1200 * 100
     assert sec["delivered_tflops_per_gpu"] == pytest.approx(1.2e5 / 1e-3 / 1e12)
     assert sec["mfu"] == pytest.approx(1.2e5 / 1e-3 / 1e12 / 989.5)
     # no model either: unavailable, says why
-    sec = flops_section(p, step_time_ns=1_000_000)
+    sec = section(p, step_time_ns=1_000_000)
     assert sec["status"] == "unavailable" and sec["mfu"] is None and NO_SHAPES in sec["notes"]
 
 
 def test_unknown_gpu_reports_instead_of_guessing(prof):
     p = make_profile(cpu=CPU, gpu=GPU, gpu_name="NVIDIA GeForce RTX 4090")
-    sec = flops_section(p, step_time_ns=2_000_000)
+    sec = section(p, step_time_ns=2_000_000)
     assert sec["status"] == "no_peak" and sec["mfu"] is None and sec["peak_tflops"] is None
     assert any("--peak-tflops" in n for n in sec["notes"])
-    sec = flops_section(p, step_time_ns=2_000_000, peak_tflops=100.0)
+    sec = section(p, step_time_ns=2_000_000, peak_tflops=100.0)
     assert sec["mfu"] == pytest.approx(TOTAL / 2e-3 / 1e12 / 100)
 
 
-def test_group_tflops(prof):
-    _, kernels = trace_flops(prof)
-    groups = pa.table({"id": [100, 101, 103, 106, 107, 109], "layer": [0, 0, 0, 1, 1, None],
-                       "phase": ["fwd", "fwd", "fwd", "fwd", "bwd", "fwd"],
-                       "stage": ["attention", "attention", "moe", "attention", "attention", "other"]})
-    got = {(r["layer"], r["phase"], r["stage"]): r for r in group_tflops(kernels, groups, gpu_activities=prof.gpu_activities).to_pylist()}
-    assert got[(0, "fwd", "attention")]["flops"] == 32768 and got[(0, "fwd", "attention")]["time_ns"] == 400
-    assert got[(0, "fwd", "attention")]["tflops"] == pytest.approx(32768 / 400e-9 / 1e12)
-    assert got[(1, "bwd", "attention")]["tflops"] == pytest.approx(163840 / 100e-9 / 1e12)
-    assert got[(None, "fwd", "other")]["flops"] == 0
-    ct = pa.table({"layer": [0], "phase": ["fwd"], "stage": ["moe"], "time_ns": [1000]})
-    got = group_tflops(kernels, groups, compute_time=ct).to_pylist()
-    moe = [r for r in got if r["stage"] == "moe"][0]
-    assert moe["tflops"] == pytest.approx(768 / 1e-6 / 1e12)
-    assert [r for r in got if r["stage"] == "attention" and r["layer"] == 0][0]["time_ns"] is None
+def test_achieved_tflops_per_group(prof):
+    """by_group: the kernel FLOPs of each attributed (layer, phase, stage) over its compute time."""
+    s = analysis_session(prof)
+    s.register("activity_attribution", pa.Table.from_pylist([
+        {"id": i, "step": 1, "layer": layer, "phase": phase, "stage": stage}
+        for i, layer, phase, stage in [(100, 0, "fwd", "attention"), (101, 0, "fwd", "attention"),
+                                       (103, 0, "fwd", "moe"), (106, 1, "fwd", "attention"),
+                                       (107, 1, "bwd", "attention"), (109, None, "fwd", "other")]]))
+    layers = [{"layer": 0, "phase": "fwd", "stage": "attention", "compute_ns": 300},
+              {"layer": 0, "phase": "fwd", "stage": "attention", "compute_ns": 100},
+              {"layer": 1, "phase": "bwd", "stage": "attention", "compute_ns": 100},
+              {"layer": 1, "phase": "fwd", "stage": "attention", "compute_ns": 0}]
+    got = {(r["layer"], r["phase"], r["stage"]): r for r in by_group(s, layers, n_steps=2)}
+    # kernel 109 has no FLOPs (no op): no row; moe has FLOPs but no compute time: no rate
+    assert list(got) == [(0, "fwd", "attention"), (0, "fwd", "moe"), (1, "bwd", "attention"), (1, "fwd", "attention")]
+    assert got[(0, "fwd", "attention")] == {"layer": 0, "phase": "fwd", "stage": "attention",
+                                            "flops_per_step": 32768 / 2, "compute_ns_per_step": 200.0,
+                                            "achieved_tflops": 32768 / 400e-9 / 1e12}
+    assert got[(1, "bwd", "attention")]["achieved_tflops"] == pytest.approx(163840 / 100e-9 / 1e12)
+    assert got[(0, "fwd", "moe")]["flops_per_step"] == 768 / 2 and got[(0, "fwd", "moe")]["achieved_tflops"] is None
+    assert got[(1, "fwd", "attention")]["achieved_tflops"] is None      # 0 ns of compute
+
+
+def test_analyze_counts_flops_in_its_own_session_once(prof, monkeypatch):
+    """The FLOPs are steps of the analysis session: one analyze opens one DuckDB connection (the
+    session's) and builds each FLOPs step once."""
+    import duckdb
+
+    from traceview.document.assemble import assemble
+    from traceview.engine.session import Session
+    opened = []
+    real = duckdb.connect
+    monkeypatch.setattr(duckdb, "connect", lambda *a, **k: opened.append(a) or real(*a, **k))
+    s = Session(prof)
+    doc = assemble(prof, session=s)
+    assert len(opened) == 1
+    assert doc["flops"]["method"] == "trace" and doc["flops"]["flops_per_step"] == TOTAL
+    flops_steps = {n: c for n, c in s.build_counts.items() if n.startswith("flops_")}
+    assert set(flops_steps) == {"flops_shapes", "flops_ops", "flops_kernels", "flops_step_ops", "flops_steps",
+                                "flops_embedding_tokens", "flops_step_tokens", "flops_kernel_info",
+                                "flops_op_kernels", "flops_op_inputs", "flops_op_precision",
+                                "flops_compute_kernels", "flops_groups"}
+    assert set(flops_steps.values()) == {1}

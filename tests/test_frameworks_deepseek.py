@@ -86,7 +86,7 @@ def test_truth_flops_split_by_precision():
     bf16 = [o for o in ops if o["precision"] == "bf16"]
     assert all(o["stage"] == "attention" for o in bf16)
     # per step: 4 layers x (fwd 4 fp8 GEMMs + bwd 2 dgrad + 2 wgrad); 2*M*N*K each
-    T, H, I, M = deepseek.T, deepseek.H, deepseek.I, deepseek.M
+    T, H, I, M = deepseek.T, deepseek.H, deepseek.I, deepseek.M  # noqa: E741 - the fixture's names
     per_layer_fp8 = (2 * M * 2 * I * H + 2 * M * H * I + 2 * T * 2 * I * H + 2 * T * H * I      # forward
                      + 2 * M * I * H + 2 * M * H * 2 * I                                        # dgrad (as planted)
                      + 2 * M * 2 * I * H + 2 * M * H * I)                                       # wgrad
@@ -106,10 +106,11 @@ def test_backward_linked_share_counts_own_annotations_not_cross_thread(ds):
 
 def test_perfetto_layer_track_marks_inferred_layers(ds, tmp_path):
     import json
-    from traceview.export_perfetto import export
+
+    import traceview
     paths, _ = ds
     out = tmp_path / "ds.perfetto.json"
-    export([str(paths["kineto"])], out)
+    traceview.open([str(paths["kineto"])]).export_perfetto(out)
     ev = json.loads(out.read_text())
     events = ev["traceEvents"] if isinstance(ev, dict) else ev
     names = {e["name"] for e in events if e.get("cat") == "traceview.layer"}

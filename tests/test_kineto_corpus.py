@@ -5,9 +5,9 @@ import json
 import pytest
 from helpers import TRACES
 
-from traceview.runs import AnalyzeOptions, run_analyze
 from traceview.errors import TraceError
 from traceview.load import load
+from traceview.runs import AnalyzeOptions, run_analyze
 
 FILES = sorted((TRACES / "kineto").glob("*/*.json.gz"))
 REFUSED = {  # file -> words the one-line reason must contain
@@ -58,7 +58,7 @@ def test_nccl_data_overlap_ratio_vs_hta():
     whole = run_analyze([str(path)], AnalyzeOptions(whole_trace=True))["summary"]
     assert 0.10 < whole["overlap_ratio"] < 0.20
     from traceview.analysis import breakdown
-    from traceview.db import Session
+    from traceview.engine.session import Session
     prof = load([path])
     s = Session(prof)
     breakdown.prepare(s, breakdown.Options(whole_trace=True))

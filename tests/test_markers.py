@@ -8,7 +8,7 @@ from helpers import make_profile
 from traceview import markers
 from traceview.analysis import breakdown, layers
 from traceview.config import Rules
-from traceview.db import Session
+from traceview.engine.session import Session
 
 
 def test_names():

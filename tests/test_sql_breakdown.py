@@ -2,7 +2,8 @@
 from helpers import make_profile
 
 from traceview.analysis import breakdown
-from traceview.db import Session
+from traceview.engine.pipeline import build
+from traceview.engine.session import Session
 
 
 def golden_profile():
@@ -113,7 +114,7 @@ def test_summary_is_the_median_step_with_its_own_parts():
 
 def test_segments_and_activity_spans_golden():
     s = run(golden_profile())
-    breakdown.step_rows(s)
+    build(s, ["segments", "activity_spans"])
     pts = s.rows("SELECT t, seg, t_end, c, m, x FROM segments WHERE step = 1 ORDER BY seg")
     # boundaries of step 1 by hand: 100 250 300 400 500 600 640 650 700 800 900
     assert [p["t"] for p in pts] == [100, 250, 300, 400, 500, 600, 640, 650, 700, 800, 900]

@@ -8,7 +8,7 @@ from helpers import make_profile
 from traceview import schema
 from traceview.analysis import breakdown, collectives, critical_path, layers, stalls
 from traceview.config import Rules
-from traceview.db import Session
+from traceview.engine.session import Session
 
 
 def one_rank():

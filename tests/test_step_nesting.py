@@ -4,7 +4,7 @@ from helpers import make_profile
 
 from traceview.document.assemble import assemble
 from traceview.document.options import AnalyzeOptions
-from traceview.db import Session
+from traceview.engine.session import Session
 
 
 def _profile(cpu):
@@ -62,6 +62,7 @@ def test_inputs_in_words():
 def test_one_nsys_file_with_two_processes_is_named_so():
     import subprocess
     import sys
+
     from helpers import TRACES
     f = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
     r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(f), "-f", "markdown"],

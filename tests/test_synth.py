@@ -37,7 +37,7 @@ def read_kineto(paths: list[Path]) -> dict:
         out["docs"].append(doc)
         base = doc["baseTimeNanoseconds"]
         rank = doc["distributedInfo"]["rank"]
-        ns = lambda us: base + round(us * 1000)  # noqa: E731
+        ns = lambda us, base=base: base + round(us * 1000)  # noqa: E731
         runtime = {}
         for e in doc["traceEvents"]:
             if e.get("ph") != "X":
@@ -47,7 +47,8 @@ def read_kineto(paths: list[Path]) -> dict:
                 out["gpu"][(rank, a["device"], a["stream"], e["name"], ns(e["ts"]), ns(e["ts"] + e["dur"]))] += 1
             elif cat in ("cpu_op", "user_annotation"):
                 kind = "op" if cat == "cpu_op" else "annotation"
-                out["cpu"][(rank, e["tid"], kind, e["name"], a.get("Sequence number"), ns(e["ts"]), ns(e["ts"] + e["dur"]))] += 1
+                out["cpu"][(rank, e["tid"], kind, e["name"], a.get("Sequence number"), ns(e["ts"]),
+                            ns(e["ts"] + e["dur"]))] += 1
             elif cat == "cuda_runtime":
                 runtime[a["correlation"]] = e
             elif cat == "cuda_sync":
@@ -72,23 +73,26 @@ def read_nsys(path: Path, rank_of_pid: dict[int, int]) -> dict:
     pid = lambda g: (g >> 24) & 0xFFFFFF  # noqa: E731
     out = {"gpu": Counter(), "cpu": Counter(), "links": Counter(), "syncs": Counter()}
     gname = {}
-    for st, en, dev, stream, corr, gp, name in q("select start,end,deviceId,streamId,correlationId,globalPid,demangledName from CUPTI_ACTIVITY_KIND_KERNEL"):
+    for st, corr, gp, name in q("select start,correlationId,globalPid,demangledName from CUPTI_ACTIVITY_KIND_KERNEL"):
         gname[(gp, corr)] = (s[name], st)
-    for st, en, dev, stream, corr, gp, ck, sk, dk in q("select start,end,deviceId,streamId,correlationId,globalPid,copyKind,srcKind,dstKind from CUPTI_ACTIVITY_KIND_MEMCPY"):
+    for st, corr, gp, ck, sk, dk in q("select start,correlationId,globalPid,copyKind,srcKind,dstKind "
+                                      "from CUPTI_ACTIVITY_KIND_MEMCPY"):
         k = copy_kind[ck]
         k = k[0] + "to" + k[-1] if len(k) == 4 else k  # HTOD -> HtoD
         gname[(gp, corr)] = (f"Memcpy {k} ({mem[sk]} -> {mem[dk]})", st)
-    for st, en, dev, stream, corr, gp, mk in q("select start,end,deviceId,streamId,correlationId,globalPid,memKind from CUPTI_ACTIVITY_KIND_MEMSET"):
+    for st, corr, gp, mk in q("select start,correlationId,globalPid,memKind from CUPTI_ACTIVITY_KIND_MEMSET"):
         gname[(gp, corr)] = (f"Memset ({mem[mk]})", st)
     for table in ("KERNEL", "MEMCPY", "MEMSET"):
-        for st, en, dev, stream, corr, gp in q(f"select start,end,deviceId,streamId,correlationId,globalPid from CUPTI_ACTIVITY_KIND_{table}"):
+        for st, en, dev, stream, corr, gp in q("select start,end,deviceId,streamId,correlationId,globalPid "
+                                               f"from CUPTI_ACTIVITY_KIND_{table}"):
             out["gpu"][(rank_of_pid[pid(gp)], dev, stream, gname[(gp, corr)][0], st + off, en + off)] += 1
     for st, en, gt, corr, nid in q("select start,end,globalTid,correlationId,nameId from CUPTI_ACTIVITY_KIND_RUNTIME"):
         gp = gt & ~0xFFFFFF
         if (gp, corr) in gname:
             n, gst = gname[(gp, corr)]
             out["links"][(rank_of_pid[pid(gt)], re.sub(r"_v\d+$", "", s[nid]), st + off, en + off, n, gst + off)] += 1
-    for st, en, text, tid_, text_id, dom in q("select start,end,text,globalTid,textId,domainId from NVTX_EVENTS where eventType=59"):
+    for st, en, text, tid_, text_id, dom in q("select start,end,text,globalTid,textId,domainId from NVTX_EVENTS "
+                                              "where eventType=59"):
         if dom != 0:
             continue
         name = text if text is not None else s[text_id]
@@ -98,8 +102,10 @@ def read_nsys(path: Path, rank_of_pid: dict[int, int]) -> dict:
         else:
             kind, seq = "annotation", None
         out["cpu"][(rank_of_pid[pid(tid_)], tid_ & 0xFFFFFF, kind, name, seq, st + off, en + off)] += 1
-    for st, en, stream, gp, stype in q("select start,end,streamId,globalPid,syncType from CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"):
-        out["syncs"][(rank_of_pid[pid(gp)], SYNC_NAME[stype], -1 if stream == 4294967295 else stream, st + off, en + off)] += 1
+    for st, en, stream, gp, stype in q("select start,end,streamId,globalPid,syncType "
+                                       "from CUPTI_ACTIVITY_KIND_SYNCHRONIZATION"):
+        out["syncs"][(rank_of_pid[pid(gp)], SYNC_NAME[stype], -1 if stream == 4294967295 else stream, st + off,
+                      en + off)] += 1
     con.close()
     return out
 
@@ -183,7 +189,8 @@ FILLED = {"CUPTI_ACTIVITY_KIND_KERNEL": ["correlationId", "globalPid", "mangledN
           "PROCESSES": ["globalPid", "pid", "name"], "ThreadNames": ["globalTid"],
           "TARGET_INFO_GPU": ["name", "smCount"], "TARGET_INFO_SESSION_START_TIME": ["utcEpochNs", "systemClockNs"]}
 TABLES = ["StringIds", "CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_MEMCPY",
-          "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS", "PROCESSES", "ThreadNames",
+          "CUPTI_ACTIVITY_KIND_MEMSET", "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "NVTX_EVENTS", "PROCESSES",
+          "ThreadNames",
           "META_DATA_EXPORT", "META_DATA_CAPTURE", "TARGET_INFO_GPU", "TARGET_INFO_SESSION_START_TIME",
           "ENUM_NSYS_EVENT_TYPE", "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUPTI_SYNC_TYPE", "ENUM_CUDA_MEM_KIND"]
 
@@ -209,13 +216,15 @@ def test_nsys_valid(gen, name):
         assert con.execute(f"select count(*) from CUPTI_ACTIVITY_KIND_{t} g where not exists (select 1 from "
                            "CUPTI_ACTIVITY_KIND_RUNTIME r where r.correlationId=g.correlationId and "
                            "(r.globalTid >> 24) = (g.globalPid >> 24))").fetchone()[0] == 0
-    assert con.execute("select count(*) from TARGET_INFO_GPU where name like 'NVIDIA H100%' and smCount=132").fetchone()[0] >= 1
+    assert con.execute("select count(*) from TARGET_INFO_GPU where name like 'NVIDIA H100%' and smCount=132"
+                       ).fetchone()[0] >= 1
     if name == "moe_overlap_1rank":
         assert con.execute("select count(*) from NVTX_EVENTS e join StringIds s on s.id=e.textId "
                            "where s.value='ncclAlltoAll' and e.domainId=1").fetchone()[0] == 16
     if name == "straggler_4rank":
         assert con.execute("select count(*) from PROCESSES where name='python3'").fetchone()[0] == 4
-        assert con.execute("select count(*) from NVTX_EVENTS where eventType=75 and text='NCCL' and domainId=1").fetchone()[0] == 4
+        assert con.execute("select count(*) from NVTX_EVENTS where eventType=75 and text='NCCL' and domainId=1"
+                           ).fetchone()[0] == 4
         n = dict(con.execute("select s.value, count(*) from NVTX_EVENTS e join StringIds s on s.id=e.textId "
                              "where e.domainId=1 and e.eventType=59 group by 1"))
         assert n == {"ncclGroupStart": 32, "ncclGroupEnd": 32, "ncclSend": 128, "ncclRecv": 128}
@@ -239,7 +248,8 @@ def test_nsys_schema_matches_real_export(gen):
 def test_nsys_per_rank_files_carry_rank_env(gen):
     for r in range(4):
         con = sqlite3.connect(gen / "straggler_4rank_nsys" / f"rank{r}.sqlite")
-        env = [v for n, v in con.execute("select name, value from META_DATA_CAPTURE") if n.endswith("ENVIRONMENT_VARIABLE")]
+        env = [v for n,
+               v in con.execute("select name, value from META_DATA_CAPTURE") if n.endswith("ENVIRONMENT_VARIABLE")]
         assert f'RANK="{r}"' in env
         assert con.execute("select count(*) from PROCESSES").fetchone()[0] == 1
 
@@ -310,7 +320,8 @@ def sweep(kineto_doc: dict) -> list[dict]:
     """Per ProfilerStep: classify every ns of the GPU window by what runs (boolean timeline)."""
     ev = kineto_doc["traceEvents"]
     rt = {e["args"]["correlation"]: round(e["ts"] * 1000) for e in ev if e.get("cat") == "cuda_runtime"}
-    gpu = [(round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000), e["cat"], e["name"], rt[e["args"]["correlation"]])
+    gpu = [(round(e["ts"] * 1000), round((e["ts"] + e["dur"]) * 1000), e["cat"], e["name"],
+            rt[e["args"]["correlation"]])
            for e in ev if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     out = []
     for st in sorted((e for e in ev if e.get("name", "").startswith("ProfilerStep#")), key=lambda e: e["ts"]):
@@ -342,7 +353,7 @@ def test_tiny_breakdown_expected_matches_sweep(tmp_path):
     p = write_kineto(s.ranks[0], tmp_path / "t.json")
     got = sweep(json.loads(p.read_text()))
     assert len(got) == len(s.expected["steps"]) == 2
-    for g, e in zip(got, s.expected["steps"]):
+    for g, e in zip(got, s.expected["steps"], strict=True):
         for k, v in g.items():
             assert e[k] == v, (e["name"], k, e[k], v)
         assert e["compute_ns"] + e["exposed_comm_ns"] + e["exposed_memory_ns"] + e["idle_ns"] == e["window_ns"]
@@ -394,7 +405,8 @@ def test_straggler_expected(gen):
     for r, d in enumerate(docs):
         base = d["baseTimeNanoseconds"]
         kern[r] = sorted((base + round(k["ts"] * 1000), base + round((k["ts"] + k["dur"]) * 1000))
-                         for k in d["traceEvents"] if k.get("cat") == "kernel" and k["name"].startswith("ncclDevKernel_SendRecv"))
+                         for k in d["traceEvents"]
+                         if k.get("cat") == "kernel" and k["name"].startswith("ncclDevKernel_SendRecv"))
     n = len(kern[0])
     assert n == 8 and all(len(v) == n for v in kern.values())
     for i in range(n):
@@ -431,7 +443,8 @@ def test_moe_forward_stages_expected(gen):
     doc = json.loads((gen / "moe_overlap_1rank.json").read_text())
     ev = doc["traceEvents"]
     rt = {x["args"]["correlation"]: x for x in ev if x.get("cat") == "cuda_runtime"}
-    steps = [(round(s["ts"] * 1000), round((s["ts"] + s["dur"]) * 1000)) for s in ev if s.get("name", "").startswith("ProfilerStep#")]
+    steps = [(round(s["ts"] * 1000), round((s["ts"] + s["dur"]) * 1000)) for s in ev if s.get("name",
+                                                                                              "").startswith("ProfilerStep#")]
     got = Counter()
     for g in ev:
         if g.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"):
@@ -445,7 +458,8 @@ def test_moe_forward_stages_expected(gen):
     want = {(x["step"], x["layer"], x["stage"]): x["sum_ns"] for x in e["stages"] if x["phase"] == "fwd"}
     assert got == Counter(want)
     # planted host syncs: one cudaStreamSynchronize per layer inside layer_NN/moe/experts, durations as expected
-    syncs = [x for x in ev if x.get("name") == "cudaStreamSynchronize" and (_annotation_of(ev, x) or "").endswith("/experts")]
+    syncs = [x for x in ev if x.get("name") == "cudaStreamSynchronize"
+             and (_annotation_of(ev, x) or "").endswith("/experts")]
     assert sorted(round(x["dur"] * 1000) for x in syncs) == sorted(h["duration_ns"] for h in e["host_syncs"])
     assert len(e["host_syncs"]) == 2 * 2
     # world size 1: the all-to-all is a DtoD copy under c10d::alltoall_base_, no NCCL kernel
@@ -550,8 +564,9 @@ def test_all_sync_kinds_and_scenario_write(tmp_path):
     assert es["args"]["wait_on_stream"] == 7 and es["args"]["wait_on_cuda_event_record_corr_id"] == rec[0].correlation
     con = sqlite3.connect(paths["nsys"])
     # the awaited event's record is in CUDA_EVENT, linked by eventSyncId
-    assert con.execute("select count(*) from CUPTI_ACTIVITY_KIND_SYNCHRONIZATION s join CUPTI_ACTIVITY_KIND_CUDA_EVENT e "
-                       "on e.eventSyncId = s.eventSyncId and e.streamId = 7").fetchone()[0] == 2
+    assert con.execute("select count(*) from CUPTI_ACTIVITY_KIND_SYNCHRONIZATION s "
+                       "join CUPTI_ACTIVITY_KIND_CUDA_EVENT e on e.eventSyncId = s.eventSyncId and e.streamId = 7"
+                       ).fetchone()[0] == 2
     assert json.loads(paths["expected"].read_text()) == {"note": "hand-made"}
 
 

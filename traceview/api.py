@@ -57,7 +57,7 @@ class Job:
             self._session.con.close()
             self._session = None
 
-    def __enter__(self) -> "Job":
+    def __enter__(self) -> Job:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -65,7 +65,7 @@ class Job:
 
     @property
     def session(self):
-        """The DuckDB session (traceview.db.Session) the analysis ran in."""
+        """The DuckDB session (traceview.engine.session.Session) the analysis ran in."""
         if self._session is None:
             raise UsageError(None, "this traceview.Job is closed: its SQL session is gone")
         return self._session
@@ -190,7 +190,7 @@ class Job:
         write(cast(dict, self._doc), self.session, out)
         return Path(out)
 
-    def diff(self, other: "Job", *, top: int = 8, noise_floor_pct: float = 0.5) -> dict:
+    def diff(self, other: Job, *, top: int = 8, noise_floor_pct: float = 0.5) -> dict:
         """The diff document of `traceview diff` with this job as the base and `other` as the new run."""
         if not isinstance(other, Job):
             raise UsageError(None, "diff: other must be a traceview.Job (from traceview.open)")

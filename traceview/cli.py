@@ -8,8 +8,18 @@ from typing import List, Optional
 import typer
 
 from . import cli_common
-from .cli_common import (EXIT_INPUT, FORMATS, MAX_INPUT_HELP, check_out, check_out_dir, fail,  # noqa: F401
-                         guarded, inside, skip_pyarrow_pandas_probe as _skip_pyarrow_pandas_probe, write_output)
+from .cli_common import (  # noqa: F401
+    EXIT_INPUT,
+    FORMATS,
+    MAX_INPUT_HELP,
+    check_out,
+    check_out_dir,
+    fail,
+    guarded,
+    inside,
+    skip_pyarrow_pandas_probe as _skip_pyarrow_pandas_probe,
+    write_output,
+)
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Performance-trace analysis for MoE training (Kineto JSON, Nsight Systems).")
@@ -47,7 +57,8 @@ def analyze(
     out: Optional[Path] = typer.Option(None, "-o", "--output", help="write the report to FILE"),
     out_dir: Optional[Path] = typer.Option(None, "--out-dir", help="write report.json/.md/.html and charts here"),
     step_regex: Optional[str] = typer.Option(None, "--step-regex", help="regex naming step ranges "
-                                             "(first group = step number); default ProfilerStep#N, step_N, iteration N"),
+                                             "(first group = step number); "
+                                             "default ProfilerStep#N, step_N, iteration N"),
     whole_trace: bool = typer.Option(False, "--whole-trace", help="one window per rank over all GPU activity"),
     comm_regex: List[str] = typer.Option([], "--comm-regex", help="extra regex for communication kernels/ops"),
     config: Optional[Path] = typer.Option(None, "--config", help="traceview.toml with attribution patterns"),

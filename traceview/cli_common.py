@@ -105,7 +105,7 @@ def skip_pyarrow_pandas_probe() -> None:
 
     sys.modules["pandas"] = _Absent("pandas")
     try:
-        pa.lib._pandas_api.have_pandas  # the probe runs once per process and remembers the answer
+        _ = pa.lib._pandas_api.have_pandas  # the probe runs once per process and remembers the answer
     except ImportError:
         pass
     sys.modules["pandas"] = None  # type: ignore[assignment]

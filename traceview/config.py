@@ -123,34 +123,39 @@ def validate(path: Path, data: dict) -> dict:
     return out
 
 
-def load_rules(path: Path | None) -> Rules:
+def load_rules(path: Path | None, con=None) -> Rules:
+    """The attribution rules: defaults, with a config file's patterns (checked on `con`, the
+    analysis' DuckDB connection, where given)."""
     rules = Rules()
     if path is None:
         return rules
     path = Path(path)
     v = validate(path, read_toml(path, "config file"))
     layer, stage, phase = v["layer"], v["stage"], v["phase"]
-    check_regexes(path, layer + [r for r, _ in stage] + [r for r, _ in phase])
+    check_regexes(path, layer + [r for r, _ in stage] + [r for r, _ in phase], con=con)
     if v["replace_defaults"]:
         rules.layer, rules.stage, rules.phase = layer, stage, phase
     else:  # user patterns first: they win over the defaults
         rules.layer, rules.stage, rules.phase = layer + rules.layer, stage + rules.stage, phase + rules.phase
     rules.comm_regex = v["comm"]
-    check_regexes(path, rules.comm_regex)
+    check_regexes(path, rules.comm_regex, con=con)
     return rules
 
 
-def check_pattern_options(step_regex: str | None, comm_regex: list[str]) -> None:
+def check_pattern_options(step_regex: str | None, comm_regex: list[str], con=None) -> None:
     """--step-regex and --comm-regex (analyze and diff) must compile: a usage error naming the option."""
     if step_regex is not None:
-        check_regexes(None, [step_regex], "--step-regex")
-    check_regexes(None, list(comm_regex), "--comm-regex")
+        check_regexes(None, [step_regex], "--step-regex", con=con)
+    check_regexes(None, list(comm_regex), "--comm-regex", con=con)
 
 
-def check_regexes(path: Path | None, regexes: list[str], option: str = "") -> None:
-    """Each regex must compile in DuckDB (RE2), where it will run: a usage error naming it if not."""
+def check_regexes(path: Path | None, regexes: list[str], option: str = "", con=None) -> None:
+    """Each regex must compile in DuckDB (RE2), where it will run: a usage error naming it if not.
+    `con`: the analysis' connection (engine.session.Session.con); without one, a private one."""
     import duckdb
-    con = duckdb.connect()
+    if not regexes:
+        return
+    con = con if con is not None else duckdb.connect()
     for rx in regexes:
         try:
             con.execute("SELECT regexp_matches('x', $rx)", {"rx": rx}).fetchall()

@@ -33,8 +33,9 @@ def export_command(
         fail("export: choose the output: --perfetto OUT")
 
     def run():
-        from .export_perfetto import export
-        export([str(p) for p in paths], perfetto, step_regex=step_regex, comm_regex=list(comm_regex),
-               config=config, nsys=nsys, whole_trace=whole_trace)
+        from .api import open as open_job  # nothing is written when the input is bad
+        assert perfetto is not None
+        open_job([str(p) for p in paths], step_regex=step_regex, comm_regex=list(comm_regex), config=config,
+                 nsys=nsys, whole_trace=whole_trace).export_perfetto(perfetto)
 
     guarded(debug, run)

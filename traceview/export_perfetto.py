@@ -35,8 +35,10 @@ track nests properly.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from . import __version__
+from .engine.pipeline import build as build_steps
 from .trace_events import Writer, lanes
 
 CLASS_NAMES = {"compute": "compute", "exposed_comm": "exposed communication", "exposed_memory": "exposed memory",
@@ -46,51 +48,6 @@ CP_NAMES = {"compute_ns": "compute", "all_to_all_ns": "all-to-all", "other_comm_
 # track order in each process (sort index); stream tracks follow
 TRACKS = ("steps", "GPU time class", "critical path", "stalls", "layer / phase / stage")
 
-ACTIVITIES_SQL = """
-SELECT a.id, a.rank, a.device, a.stream, a.start_ns, a.end_ns, a.kind, a.name, c.class,
-       t.step, t.layer, t.phase, t.stage, t.region
-FROM gpu_activities a
-LEFT JOIN activity_class c ON c.id = a.id
-LEFT JOIN activity_attribution t ON t.id = a.id
-ORDER BY a.rank, a.device NULLS FIRST, a.stream NULLS FIRST, a.start_ns, a.end_ns DESC, a.id
-"""
-
-SEGMENTS_SQL = """
-SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL AND t_end > t ORDER BY rank, step, t
-"""
-
-# the group(s) each segment's time is charged to, by the rules of layer_times.sql
-SEGMENT_GROUPS_SQL = """
-WITH cover AS (SELECT rank, step, id, class, unnest(range(i0, i1)) AS seg FROM activity_spans),
-deciding AS (
-    SELECT v.rank, v.step, v.seg, v.id
-    FROM cover v JOIN segments s ON s.rank = v.rank AND s.step = v.step AND s.seg = v.seg
-    WHERE (v.class = 'compute' AND s.c > 0) OR (v.class = 'comm' AND s.c = 0 AND s.m > 0)
-       OR (v.class = 'memory' AND s.c = 0 AND s.m = 0 AND s.x > 0)
-),
-idle AS (
-    SELECT s.rank, s.step, s.seg, arg_min(c.id, c.id) AS id
-    FROM segments s JOIN activity_spans c ON c.rank = s.rank AND c.step = s.step AND c.s = s.t_end
-    WHERE s.t_end IS NOT NULL AND s.c = 0 AND s.m = 0 AND s.x = 0
-    GROUP BY s.rank, s.step, s.seg
-),
-charged AS (SELECT * FROM deciding UNION ALL SELECT * FROM idle)
-SELECT g.rank, g.step, g.seg, s.t, s.t_end,
-       list_sort(list_distinct(list(CASE t.region WHEN 'layer' THEN 'layer ' || t.layer::VARCHAR
-                                                       || CASE WHEN t.layer_inferred THEN ' (inferred)' ELSE '' END
-                                                  WHEN 'layer_unknown' THEN 'layer unknown'
-                                                  WHEN 'outside' THEN 'outside layers'
-                                                  ELSE 'unattributed' END))) AS layers,
-       list_sort(list_distinct(list(t.phase))) AS phases,
-       list_sort(list_distinct(list(t.stage))) AS stages
-FROM charged g
-JOIN segments s ON s.rank = g.rank AND s.step = g.step AND s.seg = g.seg
-JOIN activity_attribution t ON t.id = g.id
-GROUP BY g.rank, g.step, g.seg, s.t, s.t_end
-ORDER BY g.rank, g.step, s.t
-"""
-
-
 def _seg_class(c: int, m: int, x: int) -> str:
     if c > 0:
         return "compute"
@@ -99,7 +56,7 @@ def _seg_class(c: int, m: int, x: int) -> str:
     return "exposed_memory" if x > 0 else "idle"
 
 
-def runs(items, key) -> list[tuple[int, int, object]]:
+def runs(items, key) -> list[tuple[int, int, Any]]:
     """Maximal runs of contiguous items (start, end, ...) with equal key(item): (start, end, key)."""
     out: list[list] = []
     for it in items:
@@ -124,7 +81,7 @@ class _Ranks:
             by_rank.setdefault(s["rank"], []).append((s["start_ns"], s["start_ns"] + s["step_time_ns"], s["step"]))
         for rank, ws in by_rank.items():
             ws.sort()
-            for (a, b, step), lane in zip(ws, lanes([(a, b) for a, b, _ in ws])):
+            for (_, _, step), lane in zip(ws, lanes([(a, b) for a, b, _ in ws]), strict=True):
                 self.lane[(rank, step)] = lane
 
     @staticmethod
@@ -147,7 +104,8 @@ def _steps(w: Writer, doc: dict, rk: _Ranks) -> None:
 
 def _classes(w: Writer, session, rk: _Ranks) -> None:
     per: dict = {}
-    for r in session.rows(SEGMENTS_SQL):
+    for r in session.rows("SELECT rank, step, t, t_end, c, m, x FROM segments "
+                          "WHERE t_end IS NOT NULL AND t_end > t ORDER BY rank, step, t"):
         per.setdefault((r["rank"], r["step"]), []).append((r["t"], r["t_end"], r["c"], r["m"], r["x"]))
     for (rank, step), segs in per.items():
         tid = rk.track(w, rank, step, "GPU time class")
@@ -165,7 +123,8 @@ def _joined(vals) -> str:
 
 def _layers(w: Writer, session, rk: _Ranks) -> None:
     per: dict = {}
-    for r in session.rows(SEGMENT_GROUPS_SQL):
+    build_steps(session, ["segment_groups"])
+    for r in session.rows("SELECT * FROM segment_groups ORDER BY rank, step, t"):
         per.setdefault((r["rank"], r["step"]), []).append(
             (r["t"], r["t_end"], _joined(r["layers"]), _joined(r["phases"]), _joined(r["stages"])))
     for (rank, step), segs in per.items():
@@ -220,7 +179,9 @@ def _critical_path(w: Writer, session, doc: dict, rk: _Ranks) -> None:
 
 
 def _activities(w: Writer, session, rk: _Ranks) -> None:
-    rows = session.rows(ACTIVITIES_SQL)
+    build_steps(session, ["activity_timeline"])
+    rows = session.rows("SELECT * FROM activity_timeline ORDER BY rank, device NULLS FIRST, stream NULLS FIRST, "
+                        "start_ns, end_ns DESC, id")
     by_stream: dict = {}
     for r in rows:
         by_stream.setdefault((r["rank"], r["device"], r["stream"]), []).append(r)
@@ -231,7 +192,7 @@ def _activities(w: Writer, session, rk: _Ranks) -> None:
         base = f"GPU {dev if dev is not None else '?'} stream {stream if stream is not None else '?'}"
         order = len(TRACKS) + (stream if isinstance(stream, int) and stream >= 0 else 0)
         pid = rk.pid(rank)
-        for r, lane in zip(acts, lanes([(r["start_ns"], r["end_ns"]) for r in acts])):
+        for r, lane in zip(acts, lanes([(r["start_ns"], r["end_ns"]) for r in acts]), strict=True):
             tid = w.thread(pid, base if lane == 0 else f"{base} ({lane + 1})", order)
             args = {"id": r["id"], "class": r["class"], "kind": r["kind"], "step": r["step"], "layer": r["layer"],
                     "phase": r["phase"], "stage": r["stage"], "region": r["region"]}
@@ -273,10 +234,3 @@ def write(doc: dict, session, out) -> None:
         import gzip
         data = gzip.compress(text.encode("ascii"), mtime=0)
     write_output(data, out)
-
-
-def export(paths, out, **options) -> None:
-    """Analyze `paths` (the keyword options of traceview.open) and write the Perfetto file `out`.
-    Nothing is written when the input is bad."""
-    from . import api
-    api.open(paths, **options).export_perfetto(out)

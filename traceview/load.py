@@ -104,10 +104,10 @@ def _warn_several_devices(prof: Profile, path: Path) -> Profile:
     timeline over all of them, which the report should say."""
     pairs = prof.gpu_activities.group_by(["rank", "device"]).aggregate([])  # the distinct (rank, device)
     per_rank: dict = {}
-    for r, d in zip(pairs.column("rank").to_pylist(), pairs.column("device").to_pylist()):
+    for r, d in zip(pairs.column("rank").to_pylist(), pairs.column("device").to_pylist(), strict=True):
         if d is not None:
             per_rank.setdefault(r, set()).add(d)
-    for r, devs in sorted(per_rank.items(), key=lambda kv: (kv[0] is None, kv[0])):
+    for _, devs in sorted(per_rank.items(), key=lambda kv: (kv[0] is None, kv[0])):
         if len(devs) > 1:
             prof.warnings.append(f"{path}: GPU activity on {len(devs)} devices ({', '.join(map(str, sorted(devs)))}) "
                                  "in one process: its step breakdown is one timeline over all of them")
@@ -125,7 +125,8 @@ def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
     prof = merge(profiles)
     ranks = prof.ranks
     if len(set(ranks)) != len(ranks):
-        raise TraceError(files[0].parent, f"several traces claim the same rank ({sorted(ranks)}); pass the files of one job")
+        raise TraceError(files[0].parent,
+                         f"several traces claim the same rank ({sorted(ranks)}); pass the files of one job")
     _fill_world_size(prof)
     return prof
 
@@ -136,7 +137,7 @@ def _assign_ranks(files: list[Path], profiles: list[Profile]) -> list[Profile]:
     for p in profiles:
         used.update(r for r in p.ranks if r >= 0)
     by_name: dict[int, int] = {}
-    for i, (f, p) in enumerate(zip(files, profiles)):
+    for i, (f, p) in enumerate(zip(files, profiles, strict=True)):
         if -1 in p.ranks:
             m = _RANK_IN_NAME.search(f.name)
             if m and len(p.ranks) == 1:
@@ -144,7 +145,7 @@ def _assign_ranks(files: list[Path], profiles: list[Profile]) -> list[Profile]:
     name_ranks = list(by_name.values())
     names_ok = len(set(name_ranks)) == len(name_ranks) and not (set(name_ranks) & used)
     nxt = 0
-    for i, (f, p) in enumerate(zip(files, profiles)):
+    for i, (f, p) in enumerate(zip(files, profiles, strict=True)):
         for r in p.ranks:
             if r != -1:
                 continue
@@ -172,7 +173,7 @@ def _separate_pid_order_ranks(files: list[Path], profiles: list[Profile]) -> lis
     if len(seen) == len(set(seen)) or not guessed:
         return profiles
     out, nxt = [], 0
-    for f, p in zip(files, profiles):
+    for f, p in zip(files, profiles, strict=True):
         mapping = {r: nxt + i for i, r in enumerate(p.ranks)}
         nxt += len(mapping)
         q = p.map_ranks(mapping)

@@ -28,6 +28,7 @@ import stat
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 from .errors import UsageError
 
@@ -42,7 +43,7 @@ class Interrupted(BaseException):
         super().__init__(signal.Signals(signum).name)
 
 
-_state = {"hold": 0, "pending": None}
+_state: dict[str, Any] = {"hold": 0, "pending": None}
 
 
 def _on_signal(signum, frame):

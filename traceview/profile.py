@@ -39,14 +39,14 @@ class Profile:
         return max(ws + [len(self.ranks)])
 
     @classmethod
-    def empty(cls) -> "Profile":
+    def empty(cls) -> Profile:
         return cls(**{name: schema.empty(name) for name in schema.TABLES})
 
-    def with_rank(self, old: int, new: int) -> "Profile":
+    def with_rank(self, old: int, new: int) -> Profile:
         """Renumber rank `old` as `new` in every table."""
         return self.map_ranks({old: new})
 
-    def map_ranks(self, mapping: dict[int, int]) -> "Profile":
+    def map_ranks(self, mapping: dict[int, int]) -> Profile:
         """Renumber ranks by `mapping` (old -> new; ranks not in it keep their number), all at once."""
         olds = pa.array(list(mapping), pa.int32())
         news = pa.array(list(mapping.values()), pa.int32())

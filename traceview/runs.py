@@ -5,12 +5,12 @@ from __future__ import annotations
 
 from .budget import load as load_budget
 from .config import load_rules
-from .db import Session
 from .diff.decompose import Side, build_side
 from .diff.document import diff_sides
 from .document.assemble import assemble
 from .document.options import AnalyzeOptions, DiffOptions, check_options
 from .document.types import DiffDocument, ReportDocument
+from .engine.session import Session
 from .load import load
 
 __all__ = ["AnalyzeOptions", "DiffOptions", "run_job", "run_analyze", "load_side", "run_diff"]
@@ -18,11 +18,12 @@ __all__ = ["AnalyzeOptions", "DiffOptions", "run_job", "run_analyze", "load_side
 
 def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Session]:
     """The document and the DuckDB session it was computed in (its tables stay queryable)."""
-    check_options(opts)
-    rules = load_rules(opts.config)
+    session = Session()   # its connection checks the patterns before the work
+    check_options(opts, session.con)
+    rules = load_rules(opts.config, session.con)
     budget = load_budget(opts.budget) if opts.budget is not None else None   # a bad file fails before the work
     profile = load([*paths], nsys_bin=opts.nsys)
-    session = Session(profile)
+    session.attach(profile)
     return assemble(profile, opts, session, rules, budget), session
 
 

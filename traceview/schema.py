@@ -23,7 +23,8 @@ def _f(name: str, typ: pa.DataType, doc: str, nullable: bool = True) -> pa.Field
 
 # Collective metadata, shared by GPU activities and CPU ranges (where the format records it).
 _COLL = [
-    _f("coll_name", pa.string(), "collective name from the trace's comm metadata (e.g. 'all_to_all', 'allreduce'); null if not recorded"),
+    _f("coll_name", pa.string(),
+       "collective name from the trace's comm metadata (e.g. 'all_to_all', 'allreduce'); null if not recorded"),
     _f("coll_in_nelems", pa.int64(), "input message element count"),
     _f("coll_out_nelems", pa.int64(), "output message element count"),
     _f("coll_dtype", pa.string(), "element type of the collective"),
@@ -58,7 +59,9 @@ CPU_RANGES = pa.schema([
     _f("tid", pa.int64(), "OS thread id", False),
     _f("start_ns", pa.int64(), "start, ns", False),
     _f("end_ns", pa.int64(), "end, ns (exclusive)", False),
-    _f("kind", pa.string(), "'op' (framework operator), 'annotation' (user range: record_function or NVTX), 'python' (Python function)", False),
+    _f("kind", pa.string(),
+       "'op' (framework operator), 'annotation' (user range: record_function or NVTX), 'python' (Python function)",
+       False),
     _f("name", pa.string(), "range name", False),
     _f("domain", pa.string(), "annotation domain (NVTX domain name, e.g. 'NCCL'); null for the default domain"),
     _f("depth", pa.int32(), "nesting depth on its thread (0 = outermost)"),
@@ -107,7 +110,8 @@ META = pa.schema([
     _f("gpu_name", pa.string(), "GPU product name, where recorded"),
     _f("sm_count", pa.int32(), "number of SMs, where recorded"),
     _f("clock_offset_ns", pa.int64(), "add to *_ns to get UNIX epoch ns, where known"),
-    _f("rank_source", pa.string(), "how the rank was determined (e.g. 'distributedInfo', 'file name', 'env RANK', 'order')"),
+    _f("rank_source", pa.string(),
+       "how the rank was determined (e.g. 'distributedInfo', 'file name', 'env RANK', 'order')"),
 ])
 
 TABLES: dict[str, pa.Schema] = {

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from ..db import Session
+from ..engine.session import Session
 from ..profile import Profile
 
 
@@ -31,24 +31,10 @@ def flops_sections(session: Session, doc: dict, *, model: str | None = None, mod
                    tokens_per_step: int | None = None, peak_tflops: float | None = None,
                    dtype: str | None = None) -> dict:
     """The `flops` section: delivered TFLOP/s, peak, MFU, and achieved TFLOP/s per layer/stage."""
-    import pyarrow as pa
     from ..flops import mfu
     from ..flops.models import resolve
     sec = mfu.flops_section(session, doc["summary"]["step_time_ns"], model=resolve(model, model_config),
-                            tokens_per_step=tokens_per_step, peak_tflops=peak_tflops,
-                            dtype=dtype, steps=session.table("step_ranges"))
+                            tokens_per_step=tokens_per_step, peak_tflops=peak_tflops, dtype=dtype)
     if sec.get("method") == "trace":
-        _, kernels = mfu.trace_flops(session)
-        groups = session.table("activity_attribution")
-        n = max(1, len(doc["steps"]))
-        comp: dict = {}
-        for r in doc["layers"]:
-            k = (r["layer"], r["phase"], r["stage"])
-            comp[k] = comp.get(k, 0) + r["compute_ns"]
-        ct = pa.table({"layer": pa.array([k[0] for k in comp], pa.int32()), "phase": [k[1] for k in comp],
-                       "stage": [k[2] for k in comp], "time_ns": list(comp.values())})
-        rows = mfu.group_tflops(kernels, groups.filter(pa.compute.is_valid(groups.column("step"))), ct).to_pylist()
-        sec["by_group"] = [{"layer": r["layer"], "phase": r["phase"], "stage": r["stage"],
-                            "flops_per_step": r["flops"] / n, "compute_ns_per_step": (r["time_ns"] or 0) / n,
-                            "achieved_tflops": r["tflops"]} for r in rows if r["flops"]]
+        sec["by_group"] = mfu.by_group(session, doc["layers"], max(1, len(doc["steps"])))
     return sec

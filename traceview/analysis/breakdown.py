@@ -3,8 +3,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..db import Session
+import pyarrow as pa
+
 from ..engine.pipeline import build
+from ..engine.session import Session
+from ..engine.steps import python_step
 
 DEFAULT_STEP_REGEXES = (r"^ProfilerStep#(\d+)$", r"^step[_ #]?(\d+)$", r"^iteration[_ #]?(\d+)$",
                         r"^Batch[_ #]?(\d+)$")   # NVTX `Batch N` (the nsys tutorials' training loops)
@@ -31,38 +34,51 @@ def _alt(base: str, extra: list[str]) -> str:
     return base if not extra else "(" + base + ")|" + "|".join(f"({r})" for r in extra)
 
 
+NO_STEPS_REGEX = r"^\b$"   # matches no range name: the step rule when no step regex is tried
+
+
+@python_step("windows", scope="rank", requires=("step_windows", "whole_windows"), params=("whole_trace",),
+             produces=("rank", "step", "name", "start_ns", "end_ns", "activities"))
+def windows(session: Session, params: dict) -> pa.Table:
+    """The windows the breakdown partitions: each step's GPU window (step_windows), or with
+    `whole_trace` (no step regex named step ranges with GPU work, or --whole-trace) one window per
+    rank over all its GPU activity (whole_windows)."""
+    return session.table("whole_windows" if params["whole_trace"] else "step_windows")
+
+
+def step_params(opts: Options) -> dict:
+    """The step rule of the job, before any per-rank step: the candidate regexes (--step-regex,
+    else the defaults; none with --whole-trace); `step_source` says which name step ranges with
+    GPU work, decided once for the whole job (the first in order)."""
+    return {"step_regexes": [] if opts.whole_trace else [opts.step_regex] if opts.step_regex
+            else list(DEFAULT_STEP_REGEXES)}
+
+
 def prepare(session: Session, opts: Options) -> dict:
-    """Materialize activity_origin, activity_class and the step windows. Returns step info."""
-    build(session, ["activity_origin"])
-    session.materialize("activity_class",
-                        comm_op_regex=_alt(DEFAULT_COMM_OP_REGEX, opts.comm_regex),
-                        comm_kernel_regex=_alt(DEFAULT_COMM_KERNEL_REGEX, opts.comm_regex))
-    regexes = [] if opts.whole_trace else [opts.step_regex] if opts.step_regex else list(DEFAULT_STEP_REGEXES)
-    source = None
-    session.materialize("step_ranges", step_regex=r"^\b$")  # empty unless a regex matches below
-    for rx in regexes:
-        session.materialize("step_ranges", step_regex=rx)
-        windows = session.query("step_windows")
-        if windows.num_rows:
-            source = rx
-            break
-    if source is None:
-        windows = session.query("whole_windows")
-    session.register("windows", windows)
-    return {"step_regex": source, "whole_trace": source is None, "steps": windows.num_rows,
-            "warnings": nested_step_warnings(session, source) if source else []}
+    """Choose the step rule (step_source), then build activity_class, step_ranges and the windows
+    with it. Returns step info."""
+    params = step_params(opts)
+    build(session, ["step_source"], params)
+    tried = session.rows("SELECT step_regex, ranks FROM step_source ORDER BY regex_index")
+    source = next((r["step_regex"] for r in tried if r["ranks"]), None)
+    # no regex gives windows: the whole trace is one window per rank; step_ranges keeps the ranges
+    # of the last regex tried (they name steps, but none has GPU work)
+    params.update(step_regex=source or (tried[-1]["step_regex"] if tried else NO_STEPS_REGEX),
+                  whole_trace=source is None,
+                  comm_op_regex=_alt(DEFAULT_COMM_OP_REGEX, opts.comm_regex),
+                  comm_kernel_regex=_alt(DEFAULT_COMM_KERNEL_REGEX, opts.comm_regex))
+    build(session, ["activity_class", "step_ranges", "windows"], params)
+    n = session.rows("SELECT count(*) AS n FROM windows")[0]["n"]
+    return {"step_regex": source, "whole_trace": source is None, "steps": n, "params": params,
+            "warnings": nested_step_warnings(session, params) if source else []}
 
 
-_MATCHED_SQL = """
-SELECT rank, count(*) AS n FROM cpu_ranges
-WHERE kind IN ('annotation', 'op') AND regexp_matches(name, $rx) GROUP BY rank ORDER BY rank
-"""
-
-
-def nested_step_warnings(session: Session, rx: str) -> list[str]:
+def nested_step_warnings(session: Session, params: dict) -> list[str]:
     """Step ranges matched by the regex that lie inside another one (nested or duplicate): kept
     only the outermost (step_ranges.sql); say how many were left out."""
-    matched = {r["rank"]: r["n"] for r in session.rows(_MATCHED_SQL, rx=rx)}
+    build(session, ["step_ranges_matched"], params)
+    rx = params["step_regex"]
+    matched = {r["rank"]: r["n"] for r in session.rows("SELECT rank, n FROM step_ranges_matched")}
     kept = {r["rank"]: r["n"] for r in session.rows("SELECT rank, count(*) AS n FROM step_ranges GROUP BY rank")}
     extra = {r: n - kept.get(r, 0) for r, n in matched.items() if n > kept.get(r, 0)}
     if not extra:
@@ -75,9 +91,8 @@ def nested_step_warnings(session: Session, rx: str) -> list[str]:
 
 def step_rows(session: Session) -> list[dict]:
     """Per (rank, step) breakdown; the four parts are checked to add up to the window exactly."""
-    session.materialize("segments")
-    session.materialize("activity_spans")
-    rows = session.query("breakdown").to_pylist()
+    build(session, ["breakdown"])
+    rows = session.rows("SELECT * FROM breakdown ORDER BY rank, step")
     for r in rows:
         parts = r["compute_ns"] + r["exposed_comm_ns"] + r["exposed_memory_ns"] + r["idle_ns"]
         if parts != r["step_time_ns"]:
@@ -129,15 +144,6 @@ def per_rank(rows: list[dict]) -> list[dict]:
     return out
 
 
-TOP_KERNELS_SQL = """
-SELECT c.name, c.class, c.kind, count(*) AS count, sum(c.end_ns - c.start_ns)::BIGINT AS total_ns
-FROM activity_class c
-JOIN windows w ON c.rank = w.rank AND c.start_ns >= w.start_ns AND c.end_ns <= w.end_ns
-GROUP BY c.name, c.class, c.kind
-ORDER BY total_ns DESC, c.name
-LIMIT $top
-"""
-
-
 def top_kernels(session: Session, top: int = 10) -> list[dict]:
-    return session.rows(TOP_KERNELS_SQL, top=top)
+    build(session, ["top_kernels"])
+    return session.rows("SELECT * FROM top_kernels ORDER BY total_ns DESC, name LIMIT $top", top=top)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 
-from ..db import Session
+from ..engine.pipeline import build
+from ..engine.session import Session
 
 EPOCH_MIN_NS = 10 ** 17  # times above this already read as epoch ns (1973+)
 
@@ -92,8 +93,8 @@ def match(session: Session) -> dict:
 
     wait_until maps a comm activity id to the latest arrival over the ranks of its collective, on
     that activity's rank clock (time before it on this rank is waiting for peers)."""
-    session.materialize("coll_instances")
-    rows = session.rows("SELECT * FROM coll_instances")
+    build(session, ["coll_instances"])
+    rows = session.rows("SELECT * FROM coll_instances ORDER BY rank, comm_kind, grp, idx")
     ranks = sorted({r["rank"] for r in session.rows("SELECT rank FROM meta")})
     by_key: dict = {}
     for r in rows:

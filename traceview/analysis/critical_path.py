@@ -24,7 +24,8 @@ from bisect import bisect_right
 
 import pyarrow as pa
 
-from ..db import Session
+from ..engine.pipeline import build
+from ..engine.session import Session
 
 CATEGORIES = ("compute_ns", "all_to_all_ns", "other_comm_ns", "launch_bound_ns", "host_sync_ns", "idle_ns")
 IMBALANCE_MIN = 1.05  # max/mean split size above which part of an exposed all-to-all is imbalance
@@ -34,8 +35,7 @@ _ACT_COLUMNS = ("id", "rank", "stream", "start_ns", "end_ns", "class", "kind", "
 
 
 def prepare(session: Session) -> None:
-    session.materialize("cp_host_syncs")
-    session.materialize("cp_preds")
+    build(session, ["cp_host_syncs", "cp_preds"])
 
 
 class Acts:
@@ -274,12 +274,12 @@ def composition(path: list[dict], ws: int, we: int) -> dict:
     return comp
 
 
-def _by_window(session: Session, select: str, order: str) -> dict:
-    """The rows of `select` sorted by (rank, step, order), one slice per (rank, step) window; the
-    slice sizes come from a GROUP BY in DuckDB, not from a pass over the rows."""
-    table = session.sql(f"SELECT * FROM ({select}) ORDER BY rank, step, {order}")
+def _by_window(table: pa.Table, sizes: list[dict]) -> dict:
+    """`table` (sorted by rank, step, ...) cut into one slice per (rank, step) window; the slice
+    sizes (`sizes`: rank, step, n in the same order) come from a GROUP BY in DuckDB, not from a
+    pass over the rows."""
     out, off = {}, 0
-    for r in session.rows(f"SELECT rank, step, count(*) AS n FROM ({select}) GROUP BY ALL ORDER BY rank, step"):
+    for r in sizes:
         out[(r["rank"], r["step"])] = table.slice(off, r["n"])
         off += r["n"]
     return out
@@ -290,8 +290,12 @@ def windows_data(session: Session) -> dict:
     segments (Segments), window bounds and host syncs."""
     win = {(w["rank"], w["step"]): (w["start_ns"], w["end_ns"]) for w in
            session.rows("SELECT rank, step, start_ns, end_ns FROM windows")}
-    acts = _by_window(session, "SELECT * FROM cp_preds", "end_ns, start_ns, id")
-    segs = _by_window(session, "SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL", "t")
+    acts = _by_window(session.sql("SELECT * FROM cp_preds ORDER BY rank, step, end_ns, start_ns, id"),
+                      session.rows("SELECT rank, step, count(*) AS n FROM cp_preds GROUP BY ALL ORDER BY rank, step"))
+    segs = _by_window(session.sql("SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL "
+                                  "ORDER BY rank, step, t"),
+                      session.rows("SELECT rank, step, count(*) AS n FROM segments WHERE t_end IS NOT NULL "
+                                   "GROUP BY ALL ORDER BY rank, step"))
     syncs: dict = {}
     for h in session.table("cp_host_syncs").to_pylist():
         e = syncs.setdefault((h["rank"], h["tid"]), ([], []))

@@ -1,46 +1,22 @@
 """Per-layer, per-phase, per-MoE-stage attribution of GPU time, and communication by collective kind."""
 from __future__ import annotations
 
+import pyarrow as pa
+
 from ..config import Rules
-from ..db import Session, sql_text
+from ..engine.pipeline import build
+from ..engine.session import Session
+from ..engine.steps import python_step
 
 LAYER_FIELDS = ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memory_ns",
                 "idle_ns", "comm_ns")
 
 
-def _tag_sql(rules: Rules) -> tuple[str, dict]:
-    """CASE expressions for the range tags; regexes travel as parameters, never as SQL text."""
-    params: dict = {}
-    layer = []
-    for i, rx in enumerate(rules.layer):
-        params[f"layer_{i}"] = rx
-        layer.append(f"WHEN regexp_matches(tname, $layer_{i}) "
-                     f"THEN try_cast(regexp_extract(tname, $layer_{i}, 1) AS INTEGER)")
-    stage, phase = [], []
-    for i, (rx, name) in enumerate(rules.stage):
-        params[f"stage_{i}"], params[f"stage_name_{i}"] = rx, name
-        stage.append(f"WHEN regexp_matches(tname, $stage_{i}) THEN $stage_name_{i}")
-    for i, (rx, name) in enumerate(rules.phase):
-        params[f"phase_{i}"], params[f"phase_name_{i}"] = rx, name
-        phase.append(f"WHEN regexp_matches(name, $phase_{i}) THEN $phase_name_{i}")
-
-    def case(parts: list[str], typ: str, annotations_only: bool = False) -> str:
-        if not parts:
-            return f"CAST(NULL AS {typ})"
-        # framework ops (aten::topk, MmBackward0, ...) name no layer or stage: only annotations,
-        # NVTX ranges and module (python) ranges do; `with_stack` frames (`file.py(12): fn`) do
-        # not either (`_must_dispatch_in_python`, `_prepare_4d_attention_mask` name no stage)
-        # (except Megatron's MoE token dispatcher, whose methods are the only record of dispatch / combine)
-        guard = ("WHEN kind = 'op' THEN NULL WHEN regexp_matches(name, '\\.py\\(\\d+\\): ') "
-                 "AND NOT regexp_matches(name, 'moe/token_dispatcher\\.py\\(\\d+\\): ') THEN NULL "
-                 if annotations_only else "")
-        return f"CAST(CASE {guard}{' '.join(parts)} END AS {typ})"
-
-    sql = (sql_text("range_context")
-           .replace("/*LAYER*/", case(layer, "INTEGER", True))
-           .replace("/*STAGE*/", case(stage, "VARCHAR", True))
-           .replace("/*PHASE*/", case(phase, "VARCHAR")))
-    return sql, params
+def rule_params(rules: Rules) -> dict:
+    """The attribution rules as the list parameters of range_context_raw (regexes as data, never SQL text)."""
+    return {"layer_regexes": list(rules.layer),
+            "stage_regexes": [rx for rx, _ in rules.stage], "stage_names": [n for _, n in rules.stage],
+            "phase_regexes": [rx for rx, _ in rules.phase], "phase_names": [n for _, n in rules.phase]}
 
 
 def infer_blocks(heads: list[dict]) -> dict[int, int]:
@@ -85,36 +61,33 @@ def infer_blocks(heads: list[dict]) -> dict[int, int]:
     return out
 
 
+@python_step("layer_blocks", scope="rank", requires=("layer_heads",), produces=("id", "rank", "layer"))
+def layer_blocks(session: Session, params: dict) -> pa.Table:
+    """Layer ordinals of the heads of repeating stage blocks (`infer_blocks`)."""
+    heads = session.rows("SELECT * FROM layer_heads ORDER BY rank, step, tid, phase, pass, start_ns, id")
+    ordinals = infer_blocks(heads)
+    rank = {h["id"]: h["rank"] for h in heads}
+    return pa.table({"id": pa.array(list(ordinals), pa.int64()),
+                     "rank": pa.array([rank[i] for i in ordinals], pa.int32()),
+                     "layer": pa.array(list(ordinals.values()), pa.int32())})
+
+
 def prepare(session: Session, rules: Rules) -> None:
-    """Materialize range_context (layer ordinals inferred where annotations carry none) and
-    activity_attribution (needs breakdown.prepare first)."""
-    import pyarrow as pa
-    sql, params = _tag_sql(rules)
-    session.create_table("range_context_raw", sql, **params)
-    ordinals = infer_blocks(session.query("layer_heads").to_pylist())
-    session.register("layer_blocks", pa.table({"id": pa.array(list(ordinals), pa.int64()),
-                                               "layer": pa.array(list(ordinals.values()), pa.int32())}))
-    session.create_table("range_context", """
-        SELECT r.id, r.rank, r.tid, coalesce(r.layer, b.layer) AS layer, r.stage, r.phase, r.anchor,
-               r.names_stage, r.head, (r.layer IS NULL AND b.layer IS NOT NULL) AS layer_inferred
-        FROM range_context_raw r LEFT JOIN layer_blocks b ON b.id = r.head""")
-    session.materialize("activity_attribution")
+    """Build range_context (layer ordinals inferred where annotations carry none) and
+    activity_attribution (after breakdown.prepare, which chose the step rule)."""
+    build(session, ["activity_attribution"], rule_params(rules))
 
 
 def layer_rows(session: Session) -> list[dict]:
-    rows = session.query("layer_times").to_pylist()
-    return rows
+    build(session, ["layer_times"])
+    return session.rows("SELECT * FROM layer_times ORDER BY rank, step, layer NULLS LAST, phase, stage, region")
 
 
 def attribution_summary(session: Session) -> dict:
     """How much GPU time could be attributed (counts and shares), backward linkage included, and
     how much was attributed across threads or got an inferred layer number."""
-    r = session.rows("""
-        SELECT t.region, t.is_backward, t.linked, t.cross_thread, t.cross_ambiguous, t.layer_inferred,
-               count(*) AS n, sum(a.end_ns - a.start_ns)::BIGINT AS busy_ns
-        FROM activity_attribution t JOIN gpu_activities a ON a.id = t.id
-        WHERE t.step IS NOT NULL
-        GROUP BY ALL""")
+    build(session, ["attribution_groups"])
+    r = session.rows("SELECT * FROM attribution_groups")
     total = sum(x["busy_ns"] for x in r) or 1
     bwd = [x for x in r if x["is_backward"]]
     bwd_total = sum(x["busy_ns"] for x in bwd) or 0
@@ -141,33 +114,9 @@ def attribution_summary(session: Session) -> dict:
     }
 
 
-COMM_SQL = """
-WITH ops AS (SELECT * FROM comm_ops),
-exposed AS (
-    SELECT c.comm_kind, sum(s.exposed)::DOUBLE AS exposed_ns
-    FROM ops c JOIN comm_exposure s ON s.id = c.id GROUP BY c.comm_kind
-)
-SELECT o.comm_kind AS kind, count(DISTINCT o.op_key) AS ops, count(*) AS count, sum(o.bytes)::BIGINT AS bytes,
-       sum(o.end_ns - o.start_ns)::BIGINT AS total_ns,
-       round(coalesce(any_value(e.exposed_ns), 0))::BIGINT AS exposed_ns
-FROM ops o
-JOIN activity_attribution t ON t.id = o.id AND t.step IS NOT NULL
-LEFT JOIN exposed e ON e.comm_kind = o.comm_kind
-GROUP BY o.comm_kind ORDER BY total_ns DESC
-"""
-
-COMM_EXPOSURE_SQL = """
-WITH cover AS (SELECT rank, step, id, unnest(range(i0, i1)) AS seg FROM activity_spans WHERE class = 'comm')
-SELECT v.id, sum(CASE WHEN s.c = 0 THEN (s.t_end - s.t) / s.m ELSE 0 END) AS exposed
-FROM cover v JOIN segments s ON s.rank = v.rank AND s.step = v.step AND s.seg = v.seg
-GROUP BY v.id
-"""
-
-
 def comm_rows(session: Session) -> list[dict]:
-    session.materialize("comm_ops")
-    session.create_table("comm_exposure", COMM_EXPOSURE_SQL)
-    return session.rows(COMM_SQL)
+    build(session, ["comm_summary"])
+    return session.rows("SELECT * FROM comm_summary ORDER BY total_ns DESC, kind")
 
 
 def stage_totals(rows: list[dict]) -> list[dict]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
-from ..db import Session
+from ..engine.session import Session
 from . import collectives, critical_path
 
 COMM_CAUSES = ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance")
@@ -165,7 +165,6 @@ def a2a_exposure(paths: list[dict], data: dict, attr: dict) -> list[dict]:
 
 def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
     """critical_path, stalls, collectives, stragglers, clock (+ stall_summary, a2a) for the report."""
-    session.materialize("comm_ops")
     coll = collectives.match(session)
     comm = _comm_info(session, coll)
     critical_path.prepare(session)

@@ -10,7 +10,7 @@ step's, so Σ over groups = T (up to the rounding of shared segments), and for t
 **Units.** A unit is (layer, phase, stage, region, kernel family, class, collective kind) × part,
 part ∈ compute, exposed_comm, exposed_memory, idle (the four parts that make up the step window;
 overlapped comm is carried along for the text only). Each activity's share of a step window
-comes from the same SQL as `layers[]` (traceview/sql/layer_times.sql: segments shared equally by
+comes from the same step as `layers[]` (traceview/sql/activity_shares.sql: segments shared equally by
 the activities that decide them; an idle gap is charged to the activity that ends it), not
 rounded, grouped additionally by kernel family (traceview.diff.families).
 """
@@ -20,80 +20,13 @@ import statistics
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from ..db import Session, sql_text
 from ..document.types import ReportDocument, Summary
+from ..engine.pipeline import build
+from ..engine.session import Session
 from .families import family
 
 PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns")
 EXTRA = ("overlapped_comm_ns", "busy_ns", "count")
-
-_UNIT_SELECT = """
-, dur AS (
-    SELECT c.id, sum(c.e - c.s)::DOUBLE AS busy_ns FROM activity_spans c GROUP BY c.id
-)
-SELECT p.rank, p.step, t.layer, t.phase, t.stage, t.region, a.name, ac.class, co.comm_kind,
-       sum(p.compute_ns)::DOUBLE AS compute_ns,
-       sum(p.exposed_comm_ns)::DOUBLE AS exposed_comm_ns,
-       sum(p.overlapped_comm_ns)::DOUBLE AS overlapped_comm_ns,
-       sum(p.exposed_memory_ns)::DOUBLE AS exposed_memory_ns,
-       sum(p.idle_ns)::DOUBLE AS idle_ns,
-       sum(CASE WHEN p.idle_ns = 0 THEN coalesce(d.busy_ns, 0) ELSE 0 END)::DOUBLE AS busy_ns,
-       count(DISTINCT CASE WHEN p.idle_ns = 0 THEN p.id END) AS count
-FROM per_activity p
-JOIN activity_attribution t ON t.id = p.id
-JOIN gpu_activities a ON a.id = p.id
-JOIN activity_class ac ON ac.id = p.id
-LEFT JOIN comm_ops co ON co.id = p.id
-LEFT JOIN dur d ON d.id = p.id
-GROUP BY ALL
-"""
-
-_SYNC_SQL = """
-SELECT y.rank, s.step, y.kind, count(*) AS n, sum(y.end_ns - y.start_ns)::BIGINT AS dur_ns,
-       c.layer,
-       CASE WHEN c.anchor IS NOT NULL OR c.phase = 'backward' THEN 'backward'
-            WHEN c.phase IS NOT NULL THEN c.phase
-            WHEN c.layer IS NOT NULL THEN 'forward' ELSE 'other' END AS phase,
-       coalesce(c.stage, 'other') AS stage,
-       any_value(r.name) AS op
-FROM syncs y
-JOIN launches l ON l.rank = y.rank AND l.correlation = y.correlation
-LEFT JOIN range_context c ON c.id = l.op_id
-LEFT JOIN cpu_ranges r ON r.id = l.op_id
-JOIN step_ranges s ON s.rank = y.rank AND y.start_ns >= s.cpu_start_ns AND y.start_ns < s.cpu_end_ns
-WHERE y.kind IN ('stream_sync', 'context_sync', 'event_sync')
-GROUP BY ALL
-"""
-
-
-# what compute ran beside each collective: per (comm group, compute stage) the overlapped ns
-_OVERLAP_SQL = """
-WITH w AS (SELECT rank, step, start_ns AS ws, end_ns AS we FROM windows),
-comm AS (
-    SELECT a.id, a.rank, w.step, greatest(a.start_ns, w.ws) AS s, least(a.end_ns, w.we) AS e
-    FROM activity_class a JOIN w ON a.rank = w.rank AND a.end_ns > w.ws AND a.start_ns < w.we
-    WHERE a.class = 'comm'
-),
-comp AS (
-    SELECT a.id, a.rank, a.start_ns AS s, a.end_ns AS e FROM activity_class a WHERE a.class = 'compute'
-)
-SELECT c.rank, c.step, tc.layer, tc.phase, tc.stage, tk.stage AS with_stage, tk.layer AS with_layer,
-       sum(least(c.e, k.e) - greatest(c.s, k.s))::DOUBLE AS overlap_ns
-FROM comm c
-JOIN comp k ON k.rank = c.rank AND k.s < c.e AND k.e > c.s
-JOIN activity_attribution tc ON tc.id = c.id
-JOIN activity_attribution tk ON tk.id = k.id
-GROUP BY ALL
-"""
-
-
-def unit_sql() -> str:
-    """layer_times.sql with its final SELECT replaced by a per-(group, kernel name) one."""
-    text = sql_text("layer_times")
-    cut = text.rfind("\nSELECT p.rank")
-    if cut < 0:
-        raise RuntimeError("layer_times.sql changed shape: cannot reuse its CTEs")
-    return text[:cut] + _UNIT_SELECT
 
 
 class Where(NamedTuple):
@@ -154,7 +87,7 @@ def spread(samples: list[tuple[int, int, int]]) -> dict:
     """Per-step spread of the step time: per step the median over ranks, then max − min over
     steps (and the MAD); with one step, the spread over ranks instead."""
     by_step: dict = {}
-    for r, st, t in samples:
+    for _r, st, t in samples:
         by_step.setdefault(st, []).append(t)
     if len(by_step) >= 2:
         vals = [statistics.median(v) for v in by_step.values()]
@@ -183,7 +116,8 @@ def build_side(label: str, paths: list[str], doc: ReportDocument, session: Sessi
     mset = median_set(doc["summary"])
     side = Side(label=label, paths=paths, doc=doc, step_time_ns=T, samples=samples, median_set=mset)
     side.noise = spread(samples)
-    rows = session.rows(unit_sql()) if samples else []
+    build(session, ["diff_units", "diff_overlaps", "diff_syncs"])
+    rows = session.rows("SELECT * FROM diff_units") if samples else []
     ms = set(mset)
     k = max(1, len(mset))
     nsteps = max(1, len(samples))
@@ -197,18 +131,12 @@ def build_side(label: str, paths: list[str], doc: ReportDocument, session: Sessi
         side.family_time[fk] = side.family_time.get(fk, 0.0) + (r["busy_ns"] or 0) / nsteps
         side.family_count[fk] = side.family_count.get(fk, 0.0) + (r["count"] or 0) / nsteps
     _stall_means(side)
-    try:
-        orows = session.rows(_OVERLAP_SQL) if samples else []
-    except Exception:  # noqa: BLE001 - only used for wording
-        orows = []
+    orows = session.rows("SELECT * FROM diff_overlaps") if samples else []
     for r in orows:
         if (r["rank"], r["step"]) in ms:
             d = side.overlaps.setdefault(Where(r["layer"], r["phase"], r["stage"]), {})
             d[r["with_stage"]] = d.get(r["with_stage"], 0.0) + r["overlap_ns"] / k
-    try:
-        srows = session.rows(_SYNC_SQL)
-    except Exception:  # noqa: BLE001 - a trace without launches/syncs: no sync evidence
-        srows = []
+    srows = session.rows("SELECT * FROM diff_syncs")
     for r in srows:
         if (r["rank"], r["step"]) not in ms:
             continue

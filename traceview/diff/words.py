@@ -34,7 +34,8 @@ def ranges(nums: Iterable[int | None]) -> str:
     return ", ".join(out)
 
 
-def where(layers: Iterable[int | None], phases: Iterable[str | None], stage: str | None, region: str | None = None) -> str:
+def where(layers: Iterable[int | None], phases: Iterable[str | None], stage: str | None,
+          region: str | None = None) -> str:
     ls = [x for x in layers if x is not None]
     ph = sorted({p for p in phases if p}, key=lambda p: ("forward", "backward").index(p)
                 if p in ("forward", "backward") else 2)

@@ -10,7 +10,7 @@ from ..analysis import breakdown, layers, stalls
 from ..analysis.analyze import flops_sections, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
-from ..db import Session
+from ..engine.session import Session
 from ..profile import Profile
 from .options import AnalyzeOptions
 from .types import ReportDocument

@@ -33,7 +33,7 @@ class DiffOptions(AnalyzeOptions):
     families: int = 12              # rows in the kernel-family lists
 
 
-def check_options(opts: AnalyzeOptions) -> None:
+def check_options(opts: AnalyzeOptions, con=None) -> None:
     """Usage errors in the options, before any work."""
     if opts.top < 0:
         raise UsageError(None, "--top must be 0 or more")
@@ -41,4 +41,4 @@ def check_options(opts: AnalyzeOptions) -> None:
         raise UsageError(None, "--tokens-per-step must be positive")
     if opts.peak_tflops is not None and not opts.peak_tflops > 0:
         raise UsageError(None, "--peak-tflops must be positive")
-    check_pattern_options(opts.step_regex, opts.comm_regex)
+    check_pattern_options(opts.step_regex, opts.comm_regex, con)

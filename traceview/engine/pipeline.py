@@ -3,7 +3,8 @@ step once per session, and check that each produced exactly the columns it decla
 
 A step's result is a DuckDB temp table of the step's name. Building a step that the session already
 holds is free when its parameters are the same and an error when they differ (a session answers one
-question; ask another in another session). Scope is enforced: a per-rank step may require canonical
+question; ask another in another session); a later `build` may leave out the parameters of
+steps already built. Scope is enforced: a per-rank step may require canonical
 tables and per-rank steps only, and produces a `rank` column, so the scale work can run it on each
 rank's data alone."""
 from __future__ import annotations
@@ -46,16 +47,17 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
     params = dict(params or {})
     built_now = []
     for step in plan(targets, session.tables() - set(session.built)):
+        done = session.built.get(step.name)
+        if done is not None:   # built before: the parameters given now (if any) must be the same
+            asked = {p: params[p] for p in step.params if p in params}
+            if any(done[p] != v for p, v in asked.items()):
+                raise StepError(f"step {step.name} was built in this session with {done}, now asked with {asked}")
+            continue
         own = {}
         for p in step.params:
             if p not in params:
                 raise StepError(f"step {step.name} needs parameter {p!r}")
             own[p] = params[p]
-        done = session.built.get(step.name)
-        if done is not None:
-            if done != own:
-                raise StepError(f"step {step.name} was built in this session with {done}, now asked with {own}")
-            continue
         if step.sql is not None:
             session.materialize_sql(step.name, step.sql, own)
         else:

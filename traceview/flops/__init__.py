@@ -11,8 +11,8 @@ _HOME = {
     **dict.fromkeys(("ModelConfig", "PRESETS", "config_from_dict", "forward_flops_per_token", "load_config",
                      "param_counts", "preset", "resolve", "training_flops_per_token"), "models"),
     **dict.fromkeys(("PEAKS", "match_gpu", "normalize_dtype", "peak_tflops"), "peaks"),
-    **dict.fromkeys(("kernel_flops", "op_flops", "shape_flops", "step_windows", "tokens_per_step"), "trace_flops"),
-    **dict.fromkeys(("flops_section", "group_tflops", "trace_flops"), "mfu"),
+    **dict.fromkeys(("shape_flops",), "trace_flops"),
+    **dict.fromkeys(("by_group", "flops_section"), "mfu"),
     **dict.fromkeys(("tflops_from_tokens", "tokens_from_tflops"), "convert"),
 }
 

@@ -1,113 +1,103 @@
 """Delivered TFLOP/s per GPU and MFU: conversions and the `flops` report section."""
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
-import duckdb
-import polars as pl
-import pyarrow as pa
-
+from ..engine.pipeline import build
+from ..engine.session import Session
 from ..errors import UsageError
+from . import (
+    achieved as ach,
+    precision as prec,
+    steps as _steps,  # noqa: F401  (declares the Python FLOPs steps)
+)
 from .convert import TERA
-from . import achieved as ach
-from . import precision as prec
-from . import trace_flops as tf
 from .models import ModelConfig, param_counts, training_flops_per_token
 from .peaks import PEAKS, match_gpu, normalize_dtype, peak_tflops as lookup_peak
 
 NO_SHAPES = "trace has no recorded shapes (record_shapes off): trace-based FLOPs unavailable"
 
 
-# ---- trace tables -------------------------------------------------------------------------------
+# ---- the trace's FLOPs: engine steps over the analysis session ----------------------------------
 
-def _tables(source) -> dict[str, pa.Table]:
-    """cpu_ranges, gpu_activities, meta from a Profile, a dict of tables or a DuckDB connection."""
-    names = ("cpu_ranges", "gpu_activities", "meta")
-    if hasattr(source, "profile") and hasattr(source, "con"):  # traceview.db.Session
-        source = source.profile
-    if isinstance(source, duckdb.DuckDBPyConnection):
-        return {n: tf._arrow(source, f"SELECT * FROM {n}") for n in names}
-    if isinstance(source, dict):
-        return {n: source[n] for n in names if n in source}
-    return {n: getattr(source, n) for n in names}
+STEPS_SQL = "SELECT count(*) AS n, count(DISTINCT step) AS steps FROM step_ranges"
+SHAPED_SQL = "SELECT count(*) AS ops, count(input_dims) AS shaped FROM cpu_ranges WHERE kind = 'op'"
+OPS_SQL = ("SELECT count(*) FILTER (WHERE flops IS NULL) AS unknown, count(*) FILTER (WHERE counted) AS counted "
+           "FROM flops_ops")
 
 
-def trace_flops(source) -> tuple[pa.Table, pa.Table]:
-    """(per-op FLOPs, per-kernel FLOPs) of a loaded profile; see trace_flops.op_flops/kernel_flops."""
-    t = _tables(source)
-    ops = tf.op_flops(t["cpu_ranges"])
-    return ops, tf.kernel_flops(ops, t["cpu_ranges"], t["gpu_activities"])
+def flops_params(session: Session) -> dict:
+    """The FLOPs steps' parameters in an analysis session: `no_step_ranges` when the job has no step
+    ranges (the breakdown's step_ranges is empty): the whole trace is then one step."""
+    if "step_ranges" not in session.tables():
+        raise UsageError(None, "FLOPs need the analysis' step ranges: run breakdown.prepare on the session first")
+    return {"no_step_ranges": session.rows(STEPS_SQL)[0]["n"] == 0}
 
 
-def _in_steps(counted: pl.DataFrame, windows: pa.Table) -> pl.DataFrame:
-    """Counted ops with the step whose window (same rank) holds their start."""
-    w = pl.from_arrow(windows.select(["rank", "step", "start_ns", "end_ns"])).rename(
-        {"start_ns": "w_start", "end_ns": "w_end"}).with_columns(pl.col("rank").cast(pl.Int32))
-    j = counted.join(w, on="rank")
-    return j.filter((pl.col("start_ns") >= pl.col("w_start")) & (pl.col("start_ns") < pl.col("w_end")))
+def _per_rank_medians(rows: list[dict], key: str, whole: type = float) -> list:
+    """Per rank the median over its steps of `key` (a list of those medians, by rank)."""
+    by: dict[int, list] = {}
+    for r in rows:
+        by.setdefault(r["rank"], []).append(r[key])
+    return [whole(statistics.median(v)) for _, v in sorted(by.items())]
 
 
-def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
+def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: str | None = None,
                   model: ModelConfig | None = None, tokens_per_step: int | None = None,
-                  peak_tflops: float | None = None, dtype: str | None = None,
-                  steps: pa.Table | None = None) -> dict[str, Any]:
-    """The `flops` report section (JSON-able). `source`: Profile, dict of Arrow tables or DuckDB
-    connection or db.Session holding cpu_ranges/gpu_activities/meta (or None: model only).
-    `step_time_ns`: median step time. `steps`: optional CPU step windows (rank, step, start_ns,
-    end_ns, or the step_ranges query's cpu_start_ns/cpu_end_ns); default: ProfilerStep#N ranges.
-    FLOPs per step are per GPU: median over steps, mean over ranks."""
+                  peak_tflops: float | None = None, dtype: str | None = None) -> dict[str, Any]:
+    """The `flops` report section (JSON-able). `session`: the analysis session (after
+    breakdown.prepare: its step_ranges are the steps), or None (model only). `step_time_ns`: median
+    step time. FLOPs per step are per GPU: median over steps, mean over ranks."""
     notes: list[str] = []
-    if steps is not None and "cpu_start_ns" in steps.column_names:  # the step_ranges query's columns
-        steps = steps.select(["rank", "step", "cpu_start_ns", "cpu_end_ns"]).rename_columns(
-            ["rank", "step", "start_ns", "end_ns"])
     out: dict[str, Any] = {"status": "ok", "method": None, "flops_per_step": None}
-    t = _tables(source) if source is not None else {}
-    cr = t.get("cpu_ranges")
-    if gpu_name is None and t.get("meta") is not None and t["meta"].num_rows:
-        names = sorted({n for n in t["meta"].column("gpu_name").to_pylist() if n})
+    profile = session.profile if session is not None else None
+    cr = profile.cpu_ranges if profile is not None else None
+    meta = profile.meta if profile is not None else None
+    if gpu_name is None and meta is not None and meta.num_rows:
+        names = sorted({n for n in meta.column("gpu_name").to_pylist() if n})
         gpu_name = names[0] if names else None
         if len(names) > 1:
             notes.append(f"ranks report different GPUs {names}: peak of {gpu_name}")
 
     # -- from the trace
     trace_fps = trace_dtype = detail = None
-    if cr is not None and cr.num_rows:
-        ops_rows = pl.from_arrow(cr.select(["kind", "input_dims"])).filter(pl.col("kind") == "op")
-        if ops_rows.height and ops_rows["input_dims"].null_count() == ops_rows.height:
+    if session is not None and cr is not None and cr.num_rows:
+        params = flops_params(session)
+        shaped = session.rows(SHAPED_SQL)[0]
+        if shaped["ops"] and shaped["shaped"] == 0:
             notes.append(NO_SHAPES)
         else:
-            ops = tf.op_flops(cr)
-            o = pl.from_arrow(ops)
-            counted = o.filter(pl.col("counted"))
-            unknown = o.filter(pl.col("flops").is_null()).height
-            if unknown:
-                notes.append(f"{unknown} matrix/attention ops without usable shapes (not counted)")
-            if counted.height == 0:
+            build(session, ["flops_steps"], params)
+            counts = session.rows(OPS_SQL)[0]
+            if counts["unknown"]:
+                notes.append(f"{counts['unknown']} matrix/attention ops without usable shapes (not counted)")
+            if counts["counted"] == 0:
                 notes.append("no matrix or attention ops with recorded shapes: trace-based FLOPs unavailable")
             else:
-                windows = steps if steps is not None else tf.step_windows(cr)
-                if windows.num_rows == 0:
+                if params["no_step_ranges"]:
                     notes.append("no step ranges (ProfilerStep#N): the whole trace counted as one step")
-                    inwin = counted.with_columns(step=pl.lit(0, pl.Int64))
                 else:
-                    inwin = _in_steps(counted, windows)
-                    out["trace_steps"] = int(pl.from_arrow(windows)["step"].n_unique())
-                if inwin.height == 0:
+                    out["trace_steps"] = session.rows(STEPS_SQL)[0]["steps"]
+                per_step = session.table("flops_steps").to_pylist()
+                if not per_step:
                     notes.append("no matrix or attention ops inside the step windows: trace-based FLOPs unavailable")
                 else:
-                    per_step = inwin.group_by("rank", "step").agg(pl.col("flops").sum())
-                    trace_fps = float(per_step.group_by("rank").agg(pl.col("flops").median())["flops"].mean())
-                    detail = _precision_detail(inwin, cr, ops, t.get("gpu_activities"), trace_fps, per_step.height)
-                    by_pr = detail["ops"].group_by("precision").agg(pl.col("flops").sum()).sort(["flops", "precision"])
-                    trace_dtype = prec.PEAK_COLUMN.get(by_pr["precision"][-1]) if by_pr.height else None
-                    by_op = inwin.group_by("name").agg(pl.col("flops").sum()).sort("name")
-                    out["trace_flops_by_op"] = {r["name"]: r["flops"] / per_step.height for r in by_op.to_dicts()}
-                    out["trace_ops_counted"] = inwin.height
+                    medians = _per_rank_medians(per_step, "flops")
+                    trace_fps = float(sum(medians) / len(medians))
+                    detail = _precision_detail(session, params, trace_fps, len(per_step))
+                    ops = detail["ops"]
+                    by_pr = sorted((f, k[0]) for k, f in _sums(ops, ("precision",)).items())
+                    trace_dtype = prec.PEAK_COLUMN.get(by_pr[-1][1]) if by_pr else None
+                    by_op = sorted(_sums(ops, ("name",)).items())
+                    out["trace_flops_by_op"] = {k[0]: f / len(per_step) for k, f in by_op}
+                    out["trace_ops_counted"] = len(ops)
         if tokens_per_step is None:
-            tok = tf.tokens_per_step(cr, steps if steps is not None else tf.step_windows(cr))
+            build(session, ["flops_step_tokens"], params)
+            tok = _per_rank_medians(session.table("flops_step_tokens").to_pylist(), "tokens", int)
             if tok:
-                tokens_per_step = round(statistics.mean(tok.values()))
+                tokens_per_step = round(statistics.mean(tok))
                 out["tokens_per_step_source"] = "trace (aten::embedding input shapes)"
     if tokens_per_step is not None and "tokens_per_step_source" not in out:
         out["tokens_per_step_source"] = "given"
@@ -174,15 +164,21 @@ def flops_section(source, step_time_ns: int | None, gpu_name: str | None = None,
     return out
 
 
-def _precision_detail(inwin: pl.DataFrame, cr: pa.Table, ops: pa.Table, gpu: pa.Table | None,
-                      flops_per_step: float, n_steps: int) -> dict:
-    """Counted in-window ops with their precision, their compute kernels and the precision split."""
-    kern = None
-    if gpu is not None and gpu.num_rows:
-        kern = prec.kernels_of_ops(tf.kernel_flops(ops, cr, gpu), gpu)
-    classified = prec.classify_ops(inwin.select("id", "name", "flops"), cr, kern)
-    ck = ach.compute_kernels(kern, classified) if kern is not None else None
-    return {"ops": classified, "kernels": ck, "split": prec.split(classified, flops_per_step),
+def _sums(rows: list[dict], keys: tuple[str, ...]) -> dict[tuple, float]:
+    """Sum of `flops` per distinct `keys` (in first-seen order), exact (math.fsum)."""
+    out: dict[tuple, list[float]] = {}
+    for r in rows:
+        out.setdefault(tuple(r[x] for x in keys), []).append(r["flops"])
+    return {k: math.fsum(v) for k, v in out.items()}
+
+
+def _precision_detail(session: Session, params: dict, flops_per_step: float, n_steps: int) -> dict:
+    """Counted in-step ops with their precision (flops_op_precision), their compute kernels
+    (flops_compute_kernels; None without GPU activity) and the precision split."""
+    build(session, ["flops_op_precision", "flops_compute_kernels"], params)
+    ops = session.table("flops_op_precision").to_pylist()
+    ck = session.table("flops_compute_kernels").to_pylist() if session.profile.gpu_activities.num_rows else None
+    return {"ops": ops, "kernels": ck, "split": prec.split(ops, flops_per_step),
             "n_steps": max(1, n_steps), "flops_per_step": flops_per_step}
 
 
@@ -200,7 +196,7 @@ def _precision_fields(detail: dict | None, fps: float | None, step_time_ns: int 
     if assumed:
         notes.append(f"precision not visible for {assumed / fps:.1%} of the FLOPs: assumed bf16")
     ck = detail["kernels"]
-    if ck is None or ck.height == 0:
+    if not ck:
         return out
     achievable = ach.sustained(ck)
     for a in achievable:
@@ -211,9 +207,10 @@ def _precision_fields(detail: dict | None, fps: float | None, step_time_ns: int 
     # MFU against the achievable: sum over (kind, precision) of F / (A * T)
     a = {(x["kind"], x["precision"]): x["tflops"] for x in achievable}
     ops = detail["ops"]
-    total = float(ops["flops"].sum())
-    by = ops.group_by("kind", "precision").agg(pl.col("flops").sum()).to_dicts()
-    lacking = sorted(f"{r['kind']} {r['precision']}" for r in by if r["flops"] and not a.get((r["kind"], r["precision"])))
+    total = math.fsum(r["flops"] for r in ops)
+    by = [{"kind": k, "precision": p, "flops": f} for (k, p), f in _sums(ops, ("kind", "precision")).items()]
+    lacking = sorted(f"{r['kind']} {r['precision']}" for r in by
+                     if r["flops"] and not a.get((r["kind"], r["precision"])))
     out["mfu_achievable"] = None
     if lacking:
         notes.append(f"no kernel of {', '.join(lacking)} lasts {ach.MIN_KERNEL_NS // 1000} us: "
@@ -224,34 +221,21 @@ def _precision_fields(detail: dict | None, fps: float | None, step_time_ns: int 
     return out
 
 
-def group_tflops(kernel_flops: pa.Table, groups: pa.Table, compute_time: pa.Table | None = None,
-                 gpu_activities: pa.Table | None = None) -> pa.Table:
-    """Achieved TFLOP/s per (layer, phase, stage). `groups`: id (gpu activity), layer, phase, stage.
-    `compute_time`: layer, phase, stage, time_ns; if None, the summed duration of the group's
-    kernels in `gpu_activities`. Returns layer, phase, stage, flops, time_ns, tflops."""
-    con = duckdb.connect()
-    con.register("kf", kernel_flops.select(["id", "flops"]))
-    con.register("grp", groups.select(["id", "layer", "phase", "stage"]))
-    if compute_time is None:
-        if gpu_activities is None:
-            raise UsageError(None, "group_tflops needs compute_time or gpu_activities")
-        con.register("g", gpu_activities.select(["id", "kind", "start_ns", "end_ns"]))
-        time_sql = """SELECT layer, phase, stage, sum(g.end_ns - g.start_ns) AS time_ns
-                      FROM grp JOIN g USING (id) WHERE g.kind = 'kernel' GROUP BY ALL"""
-    else:
-        con.register("ct", compute_time.select(["layer", "phase", "stage", "time_ns"]))
-        time_sql = "SELECT layer, phase, stage, time_ns FROM ct"
-    out = tf._arrow(con, f"""
-        WITH f AS (SELECT layer, phase, stage, sum(kf.flops) AS flops FROM grp JOIN kf USING (id) GROUP BY ALL),
-             t AS ({time_sql}),
-             k AS (SELECT layer, phase, stage FROM f UNION SELECT layer, phase, stage FROM t)
-        SELECT k.layer, k.phase, k.stage, coalesce(f.flops, 0.0) AS flops, t.time_ns,
-               CASE WHEN t.time_ns > 0 THEN coalesce(f.flops, 0.0) / (t.time_ns * 1e-9) / 1e12 END AS tflops
-        FROM k
-        LEFT JOIN f ON f.layer IS NOT DISTINCT FROM k.layer AND f.phase IS NOT DISTINCT FROM k.phase
-                   AND f.stage IS NOT DISTINCT FROM k.stage
-        LEFT JOIN t ON t.layer IS NOT DISTINCT FROM k.layer AND t.phase IS NOT DISTINCT FROM k.phase
-                   AND t.stage IS NOT DISTINCT FROM k.stage
-        ORDER BY k.layer NULLS LAST, k.phase, k.stage""")
-    con.close()
+def by_group(session: Session, layer_rows: list[dict], n_steps: int) -> list[dict]:
+    """Achieved TFLOP/s per (layer, phase, stage) per step: the kernel FLOPs the attribution gives
+    each group (flops_groups) over the group's compute time (the layer rows' compute_ns, summed)."""
+    build(session, ["flops_groups"])
+    time: dict[tuple, int] = {}
+    for r in layer_rows:
+        k = (r["layer"], r["phase"], r["stage"])
+        time[k] = time.get(k, 0) + r["compute_ns"]
+    out = []
+    for r in session.table("flops_groups").to_pylist():
+        if not r["flops"]:
+            continue
+        t = time.get((r["layer"], r["phase"], r["stage"]))
+        out.append({"layer": r["layer"], "phase": r["phase"], "stage": r["stage"],
+                    "flops_per_step": r["flops"] / n_steps,
+                    "compute_ns_per_step": (t or 0) / n_steps,
+                    "achieved_tflops": r["flops"] / (t * 1e-9) / 1e12 if t is not None and t > 0 else None})
     return out

@@ -14,10 +14,8 @@ An op's precision is read, in this order (the first that says something wins; do
 from __future__ import annotations
 
 import json
+import math
 from functools import lru_cache
-
-import polars as pl
-import pyarrow as pa
 
 from ..diff.families import family
 from . import peaks as _peaks
@@ -87,55 +85,22 @@ def op_kind(op_name: str) -> str:
     return "gemm"
 
 
-def kernels_of_ops(kernels: pa.Table, gpu_activities: pa.Table) -> pl.DataFrame:
-    """Kernel rows of counted ops (kernel_flops output joined to gpu_activities): id, rank, op_id, name,
-    family, category, kdtype, dur_ns, flops (the duration-split share of its op)."""
-    k = pl.from_arrow(kernels)
-    g = pl.from_arrow(gpu_activities.select(["id", "name", "start_ns", "end_ns"]))
-    k = k.join(g, on="id", how="left").with_columns(
-        dur_ns=(pl.col("end_ns") - pl.col("start_ns")).clip(lower_bound=0).fill_null(0))
-    names = k["name"].fill_null("").unique().to_list()
-    info = {n: (family(n).key,) + kernel_precision(n) for n in names}
-    lut = pl.DataFrame({"name": names, "family": [info[n][0] for n in names],
-                        "category": [info[n][1] for n in names], "kdtype": [info[n][2] for n in names]},
-                       schema={"name": pl.Utf8, "family": pl.Utf8, "category": pl.Utf8, "kdtype": pl.Utf8})
-    return k.with_columns(pl.col("name").fill_null("")).join(lut, on="name", how="left").select(
-        "id", "rank", "op_id", "name", "family", "category", "kdtype", "dur_ns", "flops")
-
-
-def classify_ops(ops: pl.DataFrame, cpu_ranges: pa.Table, kern: pl.DataFrame | None) -> pl.DataFrame:
-    """`ops` (counted, with id and name) plus precision, precision_source, kind, kernel_precision."""
-    types = pl.from_arrow(cpu_ranges.select(["id", "input_types"]))
-    o = ops.join(types, on="id", how="left")
-    kp: dict[int, str | None] = {}
-    if kern is not None and kern.height:
-        comp = kern.filter(pl.col("category").is_not_null()).sort(["op_id", "dur_ns", "id"],
-                                                                  descending=[False, True, False])
-        top = comp.group_by("op_id", maintain_order=True).first()
-        kp = dict(zip(top["op_id"].to_list(), top["kdtype"].to_list()))
-    rows = [op_precision(n, input_precision(t), kp.get(i))
-            for i, n, t in zip(o["id"].to_list(), o["name"].to_list(), o["input_types"].to_list())]
-    return o.with_columns(
-        pl.Series("precision", [r[0] for r in rows], dtype=pl.Utf8),
-        pl.Series("precision_source", [r[1] for r in rows], dtype=pl.Utf8),
-        pl.Series("kind", [op_kind(n) for n in o["name"].to_list()], dtype=pl.Utf8),
-        pl.Series("kernel_precision", [kp.get(i) for i in o["id"].to_list()], dtype=pl.Utf8)).drop("input_types")
-
-
-def split(classified: pl.DataFrame, flops_per_step: float) -> list[dict]:
+def split(ops: list[dict], flops_per_step: float) -> list[dict]:
     """FLOPs per step by precision: `flops_per_step` (the median-step total) split in the proportions of
-    the counted ops of all steps; with the part each source (op, kernel, inputs, assumed) decided."""
-    total = float(classified["flops"].sum())
+    the counted ops of all steps (rows with precision, precision_source, flops); with the part each
+    source (op, kernel, inputs, assumed) decided."""
+    total = math.fsum(r["flops"] for r in ops)
     if not total:
         return []
-    by = classified.group_by("precision", "precision_source").agg(pl.col("flops").sum())
+    by: dict[str, dict[str, list[float]]] = {}
+    for r in ops:
+        by.setdefault(r["precision"], {}).setdefault(r["precision_source"], []).append(r["flops"])
     out = []
-    for p in by["precision"].unique().to_list():
-        rows = by.filter(pl.col("precision") == p)
-        fp = float(rows["flops"].sum())
+    for p, parts in by.items():
+        src = {s: math.fsum(f) for s, f in parts.items()}
+        fp = math.fsum(x for f in parts.values() for x in f)
         out.append({"precision": p, "flops_per_step": flops_per_step * fp / total, "share": fp / total,
-                    "sources": {s: flops_per_step * float(f) / total
-                                for s, f in sorted(zip(rows["precision_source"], rows["flops"]))}})
+                    "sources": {s: flops_per_step * float(f) / total for s, f in sorted(src.items())}})
     return sorted(out, key=lambda r: (-r["share"], r["precision"]))
 
 

@@ -1,11 +1,9 @@
-"""FLOPs of the matrix and attention ops of a trace, from their recorded input shapes.
+"""The shape -> FLOP formulas of the matrix and attention ops (table FORMULAS), from their recorded
+input shapes; argument positions from native_functions.yaml.
 
-Counting rule: an op is counted when it has a formula (table FORMULAS), its shapes give a value,
-and no enclosing range (parent chain) is itself such an op: the OUTERMOST op with a formula wins,
-so `aten::linear -> aten::matmul -> aten::mm` is counted once, as the linear. Backward matmuls
-(`MmBackward0 -> aten::mm`) have no formula on the autograd node, so their `aten::mm` children count.
-A counted op's FLOPs go to the GPU kernels it or its descendants launched, split in proportion
-to kernel duration (kind 'kernel' only).
+Which ops are counted (the OUTERMOST op with a formula: `aten::linear -> aten::matmul -> aten::mm`
+counts once, as the linear) and how their FLOPs go to kernels (split by duration) are the engine
+steps traceview/sql/flops_ops.sql and flops_kernels.sql; flops/steps.py applies these formulas.
 """
 from __future__ import annotations
 
@@ -13,21 +11,10 @@ import json
 import math
 from functools import lru_cache
 
-import duckdb
-import polars as pl
-import pyarrow as pa
-
 from .peaks import _DTYPES
 
 BWD_FACTOR = 2.5   # flash-attention backward = 5 matmuls of the forward's 2
 CAUSAL_FACTOR = 0.5
-
-
-def _arrow(con, sql: str) -> pa.Table:
-    """A DuckDB query's result as an Arrow table (DuckDB 2 names it to_arrow_table, 1.x arrow)."""
-    rel = con.sql(sql)
-    out = rel.to_arrow_table() if hasattr(rel, "to_arrow_table") else rel.arrow()
-    return out.read_all() if isinstance(out, pa.RecordBatchReader) else out
 
 
 def _prod(xs) -> int:
@@ -246,7 +233,7 @@ def shape_flops(name: str, input_dims: str | None, concrete_inputs: str | None) 
     return None if f is None else float(f)
 
 
-def _dtype(input_types: str | None) -> str | None:
+def op_dtype(input_types: str | None) -> str | None:
     if not input_types:
         return None
     try:
@@ -254,89 +241,3 @@ def _dtype(input_types: str | None) -> str | None:
     except ValueError:
         return None
     return _DTYPES.get(str(t[0]).lower()) if t else None
-
-
-def op_flops(cpu_ranges: pa.Table) -> pa.Table:
-    """Ops with a formula: id, rank, tid, name, start_ns, end_ns, flops (null: shapes missing or not
-    understood), dtype, counted (outermost with FLOPs: these are the ones summed)."""
-    cr = pl.from_arrow(cpu_ranges.select(["id", "rank", "tid", "name", "start_ns", "end_ns", "parent_id",
-                                          "input_dims", "concrete_inputs", "input_types"]))
-    ops = cr.filter(pl.col("name").is_in(list(FORMULAS)))
-    sig = ops.select("name", "input_dims", "concrete_inputs", "input_types").unique()
-    # (computed on the unique shape signatures: a few hundred, even for big traces)
-    sig = sig.with_columns(
-        pl.Series("flops", [shape_flops(n, d, c) for n, d, c in
-                            zip(sig["name"], sig["input_dims"], sig["concrete_inputs"])], dtype=pl.Float64),
-        pl.Series("dtype", [_dtype(t) for t in sig["input_types"]], dtype=pl.Utf8))
-    keys = ["name", "input_dims", "concrete_inputs", "input_types"]
-    fill = [pl.col(k).fill_null("") for k in keys[1:]]
-    ops = ops.with_columns(fill).join(sig.with_columns(fill), on=keys, how="left")
-    has = ops.filter(pl.col("flops").is_not_null()).select("id", "parent_id")
-    con = duckdb.connect()
-    con.register("cr", cr.select("id", "parent_id").to_arrow())
-    con.register("has", has.to_arrow())
-    nested = _arrow(con, """
-        WITH RECURSIVE up(op, anc, n) AS (
-            SELECT id, parent_id, 0 FROM has WHERE parent_id IS NOT NULL
-            UNION ALL
-            SELECT up.op, cr.parent_id, up.n + 1 FROM up JOIN cr ON cr.id = up.anc
-            WHERE cr.parent_id IS NOT NULL AND up.n < 512)
-        SELECT DISTINCT up.op AS id FROM up JOIN has ON has.id = up.anc""")
-    nested = pl.from_arrow(nested)
-    con.close()
-    ops = ops.with_columns(counted=pl.col("flops").is_not_null() & ~pl.col("id").is_in(nested["id"].implode()))
-    return ops.select("id", "rank", "tid", "name", "start_ns", "end_ns", "flops", "dtype", "counted").to_arrow()
-
-
-def kernel_flops(ops: pa.Table, cpu_ranges: pa.Table, gpu_activities: pa.Table) -> pa.Table:
-    """Per GPU kernel: id (gpu_activities.id), rank, op_id (the counted op), flops. Kernels that no
-    counted op launched are absent. An op's FLOPs are split over its kernels by duration."""
-    counted = pl.from_arrow(ops).filter(pl.col("counted")).select("id", "flops")
-    con = duckdb.connect()
-    con.register("cr", cpu_ranges.select(["id", "parent_id"]))
-    con.register("g", gpu_activities.select(["id", "rank", "op_id", "kind", "start_ns", "end_ns"]))
-    con.register("counted", counted.to_arrow())
-    out = _arrow(con, """
-        WITH RECURSIVE up(act, anc, n) AS (
-            SELECT id, op_id, 0 FROM g WHERE op_id IS NOT NULL AND kind = 'kernel'
-            UNION ALL
-            SELECT up.act, cr.parent_id, up.n + 1 FROM up JOIN cr ON cr.id = up.anc
-            WHERE cr.parent_id IS NOT NULL AND up.n < 512),
-        k AS (
-            SELECT g.id, g.rank, c.id AS op_id, c.flops, greatest(g.end_ns - g.start_ns, 0) AS dur
-            FROM up JOIN counted c ON c.id = up.anc JOIN g ON g.id = up.act),
-        tot AS (SELECT op_id, sum(dur) AS s, count(*) AS n FROM k GROUP BY op_id)
-        SELECT k.id, k.rank, k.op_id,
-               CASE WHEN tot.s > 0 THEN k.flops * k.dur / tot.s ELSE k.flops / tot.n END AS flops
-        FROM k JOIN tot USING (op_id) ORDER BY k.id""")
-    con.close()
-    return out.cast(pa.schema([("id", pa.int64()), ("rank", pa.int32()), ("op_id", pa.int64()), ("flops", pa.float64())]))
-
-
-def step_windows(cpu_ranges: pa.Table) -> pa.Table:
-    """rank, step, start_ns, end_ns of the profiler's `ProfilerStep#N` ranges (empty if none)."""
-    cr = pl.from_arrow(cpu_ranges.select(["rank", "name", "start_ns", "end_ns"]))
-    w = (cr.filter(pl.col("name").str.contains(r"^ProfilerStep#\d+$"))
-         .with_columns(step=pl.col("name").str.extract(r"#(\d+)$").cast(pl.Int64))
-         .group_by("rank", "step").agg(pl.col("start_ns").min(), pl.col("end_ns").max())
-         .sort("rank", "step"))
-    return w.select("rank", "step", "start_ns", "end_ns").to_arrow()
-
-
-def tokens_per_step(cpu_ranges: pa.Table, windows: pa.Table | None = None) -> dict[int, int]:
-    """Tokens per step per rank from `aten::embedding` inputs ([vocab, d], [B, T] -> B*T), summed
-    over the embedding calls of each step, median over steps. Ranks without embedding are absent."""
-    cr = pl.from_arrow(cpu_ranges.select(["rank", "name", "start_ns", "input_dims"]))
-    emb = cr.filter((pl.col("name") == "aten::embedding") & pl.col("input_dims").is_not_null())
-    if emb.height == 0:
-        return {}
-    emb = emb.with_columns(tok=pl.col("input_dims").str.json_decode(pl.List(pl.List(pl.Int64)))
-                           .list.get(1, null_on_oob=True).list.eval(pl.element().product()).list.first())
-    emb = emb.filter(pl.col("tok").is_not_null())
-    if windows is None or windows.num_rows == 0:
-        per = emb.group_by("rank").agg(pl.col("tok").max().alias("t"))   # one call = one step's batch
-        return {int(r): int(t) for r, t in zip(per["rank"], per["t"])}
-    w = pl.from_arrow(windows.select(["rank", "step", "start_ns", "end_ns"])).with_columns(pl.col("rank").cast(pl.Int32))
-    j = emb.with_columns(pl.col("rank").cast(pl.Int32)).join(w, on="rank").filter((pl.col("start_ns") >= pl.col("start_ns_right")) & (pl.col("start_ns") < pl.col("end_ns")))
-    per = j.group_by("rank", "step").agg(pl.col("tok").sum()).group_by("rank").agg(pl.col("tok").median())
-    return {int(r): int(t) for r, t in zip(per["rank"], per["tok"])}

@@ -14,6 +14,7 @@
 -- its launch on another thread that is a training thread of the process (the thread holding
 -- the step ranges; with no step ranges, every thread with such annotations), when exactly one
 -- such thread has one open then (several: ambiguous, not used).
+-- The step of an activity is the step range around the launch; on a rank with no step ranges, 0 (its whole trace).
 -- region: 'layer' (a layer number, named or inferred), 'layer_unknown' (a stage of a layer
 -- but no layer number), 'outside' (attributed, in no layer-like annotation: embedding, output
 -- head, loss, optimizer...), 'unattributed' (backward work with no link to a forward op and no
@@ -95,7 +96,7 @@ stepped AS (
     QUALIFY row_number() OVER (PARTITION BY j.id ORDER BY s.step) = 1
 )
 SELECT j.id, j.rank,
-       coalesce(st.step, CASE WHEN (SELECT count(*) FROM step_ranges) = 0 THEN 0 END) AS step,
+       coalesce(st.step, CASE WHEN NOT EXISTS (SELECT 1 FROM step_ranges s WHERE s.rank = j.rank) THEN 0 END) AS step,
        j.r_layer AS layer,
        CASE WHEN j.is_bwd THEN 'backward'
             WHEN j.phase IS NOT NULL THEN j.phase

@@ -12,28 +12,21 @@
 -- memory: other memcpy / memset.
 -- compute: every other kernel.
 WITH coll_ranges AS (
-    SELECT rank, tid, start_ns, end_ns, name
+    SELECT {'rank': rank, 'tid': tid} AS grp, start_ns AS s, end_ns AS e, name
     FROM cpu_ranges
     WHERE regexp_matches(name, $comm_op_regex)
        OR upper(coalesce(domain, '')) = 'NCCL'
        OR (upper(coalesce(domain, '')) = 'MPI' AND starts_with(name, 'MPI_'))
        OR coll_name IS NOT NULL
 ),
--- nested/overlapping collective ranges merged into disjoint islands per thread, so that one
--- ASOF join (latest island starting at or before the launch) finds the only candidate
-ordered AS (
-    SELECT *, max(end_ns) OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC
-                                ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS prev_end
-    FROM coll_ranges
-),
-numbered AS (
-    SELECT *, sum(CASE WHEN prev_end IS NULL OR start_ns > prev_end THEN 1 ELSE 0 END)
-                  OVER (PARTITION BY rank, tid ORDER BY start_ns, end_ns DESC ROWS UNBOUNDED PRECEDING) AS island
-    FROM ordered
-),
+-- nested/overlapping collective ranges merged into disjoint islands per thread (interval_union),
+-- so that one ASOF join (latest island starting at or before the launch) finds the only
+-- candidate; an island is named by its earliest range
 islands AS (
-    SELECT rank, tid, island, min(start_ns) AS s, max(end_ns) AS e, arg_min(name, start_ns) AS name
-    FROM numbered GROUP BY rank, tid, island
+    SELECT u.grp.rank AS rank, u.grp.tid AS tid, u.s, u.e, arg_min(c.name, c.s) AS name
+    FROM interval_union('coll_ranges') u
+    JOIN coll_ranges c ON c.grp = u.grp AND c.s >= u.s AND c.e <= u.e
+    GROUP BY ALL
 ),
 under_coll AS (
     SELECT o.id, i.name AS coll_range

@@ -1,7 +1,10 @@
+-- step: layer_heads
+-- scope: rank
+-- requires: range_context_raw, cpu_ranges, step_ranges
+-- produces: id, rank, step, tid, phase, pass, name, start_ns
 -- layer_heads: the stage-naming annotations with no layer number (range_context.head = id), in
 -- the order `layers.infer_blocks` reads them: per rank, step, thread, phase and pass (DeepSeek's
 -- deferred weight-gradient `(W)` annotations form their own pass), by start time.
--- Input: range_context_raw, cpu_ranges, step_ranges.
 WITH h AS (
     SELECT c.id, c.rank, r.tid, r.start_ns, r.name,
            CASE WHEN c.anchor IS NOT NULL OR c.phase = 'backward' THEN 'backward'

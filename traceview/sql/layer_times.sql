@@ -1,38 +1,12 @@
--- layer_times: each window's time split over (layer, phase, stage, region).
--- Every elementary segment (see `segments`) is shared equally among the activities that run
--- in it and decide its class: compute segments among the compute kernels (comm running beside
--- them counts as overlapped comm of the comm activities), comm-only segments among the comm
--- activities, memory-only segments among memory ops. An idle segment is charged to the
--- activity that ends it (the next one to start), whose launch the GPU was waiting for.
+-- step: layer_times
+-- scope: rank
+-- requires: activity_shares, activity_attribution
+-- produces: rank, step, layer, phase, stage, region, layer_inferred, compute_ns, exposed_comm_ns
+-- produces: overlapped_comm_ns, exposed_memory_ns, idle_ns, comm_ns, step_time_ns, activities
+-- layer_times: each window's time split over (layer, phase, stage, region): the activities'
+-- shares (activity_shares) summed per group and rounded.
 -- The parts of all groups add up to the step window (up to rounding of the shares).
 -- layer_inferred: the group's layer number was inferred from repeating annotation blocks.
--- Input: segments, activity_spans, activity_attribution.
-WITH cover AS (
-    SELECT rank, step, id, class, unnest(range(i0, i1)) AS seg FROM activity_spans
-),
-shares AS (
-    SELECT v.id, v.rank, v.step,
-           sum(CASE WHEN v.class = 'compute' AND s.c > 0 THEN (s.t_end - s.t) / s.c ELSE 0 END) AS compute_ns,
-           sum(CASE WHEN v.class = 'comm' AND s.c = 0 THEN (s.t_end - s.t) / s.m ELSE 0 END) AS exposed_comm_ns,
-           sum(CASE WHEN v.class = 'comm' AND s.c > 0 THEN (s.t_end - s.t) / s.m ELSE 0 END) AS overlapped_comm_ns,
-           sum(CASE WHEN v.class = 'memory' AND s.c = 0 AND s.m = 0 THEN (s.t_end - s.t) / s.x ELSE 0 END)
-               AS exposed_memory_ns,
-           0::DOUBLE AS idle_ns
-    FROM cover v JOIN segments s ON s.rank = v.rank AND s.step = v.step AND s.seg = v.seg
-    GROUP BY v.id, v.rank, v.step
-),
-idle AS (   -- idle segments, charged to the activity (lowest id) that starts where the gap ends
-    SELECT s.rank, s.step, arg_min(c.id, c.id) AS id, any_value(s.t_end - s.t)::DOUBLE AS idle_ns
-    FROM segments s
-    JOIN activity_spans c ON c.rank = s.rank AND c.step = s.step AND c.s = s.t_end
-    WHERE s.t_end IS NOT NULL AND s.c = 0 AND s.m = 0 AND s.x = 0
-    GROUP BY s.rank, s.step, s.t
-),
-per_activity AS (
-    SELECT id, rank, step, compute_ns, exposed_comm_ns, overlapped_comm_ns, exposed_memory_ns, idle_ns FROM shares
-    UNION ALL
-    SELECT id, rank, step, 0, 0, 0, 0, idle_ns FROM idle
-)
 SELECT p.rank, p.step, t.layer, t.phase, t.stage, t.region, bool_or(t.layer_inferred) AS layer_inferred,
        round(sum(p.compute_ns))::BIGINT AS compute_ns,
        round(sum(p.exposed_comm_ns))::BIGINT AS exposed_comm_ns,
@@ -42,6 +16,6 @@ SELECT p.rank, p.step, t.layer, t.phase, t.stage, t.region, bool_or(t.layer_infe
        round(sum(p.exposed_comm_ns + p.overlapped_comm_ns))::BIGINT AS comm_ns,
        round(sum(p.compute_ns + p.exposed_comm_ns + p.exposed_memory_ns + p.idle_ns))::BIGINT AS step_time_ns,
        count(DISTINCT p.id) AS activities
-FROM per_activity p JOIN activity_attribution t ON t.id = p.id
+FROM activity_shares p JOIN activity_attribution t ON t.id = p.id
 GROUP BY p.rank, p.step, t.layer, t.phase, t.stage, t.region
 ORDER BY p.rank, p.step, t.layer NULLS LAST, t.phase, t.stage, t.region

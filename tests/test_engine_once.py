@@ -1,0 +1,45 @@
+"""One `analyze` builds each step once and opens one DuckDB connection (the CLI's path: options
+checked, rules loaded, trace loaded, every section, on h200_moe/overlap and the 8-rank DLRM job)."""
+import inspect
+from pathlib import Path
+
+import duckdb
+import pytest
+from helpers import TRACES
+
+from traceview.engine import steps
+from traceview.runs import AnalyzeOptions, run_job
+
+FLOPS = str(Path(__file__).resolve().parents[1] / "traceview" / "flops")
+
+CASES = {"h200_moe_overlap": [TRACES / "kineto" / "h200_moe" / "overlap.json.gz"],
+         "dlrm_8rank": sorted((TRACES / "kineto" / "dlrm_8rank_v100").glob("*.json*"))}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_step_once_and_one_connection(case, monkeypatch):
+    paths = CASES[case]
+    if not paths or not all(p.exists() for p in paths):
+        pytest.skip("the shared corpus is not beside the checkout")
+    opened = []
+    real = duckdb.connect
+
+    def counting(*a, **k):
+        caller = inspect.stack()[1].filename
+        # the FLOPs code still opens private connections of its own until it moves onto the
+        # engine: connections opened from traceview/flops/ are not counted
+        if not caller.startswith(FLOPS):
+            opened.append(caller)
+        return real(*a, **k)
+    monkeypatch.setattr(duckdb, "connect", counting)
+    doc, session = run_job([str(p) for p in paths], AnalyzeOptions())
+    assert len(opened) == 1, opened
+    assert doc["steps"] and doc["critical_path"]
+    assert session.build_counts and set(session.build_counts.values()) == {1}, session.build_counts
+    # what the report reads was built through the engine, each step once
+    want = {"activity_origin", "activity_class", "step_source", "step_ranges", "windows", "segments",
+            "activity_spans", "breakdown", "top_kernels", "range_context_raw", "layer_heads", "layer_blocks",
+            "range_context", "activity_attribution", "activity_shares", "layer_times", "attribution_groups",
+            "comm_ops", "comm_exposure", "comm_summary", "coll_instances", "cp_host_syncs", "cp_preds"}
+    assert want <= set(session.build_counts), want - set(session.build_counts)
+    assert set(session.build_counts) <= set(steps.all_steps())

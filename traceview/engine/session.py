@@ -1,0 +1,95 @@
+"""The DuckDB session of one analysis: one connection, the profile's canonical tables registered
+under their names, the interval macros (traceview/sql/intervals/*.sql) loaded, and the tables the
+engine's steps materialized (`build` in engine/pipeline.py is the way to make them). `sql()` and
+`rows()` are for one-line lookups; parameters travel as DuckDB named parameters (`$name`), never by
+string formatting of trace text.
+"""
+from __future__ import annotations
+
+from importlib import resources
+
+import duckdb
+import pyarrow as pa
+
+from .. import schema
+from ..profile import Profile
+
+
+def _macros() -> list[str]:
+    folder = resources.files("traceview.sql").joinpath("intervals")
+    return [f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith(".sql")]
+
+
+class Session:
+    """One DuckDB connection with the profile's tables registered under their canonical names.
+
+    The connection opens before the profile is loaded (`Session()` then `attach(profile)`), so
+    that checks of user patterns, which must compile in DuckDB, run on it before any work."""
+
+    def __init__(self, profile: Profile | None = None, threads: int = 1):
+        self.profile: Profile | None = None
+        self.con = duckdb.connect(":memory:")
+        # One thread by default: floating-point sums then run in one order, so the same input
+        # gives byte-identical reports (and on traces of this size it is not slower: measured).
+        self.con.execute(f"SET threads = {max(1, int(threads))}")
+        for text in _macros():
+            self.con.execute(text)
+        self._views: set[str] = set()
+        self._registered: set[str] = set()
+        self.built: dict[str, dict] = {}          # step -> the parameters it was built with (engine/pipeline.py)
+        self.build_counts: dict[str, int] = {}    # step -> times materialized (a test holds it at 1)
+        if profile is not None:
+            self.attach(profile)
+
+    def attach(self, profile: Profile) -> None:
+        """Register the profile's canonical tables (once per session)."""
+        if self.profile is not None:
+            raise RuntimeError("this session already holds a profile")
+        self.profile = profile
+        for name in schema.TABLES:
+            self.con.register(name, getattr(profile, name))
+
+    def tables(self) -> set[str]:
+        """Names queryable now: canonical tables, registered Arrow tables, materialized steps."""
+        return set(schema.TABLES) | self._registered | self._views
+
+    def columns(self, name: str) -> list[str]:
+        return [r[0] for r in self.con.execute(f"DESCRIBE {name}").fetchall()]
+
+    def _replace(self, name: str) -> None:
+        if name in self._registered:
+            self.con.unregister(name)
+            self._registered.discard(name)
+
+    def materialize_sql(self, name: str, sql: str, params: dict) -> None:
+        """Keep the result of a step's SQL inside DuckDB as temp table `name` (engine/pipeline.py)."""
+        self._replace(name)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
+        self._views.add(name)
+
+    def materialize_arrow(self, name: str, table: pa.Table) -> None:
+        """Keep a Python step's Arrow result inside DuckDB as temp table `name` (engine/pipeline.py)."""
+        self._replace(name)
+        self.con.register("__step_result", table)
+        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM __step_result")
+        self.con.unregister("__step_result")
+        self._views.add(name)
+
+    def register(self, name: str, table: pa.Table) -> None:
+        """Make an Arrow table queryable under `name` (replacing a table of that name): the rows a
+        golden test gives a step."""
+        if name in self._views:
+            self.con.execute(f"DROP TABLE IF EXISTS {name}")
+            self._views.discard(name)
+        self.con.register(name, table)
+        self._registered.add(name)
+
+    def sql(self, sql: str, **params) -> pa.Table:
+        params = {k: v for k, v in params.items() if f"${k}" in sql}
+        return self.con.sql(sql, params=params or None).to_arrow_table()
+
+    def table(self, name: str) -> pa.Table:
+        return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
+
+    def rows(self, sql: str, **params) -> list[dict]:
+        return self.sql(sql, **params).to_pylist()

@@ -1,0 +1,96 @@
+"""The FLOPs engine steps written in Python: the shape -> FLOP formulas (trace_flops.FORMULAS), the
+token count of an embedding call's shapes, the kernel-name families and the precision rules
+(precision.py): functions of a name or a shape string, applied per row or per distinct value. What
+joins, nests, splits and sums is SQL (traceview/sql/flops_*.sql)."""
+from __future__ import annotations
+
+import json
+
+import pyarrow as pa
+
+from ..diff.families import family
+from ..engine.steps import python_step
+from .precision import input_precision, kernel_precision, op_kind, op_precision
+from .trace_flops import FORMULAS, op_dtype, shape_flops
+
+_SIGNATURE = ("rank", "name", "input_dims", "concrete_inputs", "input_types")
+
+
+@python_step("flops_shapes", scope="rank", requires=("cpu_ranges",), params=(),
+             produces=_SIGNATURE + ("flops", "dtype"))
+def flops_shapes(session, params) -> pa.Table:
+    """One row per distinct (rank, op name, input dims, concrete inputs, input types) of the ops
+    with a formula (missing text as ''): its FLOPs (null: no usable shapes) and input dtype.
+    Computed on the signatures only: a few hundred, even for big traces."""
+    sig = session.sql("SELECT DISTINCT rank, name, coalesce(input_dims, '') AS input_dims, "
+                      "coalesce(concrete_inputs, '') AS concrete_inputs, coalesce(input_types, '') AS input_types "
+                      "FROM cpu_ranges "
+                      "WHERE list_contains($names, name) ORDER BY ALL", names=sorted(FORMULAS))
+    cols = {c: sig.column(c).to_pylist() for c in _SIGNATURE}
+    flops = [shape_flops(n, d, c)
+             for n, d, c in zip(cols["name"], cols["input_dims"], cols["concrete_inputs"], strict=True)]
+    dtype = [op_dtype(t) for t in cols["input_types"]]
+    return pa.table({**{c: sig.column(c) for c in _SIGNATURE},
+                     "flops": pa.array(flops, pa.float64()), "dtype": pa.array(dtype, pa.string())})
+
+
+def embedding_tokens(input_dims: str | None) -> int | None:
+    """Tokens of one `aten::embedding` call: the element count of its second input ([vocab, d],
+    [B, T] -> B*T), or None when the shapes do not say."""
+    try:
+        dims = json.loads(input_dims) if input_dims else None
+    except ValueError:
+        return None
+    if not isinstance(dims, list) or len(dims) < 2 or not isinstance(dims[1], list):
+        return None
+    idx = dims[1]
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in idx):
+        return None
+    out = 1
+    for x in idx:
+        out *= x
+    return out
+
+
+@python_step("flops_embedding_tokens", scope="rank", requires=("cpu_ranges",), params=(),
+             produces=("rank", "id", "start_ns", "tokens"))
+def flops_embedding_tokens(session, params) -> pa.Table:
+    """The `aten::embedding` calls with recorded shapes and the tokens each looks up."""
+    emb = session.sql("SELECT rank, id, start_ns, input_dims FROM cpu_ranges "
+                      "WHERE name = 'aten::embedding' AND input_dims IS NOT NULL ORDER BY rank, id")
+    tok = [embedding_tokens(d) for d in emb.column("input_dims").to_pylist()]
+    keep = pa.array([t is not None for t in tok], pa.bool_())
+    out = pa.table({"rank": emb.column("rank"), "id": emb.column("id"), "start_ns": emb.column("start_ns"),
+                    "tokens": pa.array(tok, pa.int64())})
+    return out.filter(keep)
+
+
+@python_step("flops_kernel_info", scope="rank", requires=("flops_kernels", "gpu_activities"), params=(),
+             produces=("rank", "name", "family", "category", "kdtype"))
+def flops_kernel_info(session, params) -> pa.Table:
+    """Per distinct kernel name of the counted ops' kernels: its family (diff/families.py), compute
+    category (gemm / attention / conv; null for other kernels) and the math type its name shows."""
+    names = session.sql("SELECT DISTINCT k.rank, coalesce(g.name, '') AS name FROM flops_kernels k "
+                        "LEFT JOIN gpu_activities g ON g.id = k.id ORDER BY ALL")
+    info = [(family(n).key,) + kernel_precision(n) for n in names.column("name").to_pylist()]
+    return pa.table({"rank": names.column("rank"), "name": names.column("name"),
+                     "family": pa.array([i[0] for i in info], pa.string()),
+                     "category": pa.array([i[1] for i in info], pa.string()),
+                     "kdtype": pa.array([i[2] for i in info], pa.string())})
+
+
+@python_step("flops_op_precision", scope="rank", requires=("flops_op_inputs",), params=(),
+             produces=("rank", "step", "id", "name", "flops", "precision", "precision_source", "kind",
+                       "kernel_precision"))
+def flops_op_precision(session, params) -> pa.Table:
+    """The precision each counted op of a step ran in and what said so (precision.op_precision:
+    the op, its compute kernel, its input types, or assumed bf16), and its kind of work."""
+    t = session.table("flops_op_inputs")
+    names, kp = t.column("name").to_pylist(), t.column("kernel_precision").to_pylist()
+    decided = [op_precision(n, input_precision(i), k)
+               for n, i, k in zip(names, t.column("input_types").to_pylist(), kp, strict=True)]
+    return pa.table({"rank": t.column("rank"), "step": t.column("step"), "id": t.column("id"), "name": t.column("name"),
+                     "flops": t.column("flops"), "precision": pa.array([d[0] for d in decided], pa.string()),
+                     "precision_source": pa.array([d[1] for d in decided], pa.string()),
+                     "kind": pa.array([op_kind(n) for n in names], pa.string()),
+                     "kernel_precision": pa.array(kp, pa.string())})

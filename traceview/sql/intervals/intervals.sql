@@ -1,0 +1,63 @@
+-- Interval algebra as table macros, kept apart from the domain steps (which call them). Each takes
+-- the NAME of a table (or view) of intervals with columns grp (the partition key: any type, e.g.
+-- a struct of rank and step), s, e (half-open [s, e); empty ones are ignored) and returns rows
+-- (grp, s, e[, n]) in no particular order.
+--
+-- interval_segments(t): the elementary segments between consecutive boundaries of each
+-- partition's intervals, with n = how many intervals cover the segment (0 for gaps inside the
+-- partition's span).
+CREATE OR REPLACE MACRO interval_segments(t) AS TABLE
+WITH deltas AS (
+    SELECT grp, s AS p, 1 AS d FROM query_table(t) WHERE e > s
+    UNION ALL
+    SELECT grp, e AS p, -1 AS d FROM query_table(t) WHERE e > s
+),
+points AS (SELECT grp, p, sum(d) AS d FROM deltas GROUP BY grp, p),
+swept AS (
+    SELECT grp, p AS s, lead(p) OVER (PARTITION BY grp ORDER BY p) AS e,
+           sum(d) OVER (PARTITION BY grp ORDER BY p ROWS UNBOUNDED PRECEDING)::BIGINT AS n
+    FROM points
+)
+SELECT grp, s, e, n FROM swept WHERE e IS NOT NULL;
+
+-- interval_union(t): per partition, the maximal intervals covered by at least one input interval.
+CREATE OR REPLACE MACRO interval_union(t) AS TABLE
+WITH covered AS (SELECT grp, s, e FROM interval_segments(t) WHERE n > 0),
+marked AS (
+    SELECT grp, s, e,
+           CASE WHEN lag(e) OVER (PARTITION BY grp ORDER BY s) = s THEN 0 ELSE 1 END AS starts
+    FROM covered
+),
+islands AS (
+    SELECT grp, s, e, sum(starts) OVER (PARTITION BY grp ORDER BY s ROWS UNBOUNDED PRECEDING) AS island
+    FROM marked
+)
+SELECT grp, min(s) AS s, max(e) AS e FROM islands GROUP BY grp, island;
+
+-- interval_overlay(a, b): the elementary segments of a's and b's intervals together (one sweep),
+-- with na, nb = how many intervals of a and of b cover each (gaps included: both 0).
+CREATE OR REPLACE MACRO interval_overlay(a, b) AS TABLE
+WITH deltas AS (
+    SELECT grp, s AS p, 1 AS da, 0 AS db FROM query_table(a) WHERE e > s
+    UNION ALL SELECT grp, e, -1, 0 FROM query_table(a) WHERE e > s
+    UNION ALL SELECT grp, s, 0, 1 FROM query_table(b) WHERE e > s
+    UNION ALL SELECT grp, e, 0, -1 FROM query_table(b) WHERE e > s
+),
+points AS (SELECT grp, p, sum(da) AS da, sum(db) AS db FROM deltas GROUP BY grp, p),
+swept AS (
+    SELECT grp, p AS s, lead(p) OVER (PARTITION BY grp ORDER BY p) AS e,
+           sum(da) OVER (PARTITION BY grp ORDER BY p ROWS UNBOUNDED PRECEDING)::BIGINT AS na,
+           sum(db) OVER (PARTITION BY grp ORDER BY p ROWS UNBOUNDED PRECEDING)::BIGINT AS nb
+    FROM points
+)
+SELECT grp, s, e, na, nb FROM swept WHERE e IS NOT NULL;
+
+-- interval_intersect(a, b): per partition, the maximal intervals covered by both a and b.
+CREATE OR REPLACE MACRO interval_intersect(a, b) AS TABLE
+WITH both_ AS (SELECT grp, s, e FROM interval_overlay(a, b) WHERE na > 0 AND nb > 0)
+SELECT * FROM interval_union('both_');
+
+-- interval_subtract(a, b): per partition, the maximal parts of a's union that b does not cover.
+CREATE OR REPLACE MACRO interval_subtract(a, b) AS TABLE
+WITH only_a AS (SELECT grp, s, e FROM interval_overlay(a, b) WHERE na > 0 AND nb = 0)
+SELECT * FROM interval_union('only_a');

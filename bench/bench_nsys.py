@@ -7,6 +7,14 @@ also covers the helpers it waited for, e.g. the Python that `nsys stats` starts)
     python bench/bench_nsys.py                  # largest corpus export with kernels
     python bench/bench_nsys.py --scale 100      # the same export, its activity repeated 100 times
     python bench/bench_nsys.py --file my.sqlite
+    python bench/bench_nsys.py --vs-read-once 1,100 --repeat 5   # issue targets, see below
+
+`--vs-read-once SCALES` runs, for h100_2gpu_train_a2a at each scale (or --file), interleaved
+repeats of three whole processes: `traceview analyze -f json` (report to /dev/null), the read-once
+floor (every table the nsys parser reads, read once through ADBC into Arrow, `SELECT *`) and the
+bare imports of analyze (the fixed RSS of the process); it prints medians of wall, CPU and peak
+RSS, the ratios analyze / read-once (time) and analyze peak / export size (memory, also net of
+the imports), and the us per GPU activity.
 
 `--scale N` builds a temporary copy whose kernels, memcpys, memsets, runtime calls, NVTX ranges and
 syncs are repeated N times, shifted in time (and correlation ids) past the original window, so
@@ -49,6 +57,32 @@ if assemble is not None and sys.argv[2] == "1":
     out["steps"] = doc["summary"].get("steps")
 print(json.dumps(out))
 """
+
+
+# every table parsers/nsys.py reads (the ENUM_* tables too, when present)
+USED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
+        "CUPTI_ACTIVITY_KIND_RUNTIME", "CUPTI_ACTIVITY_KIND_DRIVER", "NVTX_EVENTS",
+        "CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", "CUPTI_ACTIVITY_KIND_CUDA_EVENT", "StringIds", "TARGET_INFO_GPU",
+        "TARGET_INFO_SESSION_START_TIME", "META_DATA_CAPTURE", "META_DATA_EXPORT", "EXPORT_META_DATA",
+        "TARGET_INFO_SYSTEM_ENV", "ENUM_NSYS_EVENT_TYPE", "ENUM_CUDA_MEMCPY_OPER", "ENUM_CUDA_MEM_KIND",
+        "ENUM_CUPTI_SYNC_TYPE", "ENUM_NSYS_EVENT_CLASS")
+
+READ_ONCE = r"""
+import sys
+import adbc_driver_sqlite.dbapi as db
+con = db.connect(f"file:{sys.argv[1]}?mode=ro")
+cur = con.cursor()
+have = {r[0] for r in cur.execute("SELECT name FROM sqlite_master WHERE type='table'").fetchall()}
+n = 0
+for t in sys.argv[2].split(","):
+    if t in have:
+        cur.execute(f'SELECT * FROM "{t}"')
+        n += cur.fetch_arrow_table().num_rows
+print(n)
+"""
+
+IMPORTS = ("import traceview.cli, traceview.runs, traceview.parsers.nsys, traceview.reports, "
+           "traceview.reports.json_report")
 
 
 def kernel_count(db: Path) -> int:
@@ -122,13 +156,77 @@ def run(cmd: list[str]) -> dict:
                 "stdout": fo.read().decode(errors="replace"), "stderr": fe.read().decode(errors="replace")}
 
 
+def gpu_count(db: Path) -> int:
+    con = sqlite3.connect(f"file:{db}?mode=ro", uri=True)
+    n = 0
+    for t in ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET"):
+        try:
+            n += con.execute(f"SELECT count(*) FROM {t}").fetchone()[0]
+        except sqlite3.Error:
+            pass
+    con.close()
+    return n
+
+
+def measure(cmd: list[str]) -> dict:
+    """One whole process: wall, CPU (user + sys) and peak RSS (MiB) from its rusage."""
+    t = time.perf_counter()
+    with tempfile.TemporaryFile() as fe:
+        p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=fe, stdin=subprocess.DEVNULL)
+        _, status, ru = os.wait4(p.pid, 0)
+        fe.seek(0)
+        err = fe.read().decode(errors="replace").strip().splitlines()
+    return {"wall": time.perf_counter() - t, "cpu": ru.ru_utime + ru.ru_stime, "rss": ru.ru_maxrss / 1024,
+            "rc": os.waitstatus_to_exitcode(status), "err": err[-1][:160] if err else ""}
+
+
+def vs_read_once(src: Path, scales: list[int], repeat: int, workdir: Path) -> None:
+    """The issue's nsys targets: analyze <= 2x the read-once, peak RSS <= 2x the export."""
+    import statistics
+    for scale in scales:
+        _N0.clear()
+        db = scaled_copy(src, scale, workdir) if scale > 1 else src
+        size = db.stat().st_size / 2**20
+        n_gpu = gpu_count(db)
+        cmds = {"analyze": [sys.executable, "-m", "traceview", "analyze", "-f", "json", str(db)],
+                "read-once": [sys.executable, "-c", READ_ONCE, str(db), ",".join(USED)],
+                "imports": [sys.executable, "-c", IMPORTS]}
+        runs: dict[str, list[dict]] = {k: [] for k in cmds}
+        for _ in range(repeat):  # interleaved: each round runs every command once
+            for k, c in cmds.items():
+                runs[k].append(measure(c))
+        med = {}
+        for k, rs in runs.items():
+            ok = [r for r in rs if r["rc"] == 0]
+            if not ok:
+                sys.exit(f"{k} failed on {db}: rc {rs[0]['rc']}: {rs[0]['err']}")
+            med[k] = {m: statistics.median(r[m] for r in ok) for m in ("wall", "cpu", "rss")}
+        print(f"{src.name} x{scale}: {size:.1f} MiB export, {n_gpu} GPU activities; medians of {repeat} "
+              "interleaved runs")
+        for k, r in med.items():
+            print(f"  {k:10s} wall {r['wall']:7.2f} s  cpu {r['cpu']:7.2f} s  peak RSS {r['rss']:7.0f} MiB")
+        a, ro, imp = med["analyze"], med["read-once"], med["imports"]
+        print(f"  analyze / read-once: wall {a['wall'] / ro['wall']:.2f}x, cpu {a['cpu'] / ro['cpu']:.2f}x "
+              "(target <= 2x)")
+        print(f"  analyze peak RSS / export size: {a['rss'] / size:.2f}x; net of the imports "
+              f"({imp['rss']:.0f} MiB): {(a['rss'] - imp['rss']) / size:.2f}x (target <= 2x)")
+        print(f"  analyze {a['wall'] / max(n_gpu, 1) * 1e6:.2f} us wall per GPU activity")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--file", type=Path, help="SQLite export (default: largest corpus export with kernels)")
     ap.add_argument("--scale", type=int, default=1, help="repeat the export's activity N times")
     ap.add_argument("--repeat", type=int, default=3, help="runs of each command (best wall time kept)")
     ap.add_argument("--no-breakdown", action="store_true", help="time the load only")
+    ap.add_argument("--vs-read-once", metavar="SCALES",
+                    help="comma-separated scales (e.g. 1,100): analyze vs the read-once floor, interleaved")
     args = ap.parse_args()
+    if args.vs_read_once:
+        src = args.file or CORPUS / "h100_2gpu_train_a2a_2026.2.sqlite"
+        with tempfile.TemporaryDirectory(prefix="bench-nsys-") as tmp:
+            vs_read_once(src, [int(x) for x in args.vs_read_once.split(",") if x], args.repeat, Path(tmp))
+        return
     src = args.file or largest_with_kernels()
     with tempfile.TemporaryDirectory(prefix="bench-nsys-") as tmp:
         db = scaled_copy(src, args.scale, Path(tmp)) if args.scale > 1 else src

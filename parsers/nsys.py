@@ -47,6 +47,7 @@ _SYNC_NAMES = (("STREAM_WAIT_EVENT", "stream_wait_event"), ("EVENT_SYNCHRONIZE",
                ("STREAM_SYNCHRONIZE", "stream_sync"), ("CONTEXT_SYNCHRONIZE", "context_sync"))
 _EVENT_TYPES = {"NvtxPushPopRange": 59, "NvtxStartEndRange": 60, "NvtxDomainCreate": 75}
 _PID = "((({c}) >> 24) & 16777215)"
+_K = 1 << 56  # the nesting sweep's sort key: kind * _K + id
 
 
 def sniff(path) -> bool:
@@ -65,13 +66,17 @@ def read(path, nsys_bin=None) -> Profile:
         src = nsys_export.Export(db, path)
     except (nsys_export.dbapi.Error, OSError) as e:
         raise TraceError(path, f"cannot open the SQLite file: {_line(e)}") from None
+    reader = None
     try:
-        return _Reader(src, path).run()
+        reader = _Reader(src, path)
+        return reader.run()
     except TraceError:
         raise
     except (nsys_export.dbapi.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
         raise TraceError(path, f"cannot read this Nsight Systems export: {_line(e)}") from None
     finally:
+        if reader is not None:
+            reader.db.close()  # its temp tables go now, before the analysis allocates
         src.close()
 
 
@@ -152,13 +157,15 @@ class _Reader:
         n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
         if n_bad:
             self.warn(f"{n_bad} NVTX ranges with a missing, non-integer or out-of-range start dropped")
-        self.reg("nv", nv)
+        self.nv = nv
+        self.reg("nv", nv.append_column("pos", pa.array(range(nv.num_rows), pa.int64())))
         self.reg("sy", self.timed("sync records", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
             **_GPU, "sync_type": "syncType", "event_id": "eventId", "event_sync_id": "eventSyncId"}, need=_NEED_GPU)))
         self.reg("ce", s.table("CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"correlation": "correlationId", "gpid": "globalPid",
                                "event_id": "eventId", "stream": "streamId", "event_sync_id": "eventSyncId"}))
-        self.reg("strs", s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
-                                 need=("id", "value")))
+        self.strs = s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
+                            need=("id", "value"))
+        self.reg("strs", self.strs)
         self.event_types_used = types
 
     def timed(self, label: str, t: pa.Table) -> pa.Table:
@@ -286,21 +293,27 @@ class _Reader:
         cpu_ranges = self.ranges(self.one("SELECT max(end_ns) FROM gpu0")[0])
         launches = self.launches()
         self.drop("calls", "pp", "l0", "rt", "k", "mc", "ms")
+        syncs, meta = self.syncs(), self.meta(ranks)
+        names = self.q("SELECT kind, a, b, c, name FROM gname")
+        self.drop("gname")
+        self.reg("gk", names.drop_columns(["name"]).append_column("gi", pa.array(range(names.num_rows), pa.int64())))
         gpu = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
                        FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation),
             g AS (SELECT (row_number() OVER (ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind,
                                              g.a, g.b, g.c) - 1)::BIGINT AS id, r.rank, g.*
                   FROM gpu0 g JOIN ranks r USING (pid))
-            SELECT g.id, g.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, n.name, g.correlation,
+            SELECT g.id, g.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, n.gi, g.correlation,
                    l.id AS launch_id, l.op_id, g.bytes, g.grid, g.block
-            FROM g JOIN gname n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
+            FROM g JOIN gk n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
             ORDER BY id""")
+        self.drop("gk", "gpu0", "launches", "rec")
+        gpu = gpu.append_column("name", pc.take(names.column("name"), gpu.column("gi"))).drop_columns(["gi"])
+        del names
         return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
                        cpu_ranges=schema.conform("cpu_ranges", cpu_ranges),
                        launches=schema.conform("launches", launches),
-                       syncs=schema.conform("syncs", self.syncs()),
-                       meta=self.meta(ranks), warnings=self.warnings)
+                       syncs=schema.conform("syncs", syncs), meta=meta, warnings=self.warnings)
 
     def ranges(self, last_gpu) -> pa.Table:
         """cpu_ranges, and the nesting sweep over ranges and calls (tables sw, pp) that launches() uses."""
@@ -321,21 +334,25 @@ class _Reader:
             self.warn(f"{n_other} NVTX ranges of processes without GPU activity dropped")
         x(f"""CREATE TEMP TABLE r0 AS
             SELECT (row_number() OVER (ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.rn) - 1)::BIGINT AS id,
-                   n.rn, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
+                   n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
             WHERE {rngs}""")
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
         # running sum is the open-range count. Ends at t come before starts at t (end exclusive), the
         # end of a zero-length range after its start, and a call after everything at its time.
-        x("""CREATE TEMP TABLE sw AS
-            SELECT id, gtid, t, k, e, (sum(delta) OVER (PARTITION BY gtid ORDER BY t, k, id ROWS UNBOUNDED PRECEDING))::INTEGER AS run
-            FROM (SELECT gtid, start_ns AS t, 1 AS k, id, 1 AS delta, end_ns AS e FROM r0 WHERE pushpop
-                  UNION ALL SELECT gtid, end_ns, CASE WHEN end_ns > start_ns THEN 0 ELSE 2 END, id, -1, NULL FROM r0 WHERE pushpop
-                  UNION ALL SELECT gtid, start_ns, 3, id, 0, NULL FROM l0
+        # The sort key packs the kind above the id (ids < 2^56), so the sweep sorts two columns.
+        x(f"""CREATE TEMP TABLE sw AS
+            SELECT gtid, t, kid, (sum(CASE kid // {_K} WHEN 1 THEN 1 WHEN 3 THEN 0 ELSE -1 END)
+                                  OVER (PARTITION BY gtid ORDER BY t, kid ROWS UNBOUNDED PRECEDING))::INTEGER AS run
+            FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop
+                  UNION ALL SELECT gtid, end_ns, id + CASE WHEN end_ns > start_ns THEN 0 ELSE {2 * _K} END FROM r0
+                            WHERE pushpop
+                  UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
                             WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
-            QUALIFY k IN (1, 3)""")
-        x("CREATE TEMP TABLE pp AS SELECT id, gtid, t AS start_ns, e AS end_ns, run - 1 AS depth FROM sw WHERE k = 1")
-        x("CREATE TEMP TABLE calls AS SELECT id, gtid, t, run FROM sw WHERE k = 3")
+            QUALIFY kid // {_K} IN (1, 3)""")
+        x(f"""CREATE TEMP TABLE pp AS SELECT r0.id, r0.gtid, r0.start_ns, r0.end_ns, sw.run - 1 AS depth
+              FROM sw JOIN r0 ON r0.id = sw.kid - {_K} WHERE sw.kid // {_K} = 1""")
+        x(f"CREATE TEMP TABLE calls AS SELECT kid - {3 * _K} AS id, gtid, t, run FROM sw WHERE kid // {_K} = 3")
         self.drop("sw")
         x("""CREATE TEMP TABLE nest AS
             SELECT c.id, c.depth, p.id AS parent_id, p.end_ns < c.end_ns AS crosses
@@ -343,25 +360,46 @@ class _Reader:
         crossing = self.one("SELECT count(*) FROM nest WHERE crosses")[0]
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
+        # Integer columns in id order first; the names are then gathered (Arrow take, no sort of
+        # strings) and parsed in that order.
+        rows = self.q(f"""
+            SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns,
+                   r0.end_ns, CASE WHEN r0.domain_id IS NULL OR r0.domain_id = 0 THEN NULL
+                        ELSE COALESCE(d.name, '<unknown domain ' || r0.domain_id || '>') END AS domain,
+                   nest.depth, nest.parent_id, r0.pos
+            FROM r0 LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = r0.domain_id
+            ORDER BY id""")
+        self.drop("r0", "nest", "nv")
+        raw = pc.take(self.nv_names(), rows.column("pos"))
+        self.nv = None
+        rows = rows.drop_columns(["pos"])
+        self.reg("nm", pa.table({"raw": raw}))
+        del raw
         # emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'
-        out = self.q(f"""
-            WITH nm AS (SELECT n.rn, n.domain_id, {name} AS raw FROM nv n LEFT JOIN strs s ON s.id = n.text_id
-                        WHERE {rngs}),
-            p AS (SELECT *, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
-                         strpos(raw, ', sizes = ') AS pz, strpos(raw, ', input_op_ids = ') AS pi FROM nm)
-            SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns, r0.end_ns,
-                   CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
+        parsed = self.q("""
+            WITH p AS (SELECT raw, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
+                              strpos(raw, ', sizes = ') AS pz, strpos(raw, ', input_op_ids = ') AS pi FROM nm)
+            SELECT CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
                    CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1) ELSE raw END AS name,
-                   CASE WHEN p.domain_id IS NULL OR p.domain_id = 0 THEN NULL
-                        ELSE COALESCE(d.name, '<unknown domain ' || p.domain_id || '>') END AS domain,
-                   nest.depth, nest.parent_id,
                    CASE WHEN ps > 0 THEN TRY_CAST(split_part(substr(raw, ps + 8), ',', 1) AS BIGINT) END AS seq,
                    CASE WHEN pz > 0 AND (ps > 0 OR po > 0)
                         THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END) END AS input_dims
-            FROM r0 JOIN p USING (rn) LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = p.domain_id
-            ORDER BY id""")
-        self.drop("r0", "nest", "nv")
-        return out
+            FROM p""")
+        self.drop("nm")
+        if parsed.num_rows != rows.num_rows:
+            raise ValueError("NVTX names and ranges out of step")
+        for f in parsed.column_names:
+            rows = rows.append_column(f, parsed.column(f))
+        return rows
+
+    def nv_names(self) -> pa.ChunkedArray:
+        """The name of each NVTX_EVENTS row, in row order: its inline text, else its StringIds entry."""
+        nv, strs = self.nv, self.strs
+        tid = nv.column("text_id")
+        found = pc.take(strs.column("value"), pc.index_in(tid, value_set=strs.column("id")))
+        unknown = pc.binary_join_element_wise("<unknown string ", pc.cast(tid, pa.string()), ">", "")
+        by_id = pc.if_else(pc.is_null(tid), "", pc.coalesce(found, unknown))
+        return pc.if_else(pc.cast(nv.column("has_text"), pa.bool_()), nv.column("text"), by_id)
 
     def launches(self) -> pa.Table:
         x = self.db.execute

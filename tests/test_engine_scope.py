@@ -8,6 +8,7 @@ from helpers import TRACES, make_profile
 
 import traceview.analysis.breakdown as breakdown
 import traceview.analysis.layers as layers
+import traceview.flops.steps  # noqa: F401  (declares the FLOPs Python steps)
 from traceview.config import Rules
 from traceview.engine import steps
 from traceview.engine.pipeline import build
@@ -20,7 +21,7 @@ def _rank_alone(profile: Profile, rank: int) -> Profile:
 
 
 def _params(step_regex=r"^ProfilerStep#(\d+)$") -> dict:
-    return {"step_regex": step_regex, "whole_trace": False,
+    return {"step_regex": step_regex, "whole_trace": False, "no_step_ranges": False,
             "comm_op_regex": breakdown.DEFAULT_COMM_OP_REGEX, "comm_kernel_regex": breakdown.DEFAULT_COMM_KERNEL_REGEX,
             **layers.rule_params(Rules())}
 

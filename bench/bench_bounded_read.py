@@ -49,7 +49,7 @@ def main() -> None:
     raw = timed("bounded_read.read_bytes", lambda: bounded_read.read_bytes(a.trace), a.rounds)
     print(f"  ({len(raw) / 1e6:.1f} MB of JSON, nesting depth {json_depth.depth(raw)})")
     timed("json_depth.depth_exceeds", lambda: json_depth.depth_exceeds(raw), a.rounds)
-    timed("msgspec decode (typed)", lambda: kineto.msgspec.json.decode(raw, type=kineto.Trace), a.rounds)
+    timed("msgspec decode (typed)", lambda: kineto.msgspec.json.decode(raw, type=kineto.TypedTrace), a.rounds)
     with tempfile.TemporaryDirectory() as d:
         bomb = Path(d) / "bomb.json.gz"
         member = gzip.compress(bytes(64 << 20), compresslevel=9)

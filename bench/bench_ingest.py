@@ -46,7 +46,7 @@ elif variant in ("msgspec", "orjson"):
     else:
         from traceview.parsers import kineto
         import msgspec
-        n = len(msgspec.json.decode(raw, type=kineto.Trace).traceEvents)
+        n = len(msgspec.json.decode(raw, type=kineto.TypedTrace).traceEvents)
     out = dict(decode=time.perf_counter() - t_imp, events=n)
 elif variant == "hta":
     import os, shutil, tempfile

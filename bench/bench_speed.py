@@ -4,7 +4,8 @@ side by side in one run, on traces from 1x to 50x (the real traces' steps replic
 
 Kineto (h200_moe/overlap replicated FACTOR times, bench/replicate.py):
   traceview  `traceview analyze TRACE -f json -o /dev/null` (whole process)
-  floor      gunzip + typed msgspec decode of the fields traceview reads (its own Trace struct), whole process
+  floor      gunzip (the parser's inflater) + typed msgspec decode of every event into the fields traceview
+             reads (kineto_events.TypedTrace, all events at once), whole process
   hta        Holistic Trace Analysis: load + temporal breakdown + comm/comp overlap, whole process, run with
              the interpreter given by --hta-python (a venv with `holistictraceanalysis` and pandas<3); skipped
              when absent
@@ -12,10 +13,13 @@ nsys (h100_2gpu_train_a2a, x1 and x100, bench/bench_nsys.py's scaled copy):
   traceview  as above
   read-once  every table traceview uses read once through ADBC into Arrow, whole process
 
-Each command runs --repeat times, interleaved (A B C A B C ...); the medians are printed with the ratios
-and the microseconds per GPU activity.
+Kineto hta_df_index_resolver: traceview against HTA, whole processes. `traceview --help`: whole process.
 
-    python bench/bench_speed.py [--factors 1,5,10,25,50] [--nsys-scales 1,100] [--hta-python PY] [--repeat 3]
+Each command runs --repeat times, interleaved (A B C A B C ...); the medians are printed with the ratios
+and the microseconds per GPU activity, then the targets side by side (issue "Done when").
+
+    python bench/bench_speed.py [--factors 5,10,25,34,50] [--target 34] [--hta-factors 34] [--nsys-scales 1,100]
+                                [--hta-python PY] [--repeat 3]
 """
 from __future__ import annotations
 
@@ -33,15 +37,14 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TRACES = ROOT.parent / "shared" / "traces"
 sys.path.insert(0, str(HERE))
-import replicate  # noqa: E402
 import bench_nsys  # noqa: E402
+import replicate  # noqa: E402
 
 FLOOR_KINETO = r"""
-import gzip, sys, msgspec
-from traceview.parsers import kineto
-with gzip.open(sys.argv[1], "rb") as fh:
-    raw = fh.read()
-n = len(msgspec.json.decode(raw, type=kineto.Trace).traceEvents)
+import sys, msgspec
+from traceview.parsers import bounded_read, kineto_events
+raw = bounded_read.read_bytes(sys.argv[1])  # gunzip with the parser's inflater (ISA-L where installed)
+n = len(msgspec.json.decode(raw, type=kineto_events.TypedTrace).traceEvents)  # every event, fields used
 print(n)
 """
 
@@ -110,15 +113,58 @@ def show(label: str, res: dict[str, dict], base: str, n_gpu: int, extra: str = "
             continue
         line = f"  {k:10s} wall {r['wall']:7.2f} s  cpu {r['cpu']:7.2f} s  peak RSS {r['rss']:7.0f} MiB"
         if k == base:
-            line += f"  {r['wall'] / max(n_gpu, 1) * 1e6:7.2f} us per GPU activity"
+            if n_gpu:
+                line += (f"  {r['wall'] / n_gpu * 1e6:7.2f} us (cpu {r['cpu'] / n_gpu * 1e6:6.2f} us) "
+                         "per GPU activity")
         elif "error" not in b:
             line += f"  traceview / {k}: time {b['wall'] / r['wall']:5.2f}x, peak RSS {b['rss'] / r['rss']:4.2f}x"
         print(line)
 
 
+def _ratio(a: dict, b: dict, m: str) -> float | None:
+    if not a or not b or "error" in a or "error" in b:
+        return None
+    return a[m] / b[m]
+
+
+def targets(summary: dict) -> None:
+    """The Kineto targets side by side: figure reached, target, met or not."""
+    rows = []
+    if "target" in summary:
+        f, gz, raw_mb, res = summary["target"]
+        tv, fl, hta = res.get("traceview"), res.get("floor"), res.get("hta")
+        rows.append((f"x{f} ({gz:.0f} MiB gz): analyze / floor (wall)", _ratio(tv, fl, "wall"), "<= 3",
+                     lambda v: v <= 3))
+        rows.append((f"x{f}: HTA / analyze (wall)", _ratio(hta, tv, "wall"), ">= 10", lambda v: v >= 10))
+        rows.append((f"x{f}: analyze peak RSS / HTA peak RSS", _ratio(tv, hta, "rss"), "<= 0.5", lambda v: v <= 0.5))
+        per_json = tv["rss"] / raw_mb if tv and "error" not in tv else None
+        rows.append((f"x{f}: analyze peak RSS / decompressed JSON", per_json, "<= 1.5", lambda v: v <= 1.5))
+    if "df" in summary:
+        df = summary["df"]
+        rows.append(("hta_df_index_resolver: HTA / analyze (wall)", _ratio(df.get("hta"), df.get("traceview"), "wall"),
+                     ">= 5", lambda v: v >= 5))
+    per = {f: v for f, v in summary["per_gpu"].items() if f >= 5}
+    if len(per) > 1:
+        rows.append((f"us per GPU activity, max/min over x{min(per)}..x{max(per)}",
+                     max(per.values()) / min(per.values()), "<= 1.3", lambda v: v <= 1.3))
+    per_cpu = {f: v for f, v in summary.get("per_gpu_cpu", {}).items() if f >= 5}
+    if len(per_cpu) > 1:
+        rows.append((f"cpu us per GPU activity, max/min over x{min(per_cpu)}..x{max(per_cpu)}",
+                     max(per_cpu.values()) / min(per_cpu.values()), "<= 1.3", lambda v: v <= 1.3))
+    rows.append(("traceview --help (s)", summary.get("help"), "< 0.2", lambda v: v < 0.2))
+    print("targets:")
+    for label, v, want, ok in rows:
+        shown = "n/a" if v is None else f"{v:.2f}"
+        verdict = "" if v is None else ("met" if ok(v) else "NOT met")
+        print(f"  {label:58s} {shown:>7s}  target {want:7s} {verdict}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--factors", default="1,5,10,25,50")
+    ap.add_argument("--factors", default="5,10,25,34,50")
+    ap.add_argument("--target", type=int, default=34, help="the factor of the ~50 MB-gz trace the targets use")
+    ap.add_argument("--hta-factors", default="34", help="factors HTA also runs on (it is slow)")
+    ap.add_argument("--no-df", action="store_true", help="skip hta_df_index_resolver")
     ap.add_argument("--nsys-scales", default="1,100")
     ap.add_argument("--hta-python", default=os.environ.get("HTA_PYTHON", ""))
     ap.add_argument("--repeat", type=int, default=3)
@@ -130,6 +176,11 @@ def main() -> None:
     work = args.keep or Path(tmpctx.name)
     work.mkdir(parents=True, exist_ok=True)
     print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores; medians of {args.repeat} interleaved runs")
+    hta_factors = {int(x) for x in args.hta_factors.split(",") if x}
+    summary: dict = {"per_gpu": {}}
+    help_res = interleaved({"help": [tv, "--help"]}, max(args.repeat, 5))["help"]
+    summary["help"] = help_res.get("wall")
+    print(f"traceview --help: wall {help_res.get('wall', float('nan')):.3f} s (median of {max(args.repeat, 5)})")
     for f in [int(x) for x in args.factors.split(",") if x]:
         path = work / f"overlap_x{f}.json.gz"
         counts = replicate.replicate(src, f, path) if not path.exists() else None
@@ -137,7 +188,7 @@ def main() -> None:
             counts = {"gpu_activities": 7380 * f}
         cmds = {"traceview": [tv, "analyze", str(path), "-f", "json", "-o", os.devnull],
                 "floor": [sys.executable, "-c", FLOOR_KINETO, str(path)]}
-        if args.hta_python:
+        if args.hta_python and f in hta_factors:
             cmds["hta"] = [args.hta_python, "-c", HTA, str(path)]
         res = interleaved(cmds, args.repeat)
         with replicate.gzip.open(path, "rb") as fh:
@@ -147,6 +198,19 @@ def main() -> None:
              f"{counts['gpu_activities']:,} GPU activities)")
         if "error" not in res["traceview"]:
             print(f"  traceview peak RSS / decompressed JSON: {res['traceview']['rss'] / raw_mb:.2f}")
+            summary["per_gpu"][f] = res["traceview"]["wall"] / counts["gpu_activities"] * 1e6
+            summary.setdefault("per_gpu_cpu", {})[f] = res["traceview"]["cpu"] / counts["gpu_activities"] * 1e6
+            if f == args.target:
+                summary["target"] = (f, path.stat().st_size / 2**20, raw_mb, res)
+    if not args.no_df:
+        df = TRACES / "kineto" / "hta_df_index_resolver" / "df_index_resolver.json.gz"
+        cmds = {"traceview": [tv, "analyze", str(df), "-f", "json", "-o", os.devnull]}
+        if args.hta_python:
+            cmds["hta"] = [args.hta_python, "-c", HTA, str(df)]
+        res = interleaved(cmds, args.repeat)
+        show("kineto hta_df_index_resolver", res, "traceview", 0)
+        summary["df"] = res
+    targets(summary)
     a2a = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
     for s in [int(x) for x in args.nsys_scales.split(",") if x]:
         if not a2a.exists():

@@ -6,7 +6,8 @@
   gzip file that inflates past it, is refused in one line. The default is the smaller of 8 GiB
   and a quarter of the machine's physical memory (decoding needs several times the JSON's size);
   `--max-input-size SIZE` changes it (`set_max_input_size`).
-- gzip is inflated as a stream, one member after another (multi-member files are valid gzip),
+- gzip is inflated with ISA-L (`isal`, the optional `fast` extra) where installed, else with zlib,
+  as a stream, one member after another (multi-member files are valid gzip),
   with each member's CRC and length checked by zlib. Up to `ONE_PASS_BYTES` of output is kept
   from the first pass; a larger stream is first measured (inflated again without keeping the
   output) and only then inflated into one buffer of the exact size, so a bomb is refused before
@@ -22,6 +23,12 @@ import zlib
 from pathlib import Path
 
 from traceview.errors import TraceError, UsageError
+
+try:  # ISA-L's inflater, about twice as fast as zlib's (bench/bench_bounded_read.py); the same gzip checks
+    from isal import isal_zlib as _inflater
+except ImportError:  # pragma: no cover - the standard library's
+    _inflater = zlib
+_GZIP_ERRORS = (zlib.error, _inflater.error)
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20                  # compressed bytes read, and inflated bytes produced, per step
@@ -125,7 +132,7 @@ def head(path: Path, n: int = 4096) -> bytes:
         data = fh.read(n if n > 64 else 64)
         if data[:2] != GZIP_MAGIC:
             return data[:n]
-        d = zlib.decompressobj(31)
+        d = _inflater.decompressobj(31)
         out = b""
         try:
             while len(out) < n and data:
@@ -133,7 +140,7 @@ def head(path: Path, n: int = 4096) -> bytes:
                 if d.eof or len(out) >= n:
                     break
                 data = d.unconsumed_tail or fh.read(CHUNK)
-        except zlib.error as e:
+        except _GZIP_ERRORS as e:
             raise TraceError(path, f"truncated or corrupt gzip ({e})") from None
         return out[:n]
 
@@ -205,10 +212,10 @@ def _one_call(path: Path, fh, size: int, limit: int) -> bytes | None:
     if size > ONE_PASS_BYTES:
         return None
     fh.seek(0)
-    d = zlib.decompressobj(31)
+    d = _inflater.decompressobj(31)
     try:
         out = d.decompress(fh.read(size + 1), min(limit, ONE_PASS_BYTES) + 1)
-    except zlib.error as e:
+    except _GZIP_ERRORS as e:
         raise TraceError(path, f"truncated or corrupt gzip ({e})") from None
     if d.eof and not d.unused_data.strip(b"\x00") and len(out) <= limit:
         return out
@@ -249,7 +256,7 @@ def _trailer_size(fh) -> int:
 def _stream(path: Path, fh, sink: _Sink, limit: int) -> None:
     """Inflate every gzip member of the file into `sink`, refusing past `limit`, a corrupt
     stream, or a truncated last member."""
-    d = zlib.decompressobj(31)
+    d = _inflater.decompressobj(31)
     member_done = False
 
     def take(piece: bytes) -> None:
@@ -267,7 +274,7 @@ def _stream(path: Path, fh, sink: _Sink, limit: int) -> None:
                     data = data.lstrip(b"\x00")
                     if not data:
                         break
-                    d, member_done = zlib.decompressobj(31), False
+                    d, member_done = _inflater.decompressobj(31), False
                 take(d.decompress(data, CHUNK))
                 if d.eof:
                     data, member_done = d.unused_data, True
@@ -280,7 +287,7 @@ def _stream(path: Path, fh, sink: _Sink, limit: int) -> None:
                 member_done = True
             elif not piece:
                 raise TraceError(path, "truncated or corrupt gzip (incomplete or truncated stream)")
-    except zlib.error as e:
+    except _GZIP_ERRORS as e:
         raise TraceError(path, f"truncated or corrupt gzip ({e})") from None
     except OSError as e:
         raise TraceError(path, f"cannot read file ({e.strerror or e})") from None

@@ -5,22 +5,25 @@ Decoding uses msgspec with typed structs that keep only the fields traceview nee
 """
 from __future__ import annotations
 
+import re
 from collections import Counter
+from operator import attrgetter, itemgetter
 from pathlib import Path
 from typing import Optional
 
 import msgspec
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceview import schema
 from traceview.errors import TraceError
 from traceview.profile import Profile
 
-import pyarrow as pa
-import pyarrow.compute as pc
-
 from . import bounded_read, json_depth
 from ._nesting import innermost_container, nest
-from .kineto_events import CpuArgs, GpuArgs, LaunchArgs, SyncArgs, Trace
+from .kineto_events import CpuArgs, Event, GpuArgs, LaunchArgs, SyncArgs, Trace, TypedTrace  # noqa: F401
+
+_EMPTY_RAW = msgspec.Raw(b"")
 
 _CPU_KIND = {"cpu_op": "op", "operator": "op", "user_annotation": "annotation", "python_function": "python"}
 _LAUNCH = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
@@ -144,28 +147,242 @@ def _number(v) -> bool:
     return type(v) in (int, float)
 
 
+# --- decoding a chunk of events ----------------------------------------------------------
+
+CHUNK_EVENTS = 1 << 14  # events decoded into Python objects at a time
+_AT = re.compile(r"`\$\[(\d+)\]")
+
+
+def _decode_chunk(path: Path, raws: list, first: int) -> list:
+    buf = b"[" + b",".join(raws) + b"]"
+    try:
+        return msgspec.json.decode(buf, type=list[Event])
+    except msgspec.ValidationError as e:  # e.g. an event that is not an object: name it as in the file
+        msg = _AT.sub(lambda m: f"`$.traceEvents[{first + int(m.group(1))}]", str(e))
+        raise TraceError(path, f"not a Kineto trace ({msg})") from None
+    except msgspec.DecodeError as e:
+        raise TraceError(path, f"not valid JSON, truncated or corrupt ({e})") from None
+
+
+def _get(rows, field: str) -> list:
+    """One field of many structs (C-speed attribute access)."""
+    return list(map(attrgetter(field), rows))
+
+
+def _take(col: tuple, idx: list) -> tuple:
+    if not idx:
+        return ()
+    got = itemgetter(*idx)(col)
+    return got if len(idx) > 1 else (got,)
+
+
+# what an event is routed to: 0 nothing, 1-4 a group, 5 a fwdbwd flow candidate
+_GROUPS = ("", "gpu", "cpu", "launch", "sync")
+_ROUTE = {**{c: 1 for c in _GPU}, **{c: 2 for c in _CPU_KIND}, **{c: 3 for c in _LAUNCH}, "cuda_sync": 4}
+_FLOW = 5
+
+
+def _code(ph, cat) -> int:
+    if ph == "X":
+        return _ROUTE.get(cat.lower(), 0) if type(cat) is str else 0
+    if cat == "fwdbwd" and ph in ("s", "f"):
+        return _FLOW
+    return 0
+
+
+def _codes(ph: list, cat: list) -> pa.Array:
+    """The route of each event, computed per distinct (ph, cat) and spread at C speed."""
+    try:
+        pa_ph, pa_cat = pa.array(ph, type=pa.string()), pa.array(cat, type=pa.string())
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # a ph or cat that is not a string: one by one
+        return pa.array([_code(p, c) for p, c in zip(ph, cat, strict=False)], type=pa.int8())
+    d_ph, d_cat = pa_ph.dictionary_encode(null_encoding="encode"), pa_cat.dictionary_encode(null_encoding="encode")
+    phs, cats = d_ph.dictionary.to_pylist(), d_cat.dictionary.to_pylist()
+    table = pa.array([_code(p, c) for p in phs for c in cats], type=pa.int8())
+    pair = pc.add(pc.multiply(d_ph.indices.cast(pa.int64()), len(cats)), d_cat.indices.cast(pa.int64()))
+    return table.take(pair)
+
+
+def _kinds(cats: tuple, table: dict) -> list:
+    known = {c: table[c.lower()] for c in set(cats)}
+    return list(map(known.__getitem__, cats))
+
+
+def _strs(vals: tuple) -> pa.Array:
+    if set(map(type, vals)) <= {str}:
+        return pa.array(vals, type=pa.string())
+    return pa.array([str(v) for v in vals], type=pa.string())
+
+
+def _raw_texts(vals: tuple) -> pa.Array:
+    """Raw JSON slices -> their text (None where absent), decoded in one call when possible."""
+    sep = b"\x1f"  # a control character: never unescaped inside JSON text
+    joined = sep.join(vals)
+    if joined.count(sep) == len(vals) - 1:
+        texts = joined.decode("utf-8", "replace").split("\x1f") if vals else []
+        return pa.array([t if t else None for t in texts], type=pa.string())
+    return pa.array(_raws(vals), type=pa.string())
+
+
+def _tids(vals: tuple) -> pa.Array:
+    if set(map(type, vals)) <= {int}:
+        return pa.array(vals, type=pa.int64())
+    return pa.array([t if type(t) is int else _tid(t) for t in vals], type=pa.int64())
+
+
+def _times(ts: tuple, dur: tuple):
+    start = _ns_array(list(ts))
+    dur_ns = _ns_array([d if d is not None else 0 for d in dur], "dur")
+    end = pc.add(start, pc.max_element_wise(dur_ns, 0))  # both within +-2^62: no overflow
+    worst = pc.max(pc.abs(end)).as_py() if len(end) else None
+    if worst is not None and worst > MAX_ABS_NS:
+        raise OverflowError(f"'ts' + 'dur' of {worst / 1000:g} µs, beyond +-{MAX_ABS_NS / 1000:.3g} µs")
+    return start, end
+
+
 _NULL = b"null"
 
 
-def _args(events: list, typ) -> list:
-    """Decode the raw `args` of many events in one call (args were kept raw while decoding)."""
-    if not events:
-        return []
-    buf = b"[" + b",".join([e.args if len(e.args) else _NULL for e in events]) + b"]"
+class _ArgCols:
+    """The `args` of a group's events decoded with the group's struct, read one field at a time
+    (absent or non-object args: the struct's defaults)."""
+
+    def __init__(self, rows, typ):
+        self.rows = _args(_get(rows, "args"), typ)
+
+    def __getitem__(self, field: str) -> list:
+        return _get(self.rows, field)
+
+
+def _args(raws: list, typ) -> list:
+    """The raw `args` of many events decoded in one call."""
+    empty = typ()
+    buf = b"[" + b",".join([r if len(r) else _NULL for r in raws]) + b"]"
     try:
-        return msgspec.json.decode(buf, type=list[Optional[typ]])
+        out = msgspec.json.decode(buf, type=list[Optional[typ]])
     except msgspec.ValidationError:  # a field of an unexpected shape: decode one by one, leniently
         out = []
-        for e in events:
+        for r in raws:
             try:
-                out.append(msgspec.json.decode(e.args, type=typ) if len(e.args) else None)
+                out.append(msgspec.json.decode(r, type=typ) if len(r) else None)
             except msgspec.ValidationError:
                 out.append(None)
-        return out
+    if None in out:
+        out = [a if a is not None else empty for a in out]
+    return out
 
 
-def _col(args: list, attr: str) -> list:
-    return [getattr(a, attr) if a is not None else None for a in args]
+def _exts(a: dict) -> pa.Array:
+    pairs = zip(a["external_id"], a["external_id_old"], strict=False)
+    return pa.array([x if type(x) is int else _ext(x, o) for x, o in pairs],
+                    type=pa.int64())
+
+
+def _ext(x, old):
+    v = _int(x)
+    return v if v is not None else _int(old)
+
+
+def _gpu_chunk(e: dict, a: dict, out: _Acc) -> None:
+    corr, ext, old = a["correlation"], a["external_id"], a["external_id_old"]
+    out.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False) if c is None and x is None and o is None)
+    d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=pa.string()), "name": _strs(e["name"]),
+         "correlation": _ints(list(corr)), "bytes": _ints(list(a["bytes"])),
+         "grid": pa.array([_dims(x) for x in a["grid"]], type=pa.string()),
+         "block": pa.array([_dims(x) for x in a["block"]], type=pa.string()),
+         "device": pa.array([_int(d) if d is not None else _int(p)
+                             for d, p in zip(a["device"], e["pid"], strict=False)], type=pa.int64()),
+         "stream": pa.array([_int(s) if s is not None else _int(t)
+                             for s, t in zip(a["stream"], e["tid"], strict=False)], type=pa.int64()),
+         "ext": _exts(a)}
+    d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
+    _colls(d, a)
+    out.add(d)
+
+
+def _launch_chunk(e: dict, a: dict, out: _Acc) -> None:
+    d = {"pid": _ints(list(e["pid"])), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
+         "api": pa.array(_kinds(e["cat"], _LAUNCH), type=pa.string()), "correlation": _ints(list(a["correlation"])),
+         "ext": _exts(a)}
+    d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
+    out.add(d)
+
+
+def _sync_chunk(e: dict, a: dict, out: _Acc) -> None:
+    i64 = pa.int64()
+    d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=pa.string()),
+         "device": pa.array([_int(x) for x in a["device"]], type=i64),
+         "stream": pa.array([_int(x) for x in a["stream"]], type=i64),
+         "event_id": pa.array([_int(x) for x in a["wait_event"]], type=i64),
+         "event_stream": pa.array([w if w is not None and w >= 0 else None
+                                   for w in (_int(x) for x in a["wait_on_stream"])], type=i64),
+         "correlation": pa.array([_int(x) for x in a["correlation"]], type=i64)}
+    d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
+    out.add(d)
+
+
+def _cpu_chunk(e: dict, a: dict, out: _Acc) -> None:
+    d = {"pid": _ints(list(e["pid"])), "tid": _tids(e["tid"]),
+         "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=pa.string()), "name": _strs(e["name"]),
+         "seq": _ints(list(a["seq"])),
+         "input_dims": _raw_texts(a["input_dims"]), "input_types": _raw_texts(a["input_types"]),
+         "concrete_inputs": _raw_texts(a["concrete"]), "ext": _exts(a)}
+    d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
+    _colls(d, a)
+    out.add(d)
+
+
+_CHUNK_FN = {1: _gpu_chunk, 2: _cpu_chunk, 3: _launch_chunk, 4: _sync_chunk}
+_ARGS_TYPE = {1: GpuArgs, 2: CpuArgs, 3: LaunchArgs, 4: SyncArgs}
+
+
+class _Acc:
+    """One group's columns, as Arrow arrays per chunk."""
+
+    def __init__(self):
+        self.parts: dict[str, list] = {}
+        self.n = 0
+        self.no_args = 0
+
+    def add(self, d: dict) -> None:
+        for k, v in d.items():
+            self.parts.setdefault(k, []).append(v)
+        self.n += len(d["start_ns"])
+
+    def columns(self) -> dict:
+        return {k: pa.concat_arrays(v) if len(v) > 1 else v[0] for k, v in self.parts.items()}
+
+
+class _EvCols:
+    def __init__(self, rows):
+        self.rows = rows
+
+    def __getitem__(self, field: str) -> list:
+        return _get(self.rows, field)
+
+
+def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
+    codes = _codes(_get(evs, "ph"), _get(evs, "cat"))
+    for code in pc.unique(codes).to_pylist():
+        if not code:
+            continue
+        idx = pc.indices_nonzero(pc.equal(codes, code)).to_pylist()
+        rows = _take(evs, idx)
+        if code == _FLOW:
+            for ev in rows:
+                ev.args = _EMPTY_RAW  # its raw slice would keep the chunk's text alive
+                if type(ev.id) in (int, str, float) and _number(ev.ts):
+                    (flows[0] if ev.ph == "s" else flows[1]).append(ev)
+                else:
+                    flows[2].append(ev)
+            continue
+        if None in _get(rows, "ts") or None in _get(rows, "name"):  # events without ts or name: dropped, counted
+            keep = [ev for ev in rows if ev.ts is not None and ev.name is not None]
+            dropped[_GROUPS[code]] += len(rows) - len(keep)
+            rows = keep
+            if not rows:
+                continue
+        _CHUNK_FN[code](_EvCols(rows), _ArgCols(rows, _ARGS_TYPE[code]), accs[code])
 
 
 def read(path: Path) -> Profile:
@@ -183,126 +400,55 @@ def _read(path: Path) -> Profile:
     events = trace.traceEvents
     if events is None:
         raise TraceError(path, "not a Kineto trace: no 'traceEvents' list")
-    groups: dict[str, list] = {"gpu": [], "cpu": [], "launch": [], "sync": []}
-    flows_s, flows_f = [], []
-    dropped: Counter = Counter()  # events of a routed category without ts or name, per group
-    odd_flows = 0
-    route = {**{c: "gpu" for c in _GPU}, **{c: "cpu" for c in _CPU_KIND},
-             **{c: "launch" for c in _LAUNCH}, "cuda_sync": "sync"}
-    lower: dict = {}
-    for ev in events:
-        ph = ev.ph
-        if ph == "X":
-            cat = ev.cat
-            g = lower.get(cat) if type(cat) is str else ""
-            if g is None:
-                g = lower[cat] = route.get(cat.lower(), "")
-            if g:
-                if ev.ts is not None and ev.name is not None:
-                    groups[g].append(ev)
-                else:
-                    dropped[g] += 1
-        elif ev.cat == "fwdbwd" and ph in ("s", "f"):
-            if type(ev.id) in (int, str, float) and _number(ev.ts):
-                (flows_s if ph == "s" else flows_f).append(ev)
-            else:
-                odd_flows += 1
-    del events
     trace.traceEvents = None
-    if not groups["gpu"]:
+    accs = {c: _Acc() for c in _CHUNK_FN}
+    dropped: Counter = Counter()  # events of a routed category without ts or name, per group
+    flows: tuple = ([], [], [])  # fwdbwd flow starts, ends, and those with an id or ts of the wrong type
+    for first in range(0, len(events), CHUNK_EVENTS):
+        evs = _decode_chunk(path, events[first:first + CHUNK_EVENTS], first)
+        _route_chunk(evs, accs, dropped, flows)
+    del events, evs
+    if not accs[1].n:
         if dropped["gpu"]:
             raise TraceError(path, f"no usable GPU activity: all {dropped['gpu']} kernels, memcpys and memsets "
                                    "lack 'ts' or 'name'")
-        if groups["cpu"]:
+        if accs[2].n:
             raise TraceError(path, "no GPU activity (kernels, memcpy, memset): a CPU-only trace; "
                                    "record with ProfilerActivity.CUDA to analyze GPU time")
         raise TraceError(path, "no GPU activity and no CPU events: nothing to analyze")
-
-    next_id = [0]
-
-    def ids(n: int) -> list:
-        first = next_id[0]
-        next_id[0] += n
-        return list(range(first, first + n))
-
-    def times(evs):
-        start = _ns_array([e.ts for e in evs])
-        dur = _ns_array([e.dur if e.dur is not None else 0 for e in evs], "dur")
-        end = pc.add(start, pc.max_element_wise(dur, 0))  # both within +-2^62: no overflow
-        worst = pc.max(pc.abs(end)).as_py() if len(end) else None
-        if worst is not None and worst > MAX_ABS_NS:
-            raise OverflowError(f"'ts' + 'dur' of {worst / 1000:g} µs, beyond +-{MAX_ABS_NS / 1000:.3g} µs")
-        return start, end
-
-    # Each group is turned into columns and then released, so that the decoded events,
-    # the file's bytes they point into, and the new columns are not all alive at once.
-    gpu_ev = groups.pop("gpu")
-    ga = _args(gpu_ev, GpuArgs)
-    no_args = sum(1 for a in ga if a is None or (a.correlation is None and a.external_id is None
-                                                 and a.external_id_old is None))
-    gpu = {"id": ids(len(gpu_ev)), "kind": [_GPU[e.cat.lower()] for e in gpu_ev], "name": [str(e.name) for e in gpu_ev],
-           "correlation": _ints(_col(ga, "correlation")), "bytes": _ints(_col(ga, "bytes")),
-           "grid": [_dims(x) for x in _col(ga, "grid")], "block": [_dims(x) for x in _col(ga, "block")],
-           "device": [_int(d) if d is not None else _int(e.pid) for d, e in zip(_col(ga, "device"), gpu_ev)],
-           "stream": [_int(x) if x is not None else _int(e.tid) for x, e in zip(_col(ga, "stream"), gpu_ev)]}
-    gpu["start_ns"], gpu["end_ns"] = times(gpu_ev)
-    _colls(gpu, ga)
-    gpu_ext = _exts(ga)
-    del gpu_ev, ga
-
-    lau_ev = groups.pop("launch")
-    la = _args(lau_ev, LaunchArgs)
-    lau = {"id": ids(len(lau_ev)), "pid": _ints([e.pid for e in lau_ev]), "tid": [e.tid if type(e.tid) is int else _tid(e.tid) for e in lau_ev],
-           "name": [str(e.name) for e in lau_ev], "api": [_LAUNCH[e.cat.lower()] for e in lau_ev],
-           "correlation": _ints(_col(la, "correlation"))}
-    lau["start_ns"], lau["end_ns"] = times(lau_ev)
-    lau_ext = _exts(la)
-    del lau_ev, la
-
-    syn_ev = groups.pop("sync")
-    sa = _args(syn_ev, SyncArgs)
-    syn = {"id": ids(len(syn_ev)),
-           "kind": [_SYNC.get(x, "other") for x in _col(sa, "sync_kind")],
-           "device": [_int(x) for x in _col(sa, "device")], "stream": [_int(x) for x in _col(sa, "stream")],
-           "event_id": [_int(x) for x in _col(sa, "wait_event")],
-           "event_stream": [w if w is not None and w >= 0 else None
-                            for w in (_int(x) for x in _col(sa, "wait_on_stream"))],
-           "correlation": [_int(x) for x in _col(sa, "correlation")]}
-    syn["start_ns"], syn["end_ns"] = times(syn_ev)
-    del syn_ev, sa
-
-    cpu_ev = groups.pop("cpu")
-    ca = _args(cpu_ev, CpuArgs)
-    cpu = {"id": ids(len(cpu_ev)), "pid": _ints([e.pid for e in cpu_ev]), "tid": [e.tid if type(e.tid) is int else _tid(e.tid) for e in cpu_ev],
-           "kind": [_CPU_KIND[e.cat.lower()] for e in cpu_ev], "name": [str(e.name) for e in cpu_ev],
-           "seq": _ints(_col(ca, "seq")),
-           "input_dims": _raws(_col(ca, "input_dims")), "input_types": _raws(_col(ca, "input_types")),
-           "concrete_inputs": _raws(_col(ca, "concrete"))}
-    cpu["start_ns"], cpu["end_ns"] = times(cpu_ev)
-    _colls(cpu, ca)
-    cpu_ext = _exts(ca)
-    del cpu_ev, ca
+    gpu, cpu, lau, syn = (_finish(accs[c], name) for c, name in
+                          ((1, "gpu_activities"), (2, "cpu_ranges"), (3, "launches"), (4, "syncs")))
+    # ids in the order: GPU activities, API calls, sync records, CPU ranges
+    n_g, n_l, n_s = len(gpu["start_ns"]), len(lau["start_ns"]), len(syn["start_ns"])
+    gpu["id"] = list(range(0, n_g))
+    lau["id"] = list(range(n_g, n_g + n_l))
+    syn["id"] = list(range(n_g + n_l, n_g + n_l + n_s))
+    cpu["id"] = list(range(n_g + n_l + n_s, n_g + n_l + n_s + len(cpu["start_ns"])))
+    gpu_ext, lau_ext, cpu_ext = (d.pop("ext").to_pylist() for d in (gpu, lau, cpu))
 
     # --- links -------------------------------------------------------------------------
+    c_tid = cpu["tid"].to_pylist()
     c_start, c_end = cpu["start_ns"].to_pylist(), cpu["end_ns"].to_pylist()
     by_ext: dict = {}
-    for cid, x in zip(cpu["id"], cpu_ext):
+    for cid, x in zip(cpu["id"], cpu_ext, strict=False):
         if x is not None and x not in by_ext:
             by_ext[x] = cid
     op_of_launch = [by_ext.get(x) if x else None for x in lau_ext]
     # launches whose External id names no op: the innermost range around them, found in the same sweep
     missing = [i for i, op in enumerate(op_of_launch) if op is None]
-    l_start, l_end = (lau["start_ns"].to_pylist(), lau["end_ns"].to_pylist()) if missing else ([], [])
-    depth, parent, *rest = nest(cpu["tid"], c_start, c_end, cpu["id"], [lau["tid"][i] for i in missing],
-                                [l_start[i] for i in missing], [l_end[i] for i in missing])
-    for i, op in zip(missing, rest[0] if rest else []):
+    if missing:
+        l_tid, l_start, l_end = (lau[k].to_pylist() for k in ("tid", "start_ns", "end_ns"))
+    depth, parent, *rest = nest(c_tid, c_start, c_end, cpu["id"], [l_tid[i] for i in missing] if missing else [],
+                                [l_start[i] for i in missing] if missing else [],
+                                [l_end[i] for i in missing] if missing else [])
+    for i, op in zip(missing, rest[0] if rest else [], strict=False):
         op_of_launch[i] = op
     launch_of_corr: dict = {}
     for i, c in enumerate(lau["correlation"].to_pylist()):
         if c is not None and c not in launch_of_corr:
             launch_of_corr[c] = i
     g_launch, g_op = [], []
-    for c, x in zip(gpu["correlation"].to_pylist(), gpu_ext):
+    for c, x in zip(gpu["correlation"].to_pylist(), gpu_ext, strict=False):
         li = launch_of_corr.get(c) if c is not None else None
         if li is not None:
             g_launch.append(lau["id"][li])
@@ -310,22 +456,30 @@ def _read(path: Path) -> Profile:
         else:
             g_launch.append(None)
             g_op.append(by_ext.get(x) if x else None)
-    fwd = _fwd_links(cpu, c_start, c_end, flows_s, flows_f)
+    fwd = _fwd_links(cpu, c_tid, c_start, c_end, flows[0], flows[1])
 
-    meta_info = _meta(path, trace, gpu)
+    meta_info = _meta(path, trace, gpu["device"].to_pylist())
     rank = meta_info["rank"]
-    cpu.update(rank=[rank] * len(cpu["id"]), depth=depth, parent_id=parent, fwd_id=fwd)
-    lau.update(rank=[rank] * len(lau["id"]), op_id=op_of_launch)
-    gpu.update(rank=[rank] * len(gpu["id"]), launch_id=g_launch, op_id=g_op)
-    syn.update(rank=[rank] * len(syn["id"]))
+    cpu.update(rank=pa.repeat(rank, len(cpu["id"])), depth=depth, parent_id=parent, fwd_id=fwd)
+    lau.update(rank=pa.repeat(rank, len(lau["id"])), op_id=op_of_launch)
+    gpu.update(rank=pa.repeat(rank, len(gpu["id"])), launch_id=g_launch, op_id=g_op)
+    syn.update(rank=pa.repeat(rank, len(syn["id"])))
     return Profile(
-        warnings=_warnings(path, dropped, no_args, odd_flows),
+        warnings=_warnings(path, dropped, accs[1].no_args, len(flows[2])),
         gpu_activities=schema.from_pydict("gpu_activities", gpu),
         cpu_ranges=schema.from_pydict("cpu_ranges", cpu),
         launches=schema.from_pydict("launches", lau),
         syncs=schema.from_pydict("syncs", syn),
         meta=schema.from_pydict("meta", {k: [v] for k, v in meta_info.items()}),
     )
+
+
+def _finish(acc: _Acc, table: str) -> dict:
+    """A group's concatenated columns; an empty group gets empty columns of the table's types."""
+    if acc.n:
+        return acc.columns()
+    sch = schema.TABLES[table]
+    return {f.name: pa.array([], type=f.type) for f in sch} | {"ext": pa.array([], type=pa.int64())}
 
 
 _GROUP = {"gpu": "GPU activities (kernels, memcpy, memset)", "cpu": "CPU ranges", "launch": "CUDA API calls",
@@ -343,23 +497,36 @@ def _warnings(path: Path, dropped: Counter, no_args: int, odd_flows: int) -> lis
     return out
 
 
-def _colls(d: dict, args: list) -> None:
-    names = _col(args, "coll_name")
+_COLL = (("coll_name", "coll_name"), ("coll_in_nelems", "in_nelems"), ("coll_out_nelems", "out_nelems"),
+         ("coll_dtype", "dtype"), ("coll_group_size", "group_size"), ("coll_pg", "pg_name"),
+         ("coll_in_split", "in_split"), ("coll_out_split", "out_split"))
+_COLL_TYPE = {"coll_name": pa.string(), "coll_in_nelems": pa.int64(), "coll_out_nelems": pa.int64(),
+              "coll_dtype": pa.string(), "coll_group_size": pa.int64(), "coll_pg": pa.string(),
+              "coll_in_split": pa.string(), "coll_out_split": pa.string()}
+
+
+def _colls(d: dict, a: _ArgCols) -> None:
+    """Collective metadata columns of a chunk (null where an event has no collective name)."""
+    names = a["coll_name"]
+    n = len(names)
     has = [i for i, x in enumerate(names) if x is not None]
-    keys = ("coll_name", "coll_in_nelems", "coll_out_nelems", "coll_dtype", "coll_group_size",
-            "coll_pg", "coll_in_split", "coll_out_split")
-    for k in keys:
-        d[k] = [None] * len(args)
+    if not has:
+        for k, _ in _COLL:
+            d[k] = pa.nulls(n, _COLL_TYPE[k])
+        return
+    cols = {k: [None] * n for k, _ in _COLL}
     for i in has:
-        a = args[i]
-        d["coll_name"][i] = str(a.coll_name)
-        d["coll_in_nelems"][i] = _int(a.in_nelems)
-        d["coll_out_nelems"][i] = _int(a.out_nelems)
-        d["coll_dtype"][i] = None if a.dtype is None else str(a.dtype)
-        d["coll_group_size"][i] = _int(a.group_size)
-        d["coll_pg"][i] = None if a.pg_name is None else str(a.pg_name)
-        d["coll_in_split"][i] = _split(a.in_split)
-        d["coll_out_split"][i] = _split(a.out_split)
+        r = a.rows[i]
+        cols["coll_name"][i] = str(r.coll_name)
+        cols["coll_in_nelems"][i] = _int(r.in_nelems)
+        cols["coll_out_nelems"][i] = _int(r.out_nelems)
+        cols["coll_dtype"][i] = None if r.dtype is None else str(r.dtype)
+        cols["coll_group_size"][i] = _int(r.group_size)
+        cols["coll_pg"][i] = None if r.pg_name is None else str(r.pg_name)
+        cols["coll_in_split"][i] = _split(r.in_split)
+        cols["coll_out_split"][i] = _split(r.out_split)
+    for k, v in cols.items():
+        d[k] = pa.array(v, type=_COLL_TYPE[k])
 
 
 def _tid(t):
@@ -369,18 +536,7 @@ def _tid(t):
     return v if v is not None else 0
 
 
-def _exts(args: list) -> list:
-    return [a.external_id if a is not None and type(a.external_id) is int else _ext(a) for a in args]
-
-
-def _ext(a):
-    if a is None:
-        return None
-    x = _int(a.external_id)
-    return x if x is not None else _int(a.external_id_old)
-
-
-def _fwd_links(cpu: dict, c_start: list, c_end: list, flows_s: list, flows_f: list) -> list:
+def _fwd_links(cpu: dict, c_tid: list, c_start: list, c_end: list, flows_s: list, flows_f: list) -> list:
     """fwd_id for backward ops from `fwdbwd` flows: the flow starts at the forward op and
     ends inside the backward op (binding point 'e': the enclosing slice)."""
     fwd = [None] * len(cpu["id"])
@@ -391,8 +547,8 @@ def _fwd_links(cpu: dict, c_start: list, c_end: list, flows_s: list, flows_f: li
     pts = [p[0] for p in pairs] + [p[1] for p in pairs]
     tids = [_tid(e.tid) for e in pts]
     ts = _ns_array([e.ts for e in pts]).to_pylist()
-    ops = [i for i, k in enumerate(cpu["kind"]) if k == "op"]
-    found = innermost_container([cpu["tid"][i] for i in ops], [c_start[i] for i in ops], [c_end[i] for i in ops],
+    ops = pc.indices_nonzero(pc.equal(cpu["kind"], "op")).to_pylist()
+    found = innermost_container([c_tid[i] for i in ops], [c_start[i] for i in ops], [c_end[i] for i in ops],
                                 [cpu["id"][i] for i in ops], tids, ts, ts)
     first = cpu["id"][0] if cpu["id"] else 0
     n = len(pairs)
@@ -403,11 +559,11 @@ def _fwd_links(cpu: dict, c_start: list, c_end: list, flows_s: list, flows_f: li
     return fwd
 
 
-def _meta(path: Path, trace: Trace, gpu: dict) -> dict:
+def _meta(path: Path, trace: Trace, devices: list) -> dict:
     di = trace.distributedInfo or {}
     rank = _int(di.get("rank"))
     ws = _int(di.get("world_size"))
-    dev = Counter(d for d in gpu["device"] if d is not None).most_common(1)
+    dev = Counter(d for d in devices if d is not None).most_common(1)
     device = dev[0][0] if dev else None
     gpu_name = sm = None
     for p in trace.deviceProperties or []:

@@ -1,12 +1,14 @@
 """Typed msgspec structs for Kineto Chrome-trace JSON: only the fields traceview reads.
 
-Event `args` stay raw while the whole file is decoded and are decoded per event group
-(GPU activities, launches, CPU ranges, syncs) with the small structs below, so that memory
-holds few fields per event.
+The file is decoded in steps: the top-level object with `traceEvents` as a list of raw
+(undecoded) slices of the file, then those slices a chunk at a time into `Event` with `args`
+still raw, then the args of each event group of the chunk (GPU activities, launches, CPU ranges,
+syncs) with the small structs below. A chunk's events become Arrow columns before the next chunk
+is decoded, so the decoded Python objects of only one chunk are alive at a time.
 """
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 import msgspec
 
@@ -65,6 +67,38 @@ class SyncArgs(msgspec.Struct, gc=False):
     wait_event: Any = _f("wait_on_cuda_event_id")
 
 
+class Args(msgspec.Struct, gc=False):
+    """Every `args` field any group reads (the benchmarks' floor decodes all events into it)."""
+    # collective metadata (PyTorch >= 2.1 writes it on NCCL kernels and record_param_comms)
+    coll_name: Any = _f("Collective name")
+    in_nelems: Any = _f("In msg nelems")
+    out_nelems: Any = _f("Out msg nelems")
+    group_size: Any = _f("Group size")
+    dtype: Any = None
+    in_split: _RawOpt = _f("In split size", _EMPTY)
+    out_split: _RawOpt = _f("Out split size", _EMPTY)
+    pg_name: Any = _f("Process Group Name")
+    # links
+    correlation: Any = None
+    external_id: Any = _f("External id")
+    external_id_old: Any = _f("external id")
+    # CPU ranges
+    seq: Any = _f("Sequence number")
+    input_dims: _RawOpt = _f("Input Dims", _EMPTY)
+    input_types: _RawOpt = _f("Input type", _EMPTY)
+    concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
+    # GPU activities
+    device: Any = None
+    stream: Any = None
+    bytes: Any = None
+    grid: _RawOpt = _EMPTY
+    block: _RawOpt = _EMPTY
+    # sync records
+    sync_kind: Any = _f("cuda_sync_kind")
+    wait_on_stream: Any = None
+    wait_event: Any = _f("wait_on_cuda_event_id")
+
+
 class Event(msgspec.Struct, gc=False):
     ph: Any = None
     cat: Any = None
@@ -77,6 +111,10 @@ class Event(msgspec.Struct, gc=False):
     args: _RawOpt = _EMPTY
 
 
+class TypedEvent(Event, gc=False):
+    args: Union[Args, None, list, str, int, float, bool] = None
+
+
 class DeviceProps(msgspec.Struct):
     id: Any = None
     name: Any = None
@@ -84,8 +122,14 @@ class DeviceProps(msgspec.Struct):
 
 
 class Trace(msgspec.Struct):
-    traceEvents: Optional[list[Event]] = None
+    """The top level; each event stays a raw slice of the file until its chunk is decoded."""
+    traceEvents: Optional[list[msgspec.Raw]] = None
     schemaVersion: Any = None
     deviceProperties: Optional[list[DeviceProps]] = None
     distributedInfo: Optional[dict[str, Any]] = None
     baseTimeNanoseconds: Any = None
+
+
+class TypedTrace(Trace):
+    """Every event and its args decoded at once (the floor the benchmarks compare with)."""
+    traceEvents: Optional[list[TypedEvent]] = None

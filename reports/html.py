@@ -286,6 +286,9 @@ def render(doc: Document) -> str:
     if doc.get("warnings"):
         body += ["<h2>Warnings</h2>", "<ul>" + "".join(f'<li class="warn">{h(w)}</li>' for w in doc["warnings"])
                  + "</ul>"]
+    if doc.get("skipped_ranks"):
+        body += ["<h2>Skipped ranks</h2>", "<ul>" + "".join(f'<li class="warn">{h(s["file"])}: {h(s["reason"])}</li>'
+                                                            for s in doc["skipped_ranks"]) + "</ul>"]
     return _page(mdr.title(doc), body, specs)
 
 

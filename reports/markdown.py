@@ -353,6 +353,9 @@ def render(doc: Document, images: list[str] | None = None) -> str:
     lines += chart_lines(images)
     if doc.get("warnings"):
         lines += ["### Warnings", ""] + [f"- {md(w, 300)}" for w in doc["warnings"]] + [""]
+    if doc.get("skipped_ranks"):
+        lines += ["### Skipped ranks", ""] + [f"- {md(s['file'], 200)}: {md(s['reason'], 200)}"
+                                              for s in doc["skipped_ranks"]] + [""]
     ins = ", ".join(f"rank {i['rank']}: {i['file']} ({i['format']}, {i.get('gpu') or 'GPU unknown'})"
                     for i in doc.get("inputs", [])[:8])
     more = f" and {len(doc['inputs']) - 8} more" if len(doc.get("inputs", [])) > 8 else ""

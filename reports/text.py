@@ -242,4 +242,6 @@ def render(doc: ReportDocument) -> str:
              + stall_lines(doc) + top_kernel_lines(doc))
     for w in doc.get("warnings", []):
         lines += textwrap.wrap(f"warning: {clip(w, 300)}", 100)
+    for s in doc.get("skipped_ranks", []):
+        lines += textwrap.wrap(f"skipped: {clip(s['file'], 200)}: {clip(s['reason'], 200)}", 100)
     return "\n".join(lines).rstrip() + "\n"

@@ -17,3 +17,10 @@ def _every_report_matches_its_schema(monkeypatch):
     from traceview.reports import json_report
     original = json_report.render
     monkeypatch.setattr(json_report, "render", lambda doc: original(validate(doc)))
+
+
+@pytest.fixture(autouse=True)
+def _store_in_a_temporary_folder(monkeypatch, tmp_path_factory):
+    """The default store lies beside the input: a test on a corpus trace would write into ../shared.
+    Every test's store is a temporary folder unless the test says otherwise."""
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path_factory.mktemp("store")))

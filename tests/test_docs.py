@@ -17,7 +17,8 @@ def test_readme_starts_with_the_two_setup_commands():
     assert (ROOT / trace).exists()
     assert block[1] == "pip install -e '.[test]' && python -m pytest -q"
     ci = (ROOT / ".ci" / "run").read_text()
-    assert "python3 -m pip install -q -e '.[test]' && python3 -m pytest -q" in ci
+    # CI installs the optional Dask extra too (the Dask tests skip without it)
+    assert "python3 -m pip install -q -e '.[test,dask]' && python3 -m pytest -q" in ci
 
 
 def test_conventions_doc_names_every_framework_fixture():

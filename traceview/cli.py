@@ -7,7 +7,7 @@ from typing import List, Optional
 
 import typer
 
-from . import cli_common
+from . import cli_common, run_options
 from .cli_common import (  # noqa: F401
     EXIT_INPUT,
     FORMATS,
@@ -72,6 +72,14 @@ def analyze(
     budget: Optional[Path] = typer.Option(None, "--budget", help="budget TOML: exit 1 when violated"),
     nsys: Optional[str] = typer.Option(None, "--nsys", help="path of the nsys binary for .nsys-rep"),
     max_input_size: Optional[str] = typer.Option(None, "--max-input-size", metavar="SIZE", help=MAX_INPUT_HELP),
+    store: Optional[Path] = typer.Option(None, "--store", metavar="DIR", help=run_options.STORE_HELP),
+    no_store: bool = typer.Option(False, "--no-store", help=run_options.NO_STORE_HELP),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=run_options.JOBS_HELP),
+    dask: Optional[str] = typer.Option(None, "--dask", metavar="ADDRESS", help=run_options.DASK_HELP),
+    dask_scheduler_file: Optional[Path] = typer.Option(None, "--dask-scheduler-file", metavar="FILE",
+                                                       help=run_options.DASK_FILE_HELP),
+    skip_bad_ranks: bool = typer.Option(False, "--skip-bad-ranks", help=run_options.SKIP_HELP),
+    progress: bool = typer.Option(False, "--progress", help=run_options.PROGRESS_HELP),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ):
     """Where each step's GPU time went, per rank (and layer, stage, stall, FLOPs)."""
@@ -90,13 +98,21 @@ def analyze(
             check_out_dir(out_dir, (staged,) if staged else ())
         if staged is None:
             check_out(out)
-        from .document.options import AnalyzeOptions
-        from .runs import run_analyze
-        opts = AnalyzeOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
-                              model=model, model_config=model_config, tokens_per_step=tokens_per_step,
-                              peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys,
-                              whole_trace=whole_trace)
-        doc = run_analyze([str(p) for p in paths], opts)
+        fields = dict(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
+                      model=model, model_config=model_config, tokens_per_step=tokens_per_step,
+                      peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys, whole_trace=whole_trace)
+
+        def compute(inputs: list[str]) -> dict:   # the analysis engine is imported only when it runs
+            from .document.options import AnalyzeOptions
+            from .runs import run_analyze
+            return run_analyze(inputs, AnalyzeOptions(**fields))
+        from .executors import configured
+        rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
+        with configured(rs) as state:
+            from .job_cache import analyze as analyze_job
+            doc = analyze_job([str(p) for p in paths], fields, compute)
+        if state.skipped:
+            doc["skipped_ranks"] = state.skipped
         text = render(doc, fmt)
         if out_dir is not None:
             from .output import write_tree

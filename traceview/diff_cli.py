@@ -18,6 +18,7 @@ from typing import List, Optional
 
 import typer
 
+from . import run_options
 from .cli_common import MAX_INPUT_HELP, check_out, fail, guarded, write_output
 from .document.types import DiffDocument
 
@@ -71,6 +72,13 @@ def diff_command(
     new_also: List[Path] = typer.Option([], "--new-also", help="another file of the new run"),
     nsys: Optional[str] = typer.Option(None, "--nsys", help="path of the nsys binary for .nsys-rep"),
     max_input_size: Optional[str] = typer.Option(None, "--max-input-size", metavar="SIZE", help=MAX_INPUT_HELP),
+    store: Optional[Path] = typer.Option(None, "--store", metavar="DIR", help=run_options.STORE_HELP),
+    no_store: bool = typer.Option(False, "--no-store", help=run_options.NO_STORE_HELP),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help=run_options.JOBS_HELP),
+    dask: Optional[str] = typer.Option(None, "--dask", metavar="ADDRESS", help=run_options.DASK_HELP),
+    dask_scheduler_file: Optional[Path] = typer.Option(None, "--dask-scheduler-file", metavar="FILE",
+                                                       help=run_options.DASK_FILE_HELP),
+    progress: bool = typer.Option(False, "--progress", help=run_options.PROGRESS_HELP),
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ):
     """Explain a change in step time between two runs: ranked causes that add up to it."""
@@ -92,7 +100,10 @@ def diff_command(
         check_pattern_options(step_regex, comm_regex)
         opts = DiffOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, nsys=nsys,
                            whole_trace=whole_trace, top=top, noise_floor_pct=noise_floor)
-        doc = run_diff([str(base)] + [str(p) for p in base_also], [str(new)] + [str(p) for p in new_also], opts)
+        from .executors import configured
+        rs = run_options.settings([base, new], store, no_store, jobs, dask, dask_scheduler_file, False, progress)
+        with configured(rs):
+            doc = run_diff([str(base)] + [str(p) for p in base_also], [str(new)] + [str(p) for p in new_also], opts)
         write_output(render_diff(doc, fmt), out)
         return doc
 

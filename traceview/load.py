@@ -117,8 +117,7 @@ def _warn_several_devices(prof: Profile, path: Path) -> Profile:
 def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
     """Read every file and merge them into one job, assigning ranks where files do not record them."""
     files = expand(paths)
-    profiles = [_warn_several_devices(_flag_time_span(clamp_reversed(read_one(f, nsys_bin=nsys_bin), f), f), f)
-                for f in files]
+    files, profiles = read_ranks(files, nsys_bin)
     if len(profiles) > 1 or any(-1 in p.ranks for p in profiles):
         profiles = _assign_ranks(files, profiles)
         profiles = _separate_pid_order_ranks(files, profiles)
@@ -129,6 +128,25 @@ def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
                          f"several traces claim the same rank ({sorted(ranks)}); pass the files of one job")
     _fill_world_size(prof)
     return prof
+
+
+def parse_checked(f: Path, nsys_bin: str | None = None) -> Profile:
+    """One trace file parsed and checked on its own: the per-rank task of every executor."""
+    return _warn_several_devices(_flag_time_span(clamp_reversed(read_one(f, nsys_bin=nsys_bin), f), f), f)
+
+
+def read_ranks(files: list[Path], nsys_bin: str | None = None) -> tuple[list[Path], list[Profile]]:
+    """The files kept and each one's Profile, in order: parsed here, or (inside
+    `executors.configured`) read from the store and parsed on the configured executor; files set
+    aside by --skip-bad-ranks are left out."""
+    from . import executors
+    if executors.current() is None:
+        return files, [parse_checked(f, nsys_bin) for f in files]
+    got = executors.read_all(files, nsys_bin, parse_checked)   # a top-level function: it pickles by name
+    if not got:
+        raise TraceError(files[0].parent if len(files) > 1 else files[0],
+                         "no trace could be read (every one was skipped)")
+    return [f for f, _ in got], [Profile(**s.tables, warnings=list(s.warnings)) for _, s in got]
 
 
 def _assign_ranks(files: list[Path], profiles: list[Profile]) -> list[Profile]:

@@ -301,6 +301,12 @@ class Budget(TypedDict):
     checked: list[BudgetCheck]
 
 
+class SkippedRank(TypedDict):
+    """a trace file --skip-bad-ranks left out, and why"""
+    file: str
+    reason: str
+
+
 class ReportDocument(TypedDict):
     """The document `traceview analyze -f json` writes"""
     schema: str
@@ -326,6 +332,7 @@ class ReportDocument(TypedDict):
     clock: NotRequired[dict[str, Any]]
     collective_warnings: NotRequired[list[str]]
     budget: NotRequired[Budget]
+    skipped_ranks: NotRequired[list[SkippedRank]]
     warnings: list[str]
 
 

@@ -1,0 +1,168 @@
+"""Jobs of many ranks: a generated MoE job (fixtures/moe_job.py) of 64 and 1,024 ranks analyzed with
+`--jobs 1` and `--jobs 2`, a first run (empty store) and a second from the store; and the 8-rank DLRM job.
+
+    python bench/bench_ranks.py [--ranks 64 1024] [--dlrm] [--keep DIR]
+
+Each analyze runs in a child process (`traceview analyze DIR -f json`); printed per run: wall time,
+time per rank, the analyzing process's peak RSS and the largest peak RSS of its worker processes
+(getrusage RUSAGE_SELF / RUSAGE_CHILDREN), then the ratios side by side: --jobs 2 vs --jobs 1, first
+run vs from the store, and 1,024 vs 64 ranks (peak RSS, time per rank). Every run's report must be
+byte-identical to the others of that job, and the planted straggler and slow expert layer are
+checked against the numbers the generator planted.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from fixtures import moe_job  # noqa: E402
+
+DLRM = ROOT.parent / "shared" / "traces" / "kineto" / "dlrm_8rank_v100"
+
+_RUNNER = """
+import resource, sys, time
+from traceview.cli import run_cli
+t = time.perf_counter()
+rc = run_cli(sys.argv[1:])
+wall = time.perf_counter() - t
+me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+print(f"BENCH {rc} {wall:.3f} {me} {kids}", file=sys.stderr)
+"""
+
+
+def analyze(path: Path, out: Path, *args: str) -> dict:
+    cmd = [sys.executable, "-c", _RUNNER, "analyze", str(path), "-f", "json", "-o", str(out), *args]
+    t = time.perf_counter()
+    import os
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRACEVIEW_BENCH_STATS": "1"})
+    total = time.perf_counter() - t
+    line = [ln for ln in p.stderr.splitlines() if ln.startswith("BENCH ")]
+    if p.returncode != 0 or not line or line[-1].split()[1] != "0":
+        raise SystemExit(f"bench_ranks: analyze failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    _, rc, wall, me, kids = line[-1].split()
+    stats = [json.loads(ln.split(" ", 1)[1]) for ln in p.stderr.splitlines() if ln.startswith("TRACEVIEW_STATS ")]
+    workers = max([st.get("worker_peak_rss_kib", 0) for st in stats] + [int(kids)])
+    return {"wall_s": total, "analyze_s": float(wall), "rss_mb": int(me) / 1024, "kids_rss_mb": workers / 1024,
+            "parse_s": sum(st["seconds"] for st in stats)}
+
+
+RUNS = ("jobs1 first", "jobs2 first", "jobs2 store", "jobs1 store")
+
+
+def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=RUNS) -> dict:
+    store = work / f"store-{name}"
+    runs = {}
+    reports = {}
+    for label, args in (("jobs1 first", ["--jobs", "1", "--store", str(store) + "-1"]),
+                        ("jobs2 first", ["--jobs", "2", "--store", str(store) + "-2"]),
+                        ("jobs2 store", ["--jobs", "2", "--store", str(store) + "-2"]),
+                        ("jobs1 store", ["--jobs", "1", "--store", str(store) + "-1"])):
+        if label not in only:
+            continue
+        out = work / f"{name}-{label.replace(' ', '-')}.json"
+        r = analyze(path, out, *args)
+        r["per_rank_ms"] = r["wall_s"] / n * 1e3
+        runs[label] = r
+        reports[label] = out.read_bytes()
+        print(f"  {name:10s} {label:12s} wall {r['wall_s']:8.2f} s  per rank {r['per_rank_ms']:8.1f} ms  "
+              f"(ranks read/parsed {r['parse_s']:7.2f} s)  "
+              f"parent peak RSS {r['rss_mb']:8.1f} MB  workers' peak RSS {r['kids_rss_mb']:7.1f} MB", flush=True)
+    same = len(set(reports.values())) == 1
+    print(f"  {name:10s} reports byte-identical across the {len(reports)} runs: {same}")
+    first = next(label for label in RUNS if label in reports)
+    growth(name, work / f"{name}-{first.replace(' ', '-')}.json", Path(f"{store}-{first[4]}"))
+    if want is not None:
+        doc = json.loads(next(iter(reports.values())))
+        top = doc["stragglers"][0]
+        got = (top["rank"], top["times_last"], top["total_skew_ns"], top["wait_caused_ns"])
+        exp = (want["straggler"], want["times_last"], want["total_skew_ns"], want["wait_caused_ns"])
+        slow = sorted({r["rank"] for r in doc["layers"] if r["stage"] == "experts" and r["layer"] == want["slow_layer"]
+                       and r["compute_ns"] == want["slow_experts_compute_ns"]})
+        print(f"  {name:10s} straggler (rank, times last, total skew, wait caused) {got} planted {exp}: "
+              f"{'exact' if got == exp else 'DIFFERENT'}")
+        print(f"  {name:10s} slow expert layer {want['slow_layer']} on ranks {slow} planted {want['slow_ranks']}: "
+              f"{'exact' if slow == want['slow_ranks'] else 'DIFFERENT'}")
+    return runs
+
+
+def growth(name: str, report: Path, store: Path) -> None:
+    """What grows with ranks: the document's sections (JSON bytes) and the stored tables (rows, bytes)."""
+    doc = json.loads(report.read_bytes())
+    sections = sorted(((len(json.dumps(v)), k) for k, v in doc.items()), reverse=True)[:6]
+    print(f"  {name:10s} report {report.stat().st_size / 1e6:.1f} MB; largest sections: "
+          + ", ".join(f"{k} {b / 1e6:.2f} MB" for b, k in sections))
+    rows: dict[str, int] = {}
+    size = 0
+    for man in store.glob("entries/*/manifest.json"):
+        for table, parts in json.loads(man.read_text())["tables"].items():
+            rows[table] = rows.get(table, 0) + sum(p["rows"] for p in parts)
+            size += sum(p["size"] for p in parts)
+    print(f"  {name:10s} stored tables {size / 1e6:.1f} MB (Parquet): "
+          + ", ".join(f"{t} {n:,} rows" for t, n in sorted(rows.items())))
+
+
+def ratios(name: str, runs: dict) -> None:
+    if set(runs) != set(RUNS):
+        if "jobs2 first" in runs and "jobs2 store" in runs:
+            print(f"  {name:10s} from the store vs first (--jobs 2): "
+                  f"{runs['jobs2 first']['wall_s'] / runs['jobs2 store']['wall_s']:.2f}x")
+        return
+    j1, j2 = runs["jobs1 first"], runs["jobs2 first"]
+    print(f"  {name:10s} --jobs 2 vs --jobs 1 (first run): {j1['wall_s'] / j2['wall_s']:.2f}x faster;  "
+          f"from the store vs first (--jobs 2): {j2['wall_s'] / runs['jobs2 store']['wall_s']:.2f}x, "
+          f"(--jobs 1): {j1['wall_s'] / runs['jobs1 store']['wall_s']:.2f}x")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--ranks", type=int, nargs="*", default=[64, 1024])
+    ap.add_argument("--steps", type=int, default=moe_job.Job.steps)
+    ap.add_argument("--layers", type=int, default=moe_job.Job.layers)
+    ap.add_argument("--dlrm", action="store_true", help="also the 8-rank DLRM job of the corpus")
+    ap.add_argument("--dlrm-dir", type=Path, default=DLRM, help="where the DLRM job is (default: the corpus)")
+    ap.add_argument("--runs", nargs="*", default=list(RUNS), choices=RUNS, help="which runs of each job")
+    ap.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
+    a = ap.parse_args()
+    work = a.keep or Path(tempfile.mkdtemp(prefix="bench-ranks-"))
+    work.mkdir(parents=True, exist_ok=True)
+    all_runs = {}
+    try:
+        if a.dlrm:
+            print("DLRM 8 ranks (corpus)")
+            all_runs["dlrm"] = run_job("dlrm", a.dlrm_dir, 8, work, None, a.runs)
+            ratios("dlrm", all_runs["dlrm"])
+        for n in a.ranks:
+            job = moe_job.Job(ranks=n, steps=a.steps, layers=a.layers)
+            d = work / f"job{n}"
+            t = time.perf_counter()
+            paths = moe_job.write(d, job)
+            size = sum(p.stat().st_size for p in paths)
+            print(f"MoE job of {n} ranks: generated in {time.perf_counter() - t:.1f} s, "
+                  f"{size / 1e6:.0f} MB ({size / n / 1e6:.2f} MB per rank)", flush=True)
+            all_runs[n] = run_job(f"{n} ranks", d, n, work, moe_job.expected(job), a.runs)
+            ratios(f"{n} ranks", all_runs[n])
+        ns = [n for n in a.ranks if n in all_runs]
+        if len(ns) >= 2:
+            lo, hi = min(ns), max(ns)
+            for label in [x for x in RUNS if x in all_runs[lo] and x in all_runs[hi]]:
+                r_lo, r_hi = all_runs[lo][label], all_runs[hi][label]
+                print(f"{hi} vs {lo} ranks, {label}: parent peak RSS {r_hi['rss_mb'] / r_lo['rss_mb']:.2f}x "
+                      f"({r_lo['rss_mb']:.0f} -> {r_hi['rss_mb']:.0f} MB), time per rank "
+                      f"{r_hi['per_rank_ms'] / r_lo['per_rank_ms']:.2f}x "
+                      f"({r_lo['per_rank_ms']:.1f} -> {r_hi['per_rank_ms']:.1f} ms)")
+    finally:
+        if a.keep is None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

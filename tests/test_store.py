@@ -1,0 +1,210 @@
+"""The store of parsed tables: reused when the trace is unchanged, parsed again when it changed,
+rebuilt when damaged or of another version, safe under two concurrent runs, never beside a corpus trace."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from helpers import TRACES
+
+from traceview import executors, store as store_mod
+from traceview.cli import run_cli
+from traceview.load import load
+
+DLRM = TRACES / "kineto" / "dlrm_8rank_v100"
+BASE = TRACES / "kineto" / "hta_trace_compare_base" / "base.json.gz"
+TEST = TRACES / "kineto" / "hta_trace_compare_test" / "test.json.gz"
+
+
+def report(tmp_path, *args) -> bytes:
+    out = tmp_path / f"r{len(list(tmp_path.glob('r*.json')))}.json"
+    assert run_cli(["analyze", *map(str, args), "-f", "json", "-o", str(out), "--jobs", "1"]) == 0
+    return out.read_bytes()
+
+
+def loaded(paths, root):
+    """Load under a store; returns the tables and what the map did (from the store / parsed)."""
+    with executors.configured(executors.RunSettings(store=root, jobs=1)) as state:
+        prof = load(paths)
+    return prof, state.stats
+
+
+def test_dlrm_from_store_is_byte_identical_to_parsing(tmp_path):
+    root = tmp_path / "store"
+    plain = report(tmp_path, DLRM, "--no-store")
+    first = report(tmp_path, DLRM, "--store", root)
+    second = report(tmp_path, DLRM, "--store", root)
+    assert plain == first == second
+    entries = [e for e in (root / "entries").iterdir()]
+    assert len(entries) == 8 and store_mod.Store(root).check() == []
+    # Hive-partitioned by rank, zstd Parquet, a manifest saying where each came from
+    man = json.loads((entries[0] / "manifest.json").read_text())
+    rank = man["ranks"][0]
+    assert (entries[0] / "gpu_activities" / f"rank={rank}" / "part-0.parquet").is_file()
+    assert man["store_schema_version"] == store_mod.STORE_SCHEMA_VERSION and man["format"] == ["kineto"]
+    src = Path(man["source"]["path"])
+    assert src.parent == DLRM.resolve() and man["source"]["size"] == src.stat().st_size
+    assert man["source"]["hash"] == store_mod.file_hash(src)
+    import pyarrow.parquet as pq
+    md = pq.ParquetFile(entries[0] / "gpu_activities" / f"rank={rank}" / "part-0.parquet").metadata
+    assert md.row_group(0).column(0).compression == "ZSTD"
+    _, stats = loaded([DLRM], root)
+    assert stats["from_store"] == 8 and stats["parsed"] == 0
+
+
+def test_tables_round_trip_exactly(tmp_path):
+    direct = load([DLRM])
+    loaded([DLRM], tmp_path / "s")
+    again, stats = loaded([DLRM], tmp_path / "s")
+    assert stats["from_store"] == 8
+    for name, t in direct.tables().items():
+        assert again.tables()[name].equals(t), name
+    assert again.warnings == direct.warnings
+
+
+def test_modified_trace_is_parsed_again(tmp_path):
+    trace = tmp_path / "job" / "rank0.json.gz"
+    trace.parent.mkdir()
+    shutil.copy(BASE, trace)
+    root = tmp_path / "store"
+    first = report(tmp_path, trace, "--store", root)
+    # same content, new mtime: the content hash says it did not change, so it is read from the store
+    os.utime(trace, ns=(1, 10**18))
+    _, stats = loaded([trace], root)
+    assert stats["from_store"] == 1 and stats["parsed"] == 0
+    assert report(tmp_path, trace, "--store", root) == first
+    # another trace under the same name: parsed again, and the report is that trace's
+    shutil.copy(TEST, trace)
+    _, stats = loaded([trace], root)
+    assert stats["from_store"] == 0 and stats["parsed"] == 1
+    expect = tmp_path / "expect" / "rank0.json.gz"
+    expect.parent.mkdir()
+    shutil.copy(TEST, expect)
+    got = json.loads(report(tmp_path, trace, "--store", root))
+    want = json.loads(report(tmp_path, expect, "--no-store"))
+    assert json.dumps(got).replace(str(trace), "X") == json.dumps(want).replace(str(expect), "X")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "delete", "manifest", "version"])
+def test_damaged_entry_is_rebuilt_never_read_short(tmp_path, damage):
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in sorted(DLRM.iterdir())[:2]:          # ranks 0 and 1 of the DLRM job
+        shutil.copy(f, job / f.name)
+    root = tmp_path / "store"
+    plain = report(tmp_path, job, "--no-store")
+    report(tmp_path, job, "--store", root)
+    entry = next(e for e in (root / "entries").iterdir() if "worker1" in e.name)
+    part = next(entry.glob("gpu_activities/rank=*/part-0.parquet"))
+    if damage == "truncate":
+        part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
+    elif damage == "flip":
+        b = bytearray(part.read_bytes())
+        b[len(b) // 2] ^= 0xFF
+        part.write_bytes(bytes(b))
+    elif damage == "delete":
+        part.unlink()
+    elif damage == "manifest":
+        (entry / "manifest.json").write_text("{")
+    else:
+        man = json.loads((entry / "manifest.json").read_text())
+        man["store_schema_version"] = store_mod.STORE_SCHEMA_VERSION + 1
+        (entry / "manifest.json").write_text(json.dumps(man))
+    assert store_mod.Store(root).check() != [] or damage == "version"
+    _, stats = loaded([job], root)
+    assert stats["from_store"] == 1 and stats["parsed"] == 1
+    assert store_mod.Store(root).check() == []
+    assert report(tmp_path, job, "--store", root) == plain
+
+
+def test_two_concurrent_analyses_agree_and_leave_a_valid_store(tmp_path):
+    root = tmp_path / "store"
+    outs = [tmp_path / f"c{i}.json" for i in range(2)]
+    env = {**os.environ, "TRACEVIEW_CACHE_DIR": str(tmp_path / "unused")}
+    procs = [subprocess.Popen([sys.executable, "-m", "traceview", "analyze", str(DLRM), "-f", "json",
+                               "--store", str(root), "--jobs", "1", "-o", str(o)], env=env,
+                              stderr=subprocess.PIPE, text=True) for o in outs]
+    for p in procs:
+        assert p.wait(timeout=300) == 0, p.stderr.read()
+    assert outs[0].read_bytes() == outs[1].read_bytes() == report(tmp_path, DLRM, "--no-store")
+    assert store_mod.Store(root).check() == []
+    assert len(list((root / "entries").iterdir())) == 8
+    assert not (tmp_path / "unused").exists()
+
+
+def test_default_store_beside_the_input_else_user_cache(tmp_path, monkeypatch):
+    job = tmp_path / "job"
+    job.mkdir()
+    shutil.copy(BASE, job / "base.json.gz")
+    monkeypatch.delenv("TRACEVIEW_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    report(tmp_path, job / "base.json.gz")
+    assert len(list((job / ".traceview" / "entries").iterdir())) == 1
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    shutil.copy(BASE, ro / "base.json.gz")
+    ro.chmod(0o555)
+    try:
+        report(tmp_path, ro / "base.json.gz")
+    finally:
+        ro.chmod(0o755)
+    assert not (ro / ".traceview").exists()
+    assert len(list((tmp_path / "xdg" / "traceview" / "entries").iterdir())) == 1
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path / "env"))
+    assert store_mod.default_dir([job]) == tmp_path / "env"
+
+
+def test_no_store_writes_nothing(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(tmp_path / "c"))
+    report(tmp_path, BASE, "--no-store")
+    assert not (tmp_path / "c").exists()
+    assert run_cli(["analyze", str(BASE), "--store", str(tmp_path / "x"), "--no-store"]) == 2
+
+
+def test_suite_never_stores_beside_the_corpus():
+    assert os.environ["TRACEVIEW_CACHE_DIR"] and not (DLRM / ".traceview").exists()
+    assert not (TRACES / "kineto" / "hta_trace_compare_base" / ".traceview").exists()
+
+
+def test_finished_document_is_kept_and_keyed_by_traces_and_options(tmp_path):
+    from traceview.job_cache import analyze as analyze_job
+    from traceview.runs import AnalyzeOptions, run_analyze
+    job = tmp_path / "job"
+    job.mkdir()
+    for f in sorted(DLRM.iterdir())[:2]:
+        shutil.copy(f, job / f.name)
+    root = tmp_path / "store"
+    calls = []
+
+    def once(top=10):
+        def counted(paths):
+            calls.append(top)
+            return run_analyze(paths, AnalyzeOptions(top=top))
+        with executors.configured(executors.RunSettings(store=root, jobs=1)) as state:
+            doc = analyze_job([str(job)], {"top": top}, counted)
+        return doc, state.stats.get("document_from_store", False)
+
+    first, hit1 = once()
+    second, hit2 = once()
+    assert (hit1, hit2) == (False, True) and first == second and calls == [10]
+    other, hit3 = once(top=3)
+    assert not hit3 and calls == [10, 3] and other != first
+    victim = sorted(job.iterdir())[1]
+    victim.write_bytes(sorted(DLRM.iterdir())[2].read_bytes())    # another rank's trace under this name
+    _, hit4 = once()
+    assert not hit4 and calls == [10, 3, 10]
+    # the CLI renders the kept document byte for byte as it rendered the analyzed one
+    a = report(tmp_path, job, "--store", root, "--top", "4")
+    b = report(tmp_path, job, "--store", root, "--top", "4")
+    assert a == b == report(tmp_path, job, "--no-store", "--top", "4")
+
+
+def test_a_store_that_cannot_be_made_is_one_line(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    assert run_cli(["analyze", str(BASE), "--store", str(blocker / "store")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "cannot use as the store" in err[0] and str(blocker) in err[0]

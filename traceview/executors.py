@@ -1,0 +1,306 @@
+"""Where the per-rank work runs: in this process (`--jobs 1`), a local process pool (`--jobs N`), or a
+Dask distributed cluster (`--dask ADDRESS`, `--dask-scheduler-file FILE`, TRACEVIEW_DASK_SCHEDULER).
+
+The per-rank task parses one trace file into its canonical tables and writes them to the store
+(workers must see the trace paths and the store: a shared filesystem, as on every training cluster);
+the parent then reads them from the store. Without a store the task sends the tables back. Whichever
+executor ran it, the tables, and so the report, are the same.
+
+A trace that cannot be read is one line naming the file (TraceError), raised before any report; with
+`skip_bad_ranks` it is set aside (`RunState.skipped`) and the rest is analyzed. A worker that dies is
+retried once (a fresh pool; Dask reschedules it), then its trace is a failed rank.
+"""
+from __future__ import annotations
+
+import os
+import time
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from concurrent.futures.process import BrokenProcessPool
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Iterator
+
+from .errors import TraceError, UsageError
+
+ENV_SCHEDULER = "TRACEVIEW_DASK_SCHEDULER"
+
+
+def cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+@dataclass
+class RunSettings:
+    store: Path | None = None            # None: nothing is stored or read from a store
+    jobs: int = 1
+    dask: str | None = None              # scheduler address
+    dask_scheduler_file: str | None = None
+    skip_bad_ranks: bool = False
+    progress: bool = False
+    store_explicit: bool = True          # --store DIR given (one that cannot be made is an error)
+
+
+@dataclass
+class RunState:
+    settings: RunSettings
+    skipped: list[dict] = field(default_factory=list)    # {"file":, "reason":}
+    client: object | None = None                         # dask.distributed.Client when connected
+    stats: dict = field(default_factory=dict)            # what the last map did (for bench/tests)
+
+
+_STATE: RunState | None = None
+
+
+def current() -> RunState | None:
+    return _STATE
+
+
+@contextmanager
+def configured(settings: RunSettings) -> Iterator[RunState]:
+    """Run what is inside with these settings (the CLI wraps one command in it). A Dask scheduler is
+    connected here, before any work: one that cannot be reached is a usage error."""
+    global _STATE
+    state = RunState(settings)
+    address, sched_file = settings.dask, settings.dask_scheduler_file
+    env = os.environ.get(ENV_SCHEDULER)
+    if not address and not sched_file and env:      # an address, or the path of a scheduler file
+        address, sched_file = (None, env) if Path(env).is_file() else (env, None)
+    if address or sched_file:
+        state.client = _connect(None if sched_file else address, sched_file)
+    if settings.store is not None:
+        try:
+            Path(settings.store).mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            if state.client is not None:
+                state.client.close()
+            if settings.store_explicit:
+                raise UsageError(settings.store, f"cannot use as the store: {e.strerror or e}") from None
+            settings.store = None        # the default place is unusable: run without a store
+    previous, _STATE = _STATE, state
+    try:
+        yield state
+    finally:
+        _STATE = previous
+        if state.client is not None:
+            state.client.close()
+
+
+def _connect(address: str | None, scheduler_file: str | None):
+    try:
+        from distributed import Client
+    except ImportError:
+        raise UsageError(None, "--dask needs Dask distributed: pip install 'traceview[dask]'") from None
+    if scheduler_file and not Path(scheduler_file).is_file():
+        raise UsageError(scheduler_file, "no such Dask scheduler file")
+    where = address or scheduler_file
+    try:
+        if scheduler_file:
+            return Client(scheduler_file=scheduler_file, timeout="10s")
+        return Client(address, timeout="10s")
+    except (OSError, TimeoutError, ValueError) as e:
+        why = " ".join("".join(c if c.isprintable() else " " for c in str(e)).split())
+        raise UsageError(None, f"cannot reach the Dask scheduler at {where}: {why or type(e).__name__}") from None
+
+
+# -- the per-rank task ---------------------------------------------------------------------------
+
+def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
+               fault: str | None = None):
+    """Parse one trace (in whichever process runs it). Returns (kind, value, peak RSS KiB of the
+    process that ran it): ("stored", None) when its tables went to the store, ("tables", Stored)
+    when they come back by value, ("bad", message) for bad input."""
+    import resource
+    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault)
+    return kind, value, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
+def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
+           fault: str | None):
+    from .parsers import bounded_read
+    from .store import Store, Stored, file_hash
+    if max_input is not None:
+        bounded_read.set_max_input_size(max_input)
+    p = Path(path)
+    _fault_injection(p, fault)
+    try:
+        if store_root is None:
+            prof = parse(p, nsys_bin)
+            return "tables", Stored(prof.tables(), list(prof.warnings))
+        store = Store(Path(store_root))
+        with store.lock(p):
+            if store.lookup(p) is not None:        # another run stored it meanwhile
+                return "stored", None
+            before = p.stat()
+            content_hash = file_hash(p)
+            prof = parse(p, nsys_bin)
+            got = Stored(prof.tables(), list(prof.warnings))
+            return ("stored", None) if store.put(p, got, before, content_hash) else ("tables", got)
+    except TraceError as e:
+        return "bad", e.problem
+
+
+FAULT_ENV = "TRACEVIEW_FAULT_DIE_ONCE"
+
+
+def _fault_injection(p: Path, marker: str | None) -> None:
+    """Tests of worker death: when FAULT_ENV (read by the parent, passed with the task) names a marker
+    file holding this trace's file name, the worker process dies (once: the marker is removed first;
+    `always:NAME` every time)."""
+    import multiprocessing as mp
+    if not marker or mp.parent_process() is None:    # never the parent process itself
+        return
+    try:
+        text = Path(marker).read_text(encoding="utf-8").strip()
+        if text == f"always:{p.name}":                   # dies every time: a rank that kills its worker
+            os._exit(86)
+        if text == p.name:
+            Path(marker).unlink()
+            os._exit(86)
+    except OSError:
+        return
+
+
+# -- the map -------------------------------------------------------------------------------------
+
+def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path, object]]:
+    """(file, Stored) for each file, in file order, under the configured run (files set aside as bad
+    are left out, with the state's `skipped` saying why)."""
+    state = current()
+    assert state is not None
+    from .store import Store
+    s = state.settings
+    store = Store(s.store) if s.store is not None else None
+    from .progress import Progress
+    progress = Progress(len(files), sum(_size(f) for f in files), force=s.progress)
+    results: dict[int, object] = {}
+    t0 = time.perf_counter()
+    misses = []
+    for i, f in enumerate(files):
+        hit = store.lookup(f) if store is not None else None
+        if hit is not None:
+            results[i] = hit
+            progress.advance(_size(f))
+        else:
+            misses.append(i)
+    hits = len(files) - len(misses)
+    root = str(s.store) if store is not None else None
+    from .parsers import bounded_read
+    limit = bounded_read.max_input_size()
+    bad: dict[int, str] = {}
+    peak = [0]                   # the largest worker's peak RSS (KiB), pool workers only
+
+    def take(i: int, outcome) -> None:
+        kind, value, *rss = outcome
+        if rss and state.client is None and (s.jobs > 1 and len(misses) > 1):
+            peak[0] = max(peak[0], rss[0])
+        if kind == "bad":
+            if not s.skip_bad_ranks:
+                progress.close()
+                raise TraceError(files[i], value)
+            bad[i] = value
+        elif kind == "stored":
+            got = store.lookup(files[i]) if store is not None else None
+            if got is None:
+                raise TraceError(files[i], "its stored tables could not be read back from the store "
+                                           f"{s.store}")
+            results[i] = got
+        else:
+            results[i] = value
+        progress.advance(_size(files[i]))
+
+    fault = os.environ.get(FAULT_ENV)
+    args = [(parse, str(files[i]), nsys_bin, root, limit, fault) for i in misses]
+    try:
+        if not misses:
+            pass
+        elif state.client is not None:
+            _map_dask(state.client, misses, args, take, bad)
+        elif s.jobs > 1 and len(misses) > 1:
+            _map_pool(min(s.jobs, len(misses)), misses, args, take, bad)
+        else:
+            for i, a in zip(misses, args, strict=False):
+                take(i, parse_task(*a))
+    finally:
+        progress.close()
+    for i in sorted(bad):
+        state.skipped.append({"file": str(files[i]), "reason": bad[i]})
+    state.stats = {"files": len(files), "from_store": hits, "parsed": len(misses) - len(bad),
+                   "skipped": len(bad), "seconds": time.perf_counter() - t0, "worker_peak_rss_kib": peak[0]}
+    if os.environ.get("TRACEVIEW_BENCH_STATS"):        # bench/bench_ranks.py reads this line
+        import json
+        import sys
+        print("TRACEVIEW_STATS " + json.dumps(state.stats), file=sys.stderr)
+    return [(files[i], results[i]) for i in range(len(files)) if i in results]
+
+
+def _size(f: Path) -> int:
+    try:
+        return f.stat().st_size
+    except OSError:
+        return 0
+
+
+def _pool(n: int) -> ProcessPoolExecutor:
+    import multiprocessing as mp
+    ctx = mp.get_context("forkserver")
+    ctx.set_forkserver_preload(["traceview.load", "traceview.parsers.kineto", "traceview.store"])
+    return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+
+
+def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> None:
+    """All ranks on a pool of n; the ranks of a pool that broke (a worker died: every task in flight
+    fails with it) are retried once each, one at a time, so a rank that kills its worker again is
+    known to be the one, and only it is a failed rank."""
+    crashed = []
+    with _pool(n) as pool:
+        futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in zip(idx, args, strict=False)}
+        try:
+            for fut in as_completed(futs):
+                i, a = futs[fut]
+                try:
+                    outcome = fut.result()
+                except BrokenProcessPool:
+                    crashed.append((i, a))
+                    continue
+                take(i, outcome)
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    pool = None
+    try:
+        for i, a in sorted(crashed):
+            pool = pool or _pool(1)
+            try:
+                outcome = pool.submit(parse_task, *a).result()
+            except BrokenProcessPool:
+                pool.shutdown(wait=True)
+                pool = None
+                outcome = ("bad", "the worker parsing it died twice (out of memory or killed)")
+            take(i, outcome)
+    finally:
+        if pool is not None:
+            pool.shutdown(wait=True)
+
+
+def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> None:
+    from distributed import as_completed as dask_completed
+    from distributed.scheduler import KilledWorker
+    cols = list(zip(*args, strict=False))
+    futs = client.map(parse_task, *cols, pure=False, retries=1,
+                      key=[f"traceview-parse-{i}-{os.getpid()}-{time.time_ns()}" for i in idx])
+    where = {f.key: i for f, i in zip(futs, idx, strict=False)}
+    try:
+        for fut in dask_completed(futs):
+            i = where[fut.key]
+            try:
+                outcome = fut.result()
+            except (KilledWorker, OSError) as e:  # its workers died, a lost connection: a failed rank
+                outcome = ("bad", f"the Dask workers parsing it died ({type(e).__name__})")
+            take(i, outcome)
+    except BaseException:
+        client.cancel(futs)
+        raise

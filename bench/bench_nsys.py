@@ -117,12 +117,15 @@ def scaled_copy(src: Path, n: int, workdir: Path) -> Path:
                 lo, hi = min(a, lo if lo is not None else a), max(b, hi if hi is not None else b)
             if "correlationId" in {r[1] for r in con.execute(f"PRAGMA table_info({t})")}:
                 corr = max(corr, con.execute(f"SELECT coalesce(max(correlationId), 0) FROM {t}").fetchone()[0])
+    if lo is None or hi is None:
+        sys.exit(f"{src}: no timed rows to repeat")
     span, corr = hi - lo + 1, corr + 1
     for t in SCALED:
         if t not in tables:
             continue
         cols = [r[1] for r in con.execute(f"PRAGMA table_info({t})")]
-        shift = {"start": "start + {k} * :span", "end": '"end" + {k} * :span', "correlationId": "correlationId + {k} * :corr"}
+        shift = {"start": "start + {k} * :span", "end": '"end" + {k} * :span',
+                 "correlationId": "correlationId + {k} * :corr"}
         quoted = ", ".join(f'"{c}"' for c in cols)
         for k in range(1, n):
             sel = ", ".join(shift[c].format(k=k) if c in shift else f'"{c}"' for c in cols)

@@ -9,7 +9,7 @@ import re
 from collections import Counter
 from operator import attrgetter, itemgetter
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional, Sequence
 
 import msgspec
 import pyarrow as pa
@@ -88,7 +88,7 @@ def _ints(vals: list):
         return pa.array([_int(v) for v in vals], type=pa.int64())
 
 
-def _raws(vals: list) -> list:
+def _raws(vals: Sequence) -> list:
     return [bytes(r).decode("utf-8", "replace") if r is not None and len(r) else None for r in vals]
 
 
@@ -169,7 +169,7 @@ def _get(rows, field: str) -> list:
     return list(map(attrgetter(field), rows))
 
 
-def _take(col: tuple, idx: list) -> tuple:
+def _take(col: Sequence, idx: list) -> tuple:
     if not idx:
         return ()
     got = itemgetter(*idx)(col)
@@ -203,18 +203,18 @@ def _codes(ph: list, cat: list) -> pa.Array:
     return table.take(pair)
 
 
-def _kinds(cats: tuple, table: dict) -> list:
+def _kinds(cats: Sequence, table: dict) -> list:
     known = {c: table[c.lower()] for c in set(cats)}
     return list(map(known.__getitem__, cats))
 
 
-def _strs(vals: tuple) -> pa.Array:
+def _strs(vals: Sequence) -> pa.Array:
     if set(map(type, vals)) <= {str}:
         return pa.array(vals, type=pa.string())
     return pa.array([str(v) for v in vals], type=pa.string())
 
 
-def _raw_texts(vals: tuple) -> pa.Array:
+def _raw_texts(vals: Sequence) -> pa.Array:
     """Raw JSON slices -> their text (None where absent), decoded in one call when possible."""
     sep = b"\x1f"  # a control character: never unescaped inside JSON text
     joined = sep.join(vals)
@@ -224,13 +224,13 @@ def _raw_texts(vals: tuple) -> pa.Array:
     return pa.array(_raws(vals), type=pa.string())
 
 
-def _tids(vals: tuple) -> pa.Array:
+def _tids(vals: Sequence) -> pa.Array:
     if set(map(type, vals)) <= {int}:
         return pa.array(vals, type=pa.int64())
     return pa.array([t if type(t) is int else _tid(t) for t in vals], type=pa.int64())
 
 
-def _times(ts: tuple, dur: tuple):
+def _times(ts: Sequence, dur: Sequence):
     start = _ns_array(list(ts))
     dur_ns = _ns_array([d if d is not None else 0 for d in dur], "dur")
     end = pc.add(start, pc.max_element_wise(dur_ns, 0))  # both within +-2^62: no overflow
@@ -272,7 +272,7 @@ def _args(raws: list, typ) -> list:
     return out
 
 
-def _exts(a: dict) -> pa.Array:
+def _exts(a: _ArgCols) -> pa.Array:
     pairs = zip(a["external_id"], a["external_id_old"], strict=False)
     return pa.array([x if type(x) is int else _ext(x, o) for x, o in pairs],
                     type=pa.int64())
@@ -283,7 +283,7 @@ def _ext(x, old):
     return v if v is not None else _int(old)
 
 
-def _gpu_chunk(e: dict, a: dict, out: _Acc) -> None:
+def _gpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
     corr, ext, old = a["correlation"], a["external_id"], a["external_id_old"]
     out.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False) if c is None and x is None and o is None)
     d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=pa.string()), "name": _strs(e["name"]),
@@ -300,7 +300,7 @@ def _gpu_chunk(e: dict, a: dict, out: _Acc) -> None:
     out.add(d)
 
 
-def _launch_chunk(e: dict, a: dict, out: _Acc) -> None:
+def _launch_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
     d = {"pid": _ints(list(e["pid"])), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
          "api": pa.array(_kinds(e["cat"], _LAUNCH), type=pa.string()), "correlation": _ints(list(a["correlation"])),
          "ext": _exts(a)}
@@ -308,7 +308,7 @@ def _launch_chunk(e: dict, a: dict, out: _Acc) -> None:
     out.add(d)
 
 
-def _sync_chunk(e: dict, a: dict, out: _Acc) -> None:
+def _sync_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
     i64 = pa.int64()
     d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=pa.string()),
          "device": pa.array([_int(x) for x in a["device"]], type=i64),
@@ -321,7 +321,7 @@ def _sync_chunk(e: dict, a: dict, out: _Acc) -> None:
     out.add(d)
 
 
-def _cpu_chunk(e: dict, a: dict, out: _Acc) -> None:
+def _cpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
     d = {"pid": _ints(list(e["pid"])), "tid": _tids(e["tid"]),
          "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=pa.string()), "name": _strs(e["name"]),
          "seq": _ints(list(a["seq"])),
@@ -367,7 +367,7 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
         if not code:
             continue
         idx = pc.indices_nonzero(pc.equal(codes, code)).to_pylist()
-        rows = _take(evs, idx)
+        rows: Sequence = _take(evs, idx)
         if code == _FLOW:
             for ev in rows:
                 ev.args = _EMPTY_RAW  # its raw slice would keep the chunk's text alive
@@ -514,7 +514,7 @@ def _colls(d: dict, a: _ArgCols) -> None:
         for k, _ in _COLL:
             d[k] = pa.nulls(n, _COLL_TYPE[k])
         return
-    cols = {k: [None] * n for k, _ in _COLL}
+    cols: dict[str, list[Any]] = {k: [None] * n for k, _ in _COLL}
     for i in has:
         r = a.rows[i]
         cols["coll_name"][i] = str(r.coll_name)

@@ -112,7 +112,7 @@ class Event(msgspec.Struct, gc=False):
 
 
 class TypedEvent(Event, gc=False):
-    args: Union[Args, None, list, str, int, float, bool] = None
+    args: Union[Args, None, list, str, int, float, bool] = None  # type: ignore[assignment]  # narrows Event.args: msgspec decodes what Event keeps raw
 
 
 class DeviceProps(msgspec.Struct):
@@ -132,4 +132,4 @@ class Trace(msgspec.Struct):
 
 class TypedTrace(Trace):
     """Every event and its args decoded at once (the floor the benchmarks compare with)."""
-    traceEvents: Optional[list[TypedEvent]] = None
+    traceEvents: Optional[list[TypedEvent]] = None  # type: ignore[assignment]  # the decoded form of Trace.traceEvents

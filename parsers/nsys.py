@@ -142,17 +142,18 @@ class _Reader:
             **_GPU, "bytes": "bytes", "mem_kind": "memKind"}, need=_NEED_GPU)))
         api = {"start_ns": "start TIME", "end_ns": "end TIME", "gtid": "globalTid", "correlation": "correlationId",
                "name_id": "nameId", "event_class": "eventClass"}
-        self.reg("rt", self.timed("CUDA API calls", pa.concat_tables([s.table(t, {**api, "table_api": f"={v} TEXT"},
-                                                                              need=("start", "end", "globalTid"))
-                                                                      for t, v in (("CUPTI_ACTIVITY_KIND_RUNTIME", "NULL"),
-                                                                                   ("CUPTI_ACTIVITY_KIND_DRIVER", "'driver'"))])))
+        api_tables = (("CUPTI_ACTIVITY_KIND_RUNTIME", "NULL"), ("CUPTI_ACTIVITY_KIND_DRIVER", "'driver'"))
+        self.reg("rt", self.timed("CUDA API calls", pa.concat_tables([
+            s.table(t, {**api, "table_api": f"={v} TEXT"}, need=("start", "end", "globalTid"))
+            for t, v in api_tables])))
         text = "text" in s.cols("NVTX_EVENTS")
         nv = s.table("NVTX_EVENTS", {
             "start_ns": "start TIME", "end_ns": "end TIME", "event_type": "eventType", "gtid": "globalTid",
             "text_id": "textId", "domain_id": "domainId",
             "text": "=IFNULL(CAST(text AS TEXT), '') TEXT" if text else "='' TEXT",
             "has_text": "=(text IS NOT NULL) INTEGER" if text else "=0 INTEGER", "rn": "=rowid INTEGER"},
-            "WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES), need=("start", "eventType", "globalTid"))
+            "WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES),
+            need=("start", "eventType", "globalTid"))
         ranges = pc.is_in(nv.column("event_type"), pa.array([types["NvtxPushPopRange"], types["NvtxStartEndRange"]]))
         n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
         if n_bad:
@@ -196,7 +197,8 @@ class _Reader:
         for i, name, _ in self.src.enum("ENUM_NSYS_EVENT_CLASS"):
             api[i] = "runtime" if name.endswith("CUDA_RUNTIME") else "driver" if name.endswith("CUDA_DRIVER") else None
         for tname, d in (("e_copy", copy), ("e_mem", mem), ("e_sync", sync), ("e_api", api)):
-            self.reg(tname, pa.table({"id": pa.array(list(d), pa.int64()), "v": pa.array(list(d.values()), pa.string())}))
+            self.reg(tname, pa.table({"id": pa.array(list(d), pa.int64()),
+                                      "v": pa.array(list(d.values()), pa.string())}))
 
     # ---------------------------------------------------------------- ranks and meta
     def env(self) -> dict[str, str]:
@@ -236,13 +238,14 @@ class _Reader:
         gpus: dict = {}
         if s.rows("TARGET_INFO_GPU"):
             g = s.table("TARGET_INFO_GPU", {"id": "id", "name": "name TEXT", "sm": "smCount"})
-            rows = list(zip(*(c.to_pylist() for c in g.columns)))
+            rows = list(zip(*(c.to_pylist() for c in g.columns), strict=True))
             gpus = {r[0]: r for r in rows}
             if len(rows) == 1:
                 gpus[None] = rows[0]
         offset = None
         if s.rows("TARGET_INFO_SESSION_START_TIME") and "utcEpochNs" in s.cols("TARGET_INFO_SESSION_START_TIME"):
-            offset = s.fetch("SELECT CAST(utcEpochNs AS INTEGER) FROM TARGET_INFO_SESSION_START_TIME LIMIT 1")[0][0].as_py()
+            offset = s.fetch("SELECT CAST(utcEpochNs AS INTEGER) FROM TARGET_INFO_SESSION_START_TIME LIMIT 1"
+                             )[0][0].as_py()
         dev = dict(self.db.execute("SELECT pid, mode(device) FROM gpu0 GROUP BY pid").fetchall())
         cols: dict[str, list] = {k: [] for k in ("rank", "world_size", "source_format", "source_version", "source_file",
                                                  "device", "gpu_name", "sm_count", "clock_offset_ns", "rank_source")}
@@ -273,7 +276,8 @@ class _Reader:
                    -1, -1, bytes, NULL, NULL FROM ms""")
         x("""CREATE TEMP TABLE gname AS
             SELECT kind, a, b, c, CASE kind
-                WHEN 'kernel' THEN COALESCE(d.value, s.value, '<unknown string ' || CASE WHEN a >= 0 THEN a ELSE b END || '>')
+                WHEN 'kernel' THEN COALESCE(d.value, s.value,
+                                            '<unknown string ' || CASE WHEN a >= 0 THEN a ELSE b END || '>')
                 WHEN 'memcpy' THEN 'Memcpy ' || COALESCE(ck.v, 'Unknown') || ' (' || COALESCE(sk.v, 'Unknown') || ' -> '
                                    || COALESCE(dk.v, 'Unknown') || ')'
                 ELSE 'Memset (' || COALESCE(mk.v, 'Unknown') || ')' END AS name
@@ -323,7 +327,8 @@ class _Reader:
         name = """CASE WHEN n.has_text::BOOLEAN THEN n.text WHEN n.text_id IS NULL THEN ''
                        ELSE COALESCE(s.value, '<unknown string ' || n.text_id || '>') END"""
         x(f"""CREATE TEMP TABLE dom AS SELECT n.domain_id, any_value({name}) AS name FROM nv n
-              LEFT JOIN strs s ON s.id = n.text_id WHERE n.event_type = {dc} AND n.domain_id IS NOT NULL GROUP BY ALL""")
+              LEFT JOIN strs s ON s.id = n.text_id WHERE n.event_type = {dc} AND n.domain_id IS NOT NULL
+              GROUP BY ALL""")
         n_open, n_other, end = self.one(f"""
             SELECT count(*) FILTER (n.end_ns IS NULL), count(*) FILTER ({pid} NOT IN (SELECT pid FROM ranks)),
                    greatest(max(n.end_ns), max(n.start_ns), {int(last_gpu or 0)}, (SELECT max(end_ns) FROM rt))
@@ -380,10 +385,12 @@ class _Reader:
             WITH p AS (SELECT raw, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
                               strpos(raw, ', sizes = ') AS pz, strpos(raw, ', input_op_ids = ') AS pi FROM nm)
             SELECT CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
-                   CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1) ELSE raw END AS name,
+                   CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1)
+                        ELSE raw END AS name,
                    CASE WHEN ps > 0 THEN TRY_CAST(split_part(substr(raw, ps + 8), ',', 1) AS BIGINT) END AS seq,
                    CASE WHEN pz > 0 AND (ps > 0 OR po > 0)
-                        THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END) END AS input_dims
+                        THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END)
+                   END AS input_dims
             FROM p""")
         self.drop("nm")
         if parsed.num_rows != rows.num_rows:
@@ -437,7 +444,8 @@ class _Reader:
                ("ASOF LEFT JOIN (SELECT * FROM rec WHERE t IS NOT NULL) e "
                 "ON e.pid = s.pid AND e.event_id = s.event_id AND e.t <= s.start_ns")
         return self.q(f"""
-            SELECT (row_number() OVER (ORDER BY s.rank, s.start_ns, s.end_ns, s.stream, s.correlation) - 1)::BIGINT AS id,
+            SELECT (row_number() OVER (ORDER BY s.rank, s.start_ns, s.end_ns, s.stream, s.correlation) - 1)::BIGINT
+                       AS id,
                    s.rank, s.start_ns, s.end_ns, COALESCE(k.v, 'other') AS kind, s.device,
                    CASE WHEN s.stream = 4294967295 THEN NULL ELSE s.stream END AS stream,
                    s.event_id, e.stream AS event_stream, s.correlation

@@ -141,7 +141,8 @@ def to_sqlite(report: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
     try:
         try:
             res = _run(cmd)
-            if res.returncode != 0 and re.search(r"(unrecognized|unknown) option.*quiet", res.stderr + res.stdout, re.I):
+            if res.returncode != 0 and re.search(r"(unrecognized|unknown) option.*quiet",
+                                                 res.stderr + res.stdout, re.I):
                 res = _run(cmd[:6] + cmd[8:])  # an nsys without --quiet
         except subprocess.TimeoutExpired:
             raise TraceError(report, f"`nsys export` did not finish within {export_timeout():g} s and was stopped "
@@ -324,7 +325,7 @@ class Export:
             return []
         lab = "label" if "label" in self.cols(table) else "name"
         t = self.fetch(f'SELECT CAST(id AS INTEGER), IFNULL(name, \'\'), IFNULL({lab}, \'\') FROM "{table}"')
-        return list(zip(*(c.to_pylist() for c in t.columns)))
+        return list(zip(*(c.to_pylist() for c in t.columns), strict=True))
 
     def kv(self, table: str, name: str | None = None) -> list[tuple[str, str]]:
         """(name, value) rows of a metadata table (only those called `name` if given)."""
@@ -332,7 +333,7 @@ class Export:
             return []
         t = self.fetch(f'SELECT IFNULL(CAST(name AS TEXT), \'\'), IFNULL(CAST(value AS TEXT), \'\') FROM "{table}"'
                        + (" WHERE name = ?" if name else ""), (name,) if name else ())
-        return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist()))
+        return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
 
 
 def _valid_utf8(t: pa.Table) -> pa.Table:

@@ -19,7 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
+from typing import Any, Iterator
 
 from .errors import TraceError, UsageError
 
@@ -48,7 +48,7 @@ class RunSettings:
 class RunState:
     settings: RunSettings
     skipped: list[dict] = field(default_factory=list)    # {"file":, "reason":}
-    client: object | None = None                         # dask.distributed.Client when connected
+    client: Any = None                                  # dask.distributed.Client when connected
     stats: dict = field(default_factory=dict)            # what the last map did (for bench/tests)
 
 
@@ -270,20 +270,20 @@ def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> Non
         except BaseException:
             pool.shutdown(wait=True, cancel_futures=True)
             raise
-    pool = None
+    retry: ProcessPoolExecutor | None = None
     try:
         for i, a in sorted(crashed):
-            pool = pool or _pool(1)
+            retry = retry or _pool(1)
             try:
-                outcome = pool.submit(parse_task, *a).result()
+                outcome = retry.submit(parse_task, *a).result()
             except BrokenProcessPool:
-                pool.shutdown(wait=True)
-                pool = None
+                retry.shutdown(wait=True)
+                retry = None
                 outcome = ("bad", "the worker parsing it died twice (out of memory or killed)")
             take(i, outcome)
     finally:
-        if pool is not None:
-            pool.shutdown(wait=True)
+        if retry is not None:
+            retry.shutdown(wait=True)
 
 
 def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> None:

@@ -21,7 +21,7 @@ A night is only judged when its regime has at least `min_nights` earlier nights.
 """
 from __future__ import annotations
 
-import os
+import itertools
 import statistics
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -137,9 +137,11 @@ def read_night(path: Path, shown: str, in_dir: bool) -> Night | None:
         raw = path.read_bytes()
     except OSError as e:
         raise TraceError(path, f"cannot read ({e.strerror or e})") from e
+    problem: Exception | None = None
+    doc: _Report | None
     try:
         doc = _REPORT_DEC.decode(raw)
-        schema, problem = doc.schema, None
+        schema = doc.schema
     except (msgspec.DecodeError, msgspec.ValidationError) as e:
         doc, problem = None, e
         try:
@@ -150,7 +152,7 @@ def read_night(path: Path, shown: str, in_dir: bool) -> Night | None:
         if in_dir and isinstance(schema, str) and schema.startswith(SKIPPED_IN_DIRS):
             return None
         raise TraceError(path, f"not a traceview report: schema {_clip(schema)} (expected {REPORT_SCHEMA})")
-    if doc is None:
+    if doc is None or problem is not None:   # both or neither
         raise TraceError(path, f"broken {REPORT_SCHEMA} report ({_short(problem)})") from problem
     caps = [i.capture_epoch_ns for i in doc.inputs if i.capture_epoch_ns is not None]
     if not caps:
@@ -162,7 +164,7 @@ def read_night(path: Path, shown: str, in_dir: bool) -> Night | None:
     return Night(shown, first, cap_text or utc_text(first), metrics(doc))
 
 
-def _short(e: Exception) -> str:
+def _short(e: Exception | None) -> str:
     return _clip(str(e).splitlines()[0] if str(e) else type(e).__name__, 160)
 
 
@@ -198,7 +200,7 @@ BASE_METRICS = (
 
 def metric_list(nights: list[Night]) -> list[dict]:
     """The metrics present in at least one night: the four headline ones, then stages in order."""
-    present = set()
+    present: set[str] = set()
     for n in nights:
         present.update(k for k, v in n.values.items() if v is not None)
     out = [{"key": k, "label": lab, "unit": u, "better": b} for k, lab, u, b in BASE_METRICS if k in present]
@@ -256,7 +258,7 @@ def build(paths: list[str | Path], rule: Rule | None = None) -> dict:
     warnings = []
     if skipped:
         warnings.append(f"{len(skipped)} diff/history document(s) in the folder(s) skipped")
-    same = sum(1 for a, b in zip(nights, nights[1:]) if a.capture_ns == b.capture_ns)
+    same = sum(1 for a, b in itertools.pairwise(nights) if a.capture_ns == b.capture_ns)
     if same:
         warnings.append(f"{same} report(s) have the capture time of the report before them (the same run twice?)")
     mlist = metric_list(nights)
@@ -285,10 +287,11 @@ def build(paths: list[str | Path], rule: Rule | None = None) -> dict:
         by_night.setdefault(c["night"], []).append(c["metric"])
     latest = None
     if len(nights) >= 2:
-        a, b = nights[-2], nights[-1]
+        before, last = nights[-2], nights[-1]
         latest = {"night": len(nights), "previous": len(nights) - 1, "deltas": [
-            {"metric": m["key"], "label": m["label"], "unit": m["unit"], "from": a.values.get(m["key"]),
-             "to": b.values.get(m["key"]), "pct": _pct(a.values.get(m["key"]), b.values.get(m["key"]))}
+            {"metric": m["key"], "label": m["label"], "unit": m["unit"], "from": before.values.get(m["key"]),
+             "to": last.values.get(m["key"]),
+             "pct": _pct(before.values.get(m["key"]), last.values.get(m["key"]))}
             for m in mlist]}
     return {
         "schema": SCHEMA,

@@ -3,8 +3,9 @@ capture time each records, with the nights where a metric left its noise band (s
 `traceview.history` for the rule).
 
 Exit codes: 0 (done; or no change where --fail-on-change looks), 1 (--fail-on-change: a metric
-changed on one of the nights it looks at; --fail-on-regression: one got worse), 2 (an unreadable file, a document of another schema, a
-report without a capture time, a bad option: one line on stderr naming it, nothing written),
+changed on one of the nights it looks at; --fail-on-regression: one got worse), 2 (an unreadable
+file, a document of another schema, a report without a capture time, a bad option: one line on
+stderr naming it, nothing written),
 3 (internal error).
 """
 from __future__ import annotations

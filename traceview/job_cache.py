@@ -18,7 +18,7 @@ def key(paths: list[str], fields: dict, store: Store) -> str | None:
     from .load import expand
     from .parsers import bounded_read
     try:
-        files = expand(paths)
+        files = expand(list[str | Path](paths))
     except Exception:
         return None
     hashes = []
@@ -45,9 +45,9 @@ def analyze(paths: list[str], fields: dict, run: Callable[[list[str]], dict]) ->
     this job when there is one."""
     from .executors import current
     state = current()
-    root = state.settings.store if state is not None else None
-    if root is None:
+    if state is None or state.settings.store is None:
         return run(paths)
+    root = state.settings.store
     store = Store(root)
     k = key(paths, fields, store)
     if k is not None:

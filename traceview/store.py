@@ -248,7 +248,7 @@ class Store:
     # -- housekeeping ----------------------------------------------------------------------------
     def check(self) -> list[str]:
         """Problems found in the store (empty when every entry is whole): for tests and `--debug`."""
-        problems = []
+        problems: list[str] = []
         if not self.entries.exists():
             return problems
         for entry in sorted(self.entries.iterdir()):

@@ -115,7 +115,8 @@ def median_step(rows: list[dict]) -> dict | None:
 def representative(rows: list[dict]) -> dict | None:
     """The job's representative step: per rank its median step (`median_step`), then the median
     rank by that step's time (sorted by (step_time_ns, rank); the lower middle for an even count)."""
-    per = [median_step([r for r in rows if r["rank"] == rank]) for rank in sorted({r["rank"] for r in rows})]
+    per = [m for rank in sorted({r["rank"] for r in rows})
+           if (m := median_step([r for r in rows if r["rank"] == rank])) is not None]
     if not per:
         return None
     per.sort(key=lambda r: (r["step_time_ns"], r["rank"]))
@@ -126,7 +127,7 @@ def summarize(rows: list[dict]) -> dict:
     """One real step with its own parts (so they add up to its step time exactly): the median
     rank's median step (`representative`); `rank` and `step` name it."""
     rep = representative(rows)
-    out = {f: int(rep[f]) if rep else 0 for f in TIME_FIELDS}
+    out: dict[str, int | float] = {f: int(rep[f]) if rep else 0 for f in TIME_FIELDS}
     out["overlap_ratio"] = (rep["overlapped_comm_ns"] / rep["comm_ns"]) if rep and rep["comm_ns"] else 0.0
     out["steps"] = len({r["step"] for r in rows})
     out["ranks"] = len({r["rank"] for r in rows})

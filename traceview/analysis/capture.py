@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from typing import overload
 
 import pyarrow as pa
 
@@ -29,11 +30,17 @@ SOURCE_MTIME = "file mtime (the trace records no capture time)"
 SOURCE_NONE = "unknown (the trace records no capture time and the file has no readable mtime)"
 
 
+@overload
+def utc_text(epoch_ns: int) -> str: ...
+@overload
+def utc_text(epoch_ns: None) -> None: ...
+@overload
+def utc_text(epoch_ns: int | None) -> str | None: ...
 def utc_text(epoch_ns: int | None) -> str | None:
     """ISO 8601 in UTC with microseconds and a `Z`, e.g. `2026-11-30T00:53:45.202996Z`."""
     if epoch_ns is None:
         return None
-    t = dt.datetime.fromtimestamp(epoch_ns // 1000 / 1e6, tz=dt.timezone.utc)
+    t = dt.datetime.fromtimestamp(epoch_ns // 1000 / 1e6, tz=dt.UTC)
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
@@ -46,7 +53,7 @@ def first_event_ns(profile: Profile) -> dict[int, int]:
             continue
         g = pa.table({"rank": t.column("rank"), "start_ns": t.column("start_ns")}).group_by("rank").aggregate(
             [("start_ns", "min")])
-        for r, s in zip(g.column("rank").to_pylist(), g.column("start_ns_min").to_pylist()):
+        for r, s in zip(g.column("rank").to_pylist(), g.column("start_ns_min").to_pylist(), strict=True):
             if s is not None and (r not in out or s < out[r]):
                 out[r] = s
     return out
@@ -62,10 +69,11 @@ def _mtime_ns(path: str) -> int | None:
 def capture_of(meta_row: dict, first_ns: int | None) -> tuple[int | None, str]:
     """(epoch ns, source) for one rank's meta row and its earliest event."""
     offset = meta_row.get("clock_offset_ns")
+    fmt = meta_row.get("source_format") or ""
     if offset is not None and first_ns is not None:
-        return offset + first_ns, SOURCE_OFFSET.get(meta_row.get("source_format"), "trace: clock offset + first event")
+        return offset + first_ns, SOURCE_OFFSET.get(fmt, "trace: clock offset + first event")
     if offset is not None:
-        return offset, SOURCE_OFFSET.get(meta_row.get("source_format"), "trace: clock offset").replace(
+        return offset, SOURCE_OFFSET.get(fmt, "trace: clock offset").replace(
             " + first event", "")
     if first_ns is not None and first_ns >= EPOCH_MIN_NS:
         return first_ns, SOURCE_ABSOLUTE

@@ -14,6 +14,7 @@ earliest arrival) and the wait it imposed on every other rank (latest arrival âˆ
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from ..engine.pipeline import build
 from ..engine.session import Session
@@ -44,7 +45,7 @@ def _splits(s: str | None) -> list[int] | None:
 
 def imbalance_of(in_split: str | None, out_split: str | None) -> dict | None:
     """max/mean of the split sizes (all-to-all-v), where the comm metadata records them."""
-    best = None
+    best: dict[str, Any] | None = None
     for name, s in (("in_split", in_split), ("out_split", out_split)):
         v = _splits(s)
         if not v or sum(v) <= 0:
@@ -59,10 +60,10 @@ def imbalance_of(in_split: str | None, out_split: str | None) -> dict | None:
 def _offsets(session: Session, rows: list[dict]) -> dict:
     """Per rank: offset to epoch ns and how it was found."""
     meta = {m["rank"]: m["clock_offset_ns"] for m in session.rows("SELECT rank, clock_offset_ns FROM meta")}
-    first = {}
+    first: dict[int, int] = {}
     for r in rows:
         first.setdefault(r["rank"], r["arrival_ns"])
-    out = {}
+    out: dict[int, tuple[int | None, str]] = {}
     for rank, off in meta.items():
         if off is not None:
             out[rank] = (int(off), "recorded clock offset")
@@ -101,8 +102,9 @@ def match(session: Session) -> dict:
         by_key.setdefault((r["comm_kind"], r["grp"], r["idx"]), {})[r["rank"]] = r
     offsets = _offsets(session, rows)
     _estimate_missing(offsets, by_key)
-    clock = {"ranks": {str(k): {"offset_ns": v[0], "method": v[1]} for k, v in sorted(offsets.items())}}
-    out = {"collectives": [], "stragglers": [], "clock": clock, "wait_until": {}, "by_id": {}, "warnings": []}
+    clock: dict[str, Any] = {"ranks": {str(k): {"offset_ns": v[0], "method": v[1]} for k, v in sorted(offsets.items())}}
+    out: dict[str, Any] = {"collectives": [], "stragglers": [], "clock": clock, "wait_until": {}, "by_id": {},
+                           "warnings": []}
     unknown = [k for k, v in sorted(offsets.items()) if v[1] == "unknown (not aligned)"]
     if unknown and len(ranks) > 1:
         out["warnings"].append(f"ranks {', '.join(map(str, unknown))}: clock offset unknown and no collective to "
@@ -111,7 +113,7 @@ def match(session: Session) -> dict:
         clock["residual_skew_ns"] = {}
         clock["max_abs_residual_ns"] = 0
         return out
-    counts = {}
+    counts: dict[tuple, dict[int, int]] = {}
     for (kind, grp, _), inst in by_key.items():
         for rank in inst:
             counts.setdefault((kind, grp), {}).setdefault(rank, 0)
@@ -137,7 +139,7 @@ def match(session: Session) -> dict:
         any_row = inst[min(inst)]
         for k, v in inst.items():
             out["wait_until"][v["id"]] = latest - offsets[k][0]
-        colls.append(c := {
+        colls.append(coll := {
             "kind": kind, "group": grp, "index": idx,
             "step": any_row["step"], "layer": any_row["layer"], "phase": any_row["phase"], "stage": any_row["stage"],
             "ranks": len(inst),
@@ -150,7 +152,7 @@ def match(session: Session) -> dict:
             "imbalance": imbalance_of(any_row["in_split"], any_row["out_split"]),
         })
         for v in inst.values():
-            out["by_id"][v["id"]] = c
+            out["by_id"][v["id"]] = coll
     out["collectives"] = colls
     clock["residual_skew_ns"] = {str(k): _median(v) for k, v in sorted(resid.items()) if v}
     clock["max_abs_residual_ns"] = max((abs(x) for x in clock["residual_skew_ns"].values()), default=0)

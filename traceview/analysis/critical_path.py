@@ -88,13 +88,16 @@ def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     pos, start, end, ostart, oend = acts.pos, acts.start, acts.end, acts.ostart, acts.oend
     ids, prev_id, prev_end = acts.id, acts.cols["prev_id"], acts.cols["prev_end_ns"]
     wsrc_id, wsrc_end = acts.cols["wait_src_id"], acts.cols["wait_src_end_ns"]
-    cur = n - 1  # the activity ending last (earliest start, then lowest id, among ties)
-    while cur > 0 and end[cur - 1] == end[n - 1]:
-        cur -= 1
-    t, pieces, seen = we, [], bytearray(n)
-    if ws < end[cur] < we:  # the window ends with zero-length work (not among acts): nothing ran after cur
-        pieces.append((end[cur], we, None, "idle", []))
-        t = end[cur]
+    last = n - 1  # the activity ending last (earliest start, then lowest id, among ties)
+    while last > 0 and end[last - 1] == end[n - 1]:
+        last -= 1
+    # (start, end, k, cause, syncs): see above
+    pieces: list[tuple[int, int, int | None, str | None, list[dict] | None]] = []
+    t, seen = we, bytearray(n)
+    if ws < end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
+        pieces.append((end[last], we, None, "idle", []))
+        t = end[last]
+    cur: int | None = last
     while t > ws:
         if cur is None or seen[cur]:
             pieces.append((ws, t, None, "idle", []))
@@ -133,7 +136,7 @@ def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
                     continue
                 pieces.append((g_eff, t, cur, "idle", []))
             t = g_eff
-        cur = pred if pred is not None and g > ws - 1 else None
+        cur = pred if pred is not None and g is not None and g > ws - 1 else None
         if cur is None and t > ws:
             # no recorded predecessor inside the window: the latest activity that ended by now
             inf = _inferred(acts, None, ws - 1, t)

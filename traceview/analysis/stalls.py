@@ -36,7 +36,7 @@ def _comm_info(session: Session, coll: dict) -> dict:
 def _attribution(session: Session) -> dict:
     t = session.sql("SELECT id, layer, phase, stage FROM activity_attribution")
     cols = [t.column(n).to_pylist() for n in ("layer", "phase", "stage")]
-    return dict(zip(t.column("id").to_pylist(), zip(*cols)))
+    return dict(zip(t.column("id").to_pylist(), zip(*cols, strict=True), strict=True))
 
 
 def _overlap_compute(segs: critical_path.Segments, a: int, b: int) -> int:
@@ -56,7 +56,7 @@ def _independent(w: dict, attr: dict) -> dict:
     if "_indep" not in w:
         out: dict = {}
         acts = w["acts"]
-        for k, (i, c) in enumerate(zip(acts.id, acts.cls)):
+        for k, (i, c) in enumerate(zip(acts.id, acts.cls, strict=True)):
             t = attr.get(i) if c == "compute" else None
             if t and t[0] is not None and t[2] in INDEPENDENT_STAGES:
                 out.setdefault(t[:2], []).append(acts.row(k))

@@ -60,8 +60,10 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
             own[p] = params[p]
         if step.sql is not None:
             session.materialize_sql(step.name, step.sql, own)
-        else:
+        elif step.run is not None:
             session.materialize_arrow(step.name, step.run(session, own))
+        else:
+            raise StepError(f"step {step.name} has neither SQL nor a Python function")
         got = session.columns(step.name)
         if tuple(got) != step.produces:
             raise StepError(f"step {step.name} produced columns {got}, declares {list(step.produces)}")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 from importlib import resources
 from typing import Callable
 
@@ -93,7 +93,7 @@ def python_step(name: str, *, scope: str, requires: tuple[str, ...], produces: t
     return register
 
 
-@lru_cache(maxsize=None)
+@cache
 def sql_steps() -> dict[str, Step]:
     """Every SQL step of the package, by name."""
     out = {}

@@ -5,7 +5,7 @@ import math
 import sys
 from fractions import Fraction
 from pathlib import Path
-from typing import Optional
+from typing import Optional, overload
 
 import typer
 
@@ -16,6 +16,12 @@ from .models import param_counts, resolve, training_flops_per_token
 from .peaks import normalize_dtype, peak_tflops as lookup_peak
 
 
+@overload
+def _num(text: str, flag: str) -> Fraction: ...
+@overload
+def _num(text: None, flag: str) -> None: ...
+@overload
+def _num(text: str | None, flag: str) -> Fraction | None: ...
 def _num(text: str | None, flag: str) -> Fraction | None:
     if text is None:
         return None
@@ -94,11 +100,15 @@ def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, 
     elif tflops_per_gpu:
         primary = ("tflops", _num(tflops_per_gpu, "--tflops-per-gpu"))
     else:
-        primary = ("mfu", _mfu(mfu))
+        m = _mfu(mfu)
+        if m is None:   # not reached: exactly one quantity was given above
+            raise UsageError(None, "give --mfu F")
+        primary = ("mfu", m)
 
     kind, x = primary
     to_tflops = {"tokens": lambda v: tflops_from_tokens(v, fpt), "tflops": lambda v: v, "mfu": lambda v: v * peak}[kind]
-    from_tflops = {"tokens": lambda t: tokens_from_tflops(t, fpt), "tflops": lambda t: t, "mfu": lambda t: t / peak}[kind]
+    from_tflops = {"tokens": lambda t: tokens_from_tflops(t, fpt), "tflops": lambda t: t,
+                   "mfu": lambda t: t / peak}[kind]
     tfl = to_tflops(x)
     vals = {"tflops": tfl, "tokens": tokens_from_tflops(tfl, fpt), "mfu": tfl / peak if peak else None}
     backs = {"tflops": from_tflops, "tokens": lambda v: from_tflops(tflops_from_tokens(v, fpt)),
@@ -140,8 +150,10 @@ def mfu_command(
     model: Optional[str] = typer.Option(None, "--model", help=_presets_help()),
     model_config: Optional[Path] = typer.Option(None, "--model-config", help="model config file (TOML or JSON)"),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU name (e.g. H200, 'NVIDIA GB300', MI300X)"),
-    dtype: Optional[str] = typer.Option(None, "--dtype", help="data type of the peak: bf16 (default), fp8, fp4, tf32, fp32"),
-    peak_tflops: Optional[str] = typer.Option(None, "--peak-tflops", help="dense peak TFLOP/s per GPU (overrides --gpu)"),
+    dtype: Optional[str] = typer.Option(None, "--dtype",
+                                        help="data type of the peak: bf16 (default), fp8, fp4, tf32, fp32"),
+    peak_tflops: Optional[str] = typer.Option(None, "--peak-tflops",
+                                              help="dense peak TFLOP/s per GPU (overrides --gpu)"),
     seq_len: Optional[int] = typer.Option(None, "--seq-len", help="sequence length (attention FLOPs)"),
     step_time: Optional[str] = typer.Option(None, "--step-time", help="seconds per step (with --tokens-per-step)"),
     tokens_per_step: Optional[int] = typer.Option(None, "--tokens-per-step", help="tokens per step per GPU"),
@@ -156,11 +168,11 @@ def mfu_command(
                           tokens_per_second_per_gpu, tflops_per_gpu, mfu)
     except TraceError as e:
         sys.stderr.write(f"traceview: {one_line_controls(e)}\n")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     except (OverflowError, ZeroDivisionError):     # a result beyond a double's range
         sys.stderr.write("traceview: mfu: the numbers given overflow a double-precision result; "
                          "check their magnitudes\n")
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     typer.echo("\n".join(x for x in lines if not x.startswith("warning: ")))
     for x in lines:
         if x.startswith("warning: "):

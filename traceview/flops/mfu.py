@@ -177,7 +177,8 @@ def _precision_detail(session: Session, params: dict, flops_per_step: float, n_s
     (flops_compute_kernels; None without GPU activity) and the precision split."""
     build(session, ["flops_op_precision", "flops_compute_kernels"], params)
     ops = session.table("flops_op_precision").to_pylist()
-    ck = session.table("flops_compute_kernels").to_pylist() if session.profile.gpu_activities.num_rows else None
+    gpu = session.profile.gpu_activities if session.profile is not None else None
+    ck = session.table("flops_compute_kernels").to_pylist() if gpu is not None and gpu.num_rows else None
     return {"ops": ops, "kernels": ck, "split": prec.split(ops, flops_per_step),
             "n_steps": max(1, n_steps), "flops_per_step": flops_per_step}
 

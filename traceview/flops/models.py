@@ -61,13 +61,26 @@ class ModelConfig:
     def hd(self) -> int:
         return self.head_dim or self.hidden // self.heads
 
+    def mla_dims(self) -> tuple[int, int, int, int]:
+        """(kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim, v_head_dim) of an MLA model; a config
+        that lacks one is refused as validate() refuses it."""
+        kvr, nope, rope, vd = self.kv_lora_rank, self.qk_nope_head_dim, self.qk_rope_head_dim, self.v_head_dim
+        if kvr is None or nope is None or rope is None or vd is None:
+            missing = [k for k in ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+                       if getattr(self, k) is None]
+            raise UsageError(None, f"model config {self.name!r}: MLA needs {', '.join(missing)}")
+        return kvr, nope, rope, vd
+
     @property
     def d_qk(self) -> int:
-        return (self.qk_nope_head_dim + self.qk_rope_head_dim) if self.is_mla else self.hd
+        if not self.is_mla:
+            return self.hd
+        _, nope, rope, _ = self.mla_dims()
+        return nope + rope
 
     @property
     def d_v(self) -> int:
-        return self.v_head_dim if self.is_mla else self.hd
+        return self.mla_dims()[3] if self.is_mla else self.hd
 
     @property
     def n_dense_layers(self) -> int:
@@ -77,7 +90,7 @@ class ModelConfig:
     def n_moe_layers(self) -> int:
         return self.layers - self.n_dense_layers
 
-    def validate(self, path=None) -> "ModelConfig":
+    def validate(self, path=None) -> ModelConfig:
         def need(cond, msg):
             if not cond:
                 raise UsageError(path, f"model config {self.name!r}: {msg}")
@@ -105,15 +118,16 @@ def _attention_params(c: ModelConfig) -> tuple[int, int]:
     """(matmul weights, norm weights) of one attention block."""
     d, h = c.hidden, c.heads
     if c.is_mla:
-        qk = c.qk_nope_head_dim + c.qk_rope_head_dim
+        kvr, nope, rope, vd = c.mla_dims()
+        qk = nope + rope
         if c.q_lora_rank:
             q = d * c.q_lora_rank + c.q_lora_rank * h * qk
             qnorm = c.q_lora_rank
         else:
             q, qnorm = d * h * qk, 0
-        kv = d * (c.kv_lora_rank + c.qk_rope_head_dim) + c.kv_lora_rank * h * (c.qk_nope_head_dim + c.v_head_dim)
-        o = h * c.v_head_dim * d
-        return q + kv + o, qnorm + c.kv_lora_rank
+        kv = d * (kvr + rope) + kvr * h * (nope + vd)
+        o = h * vd * d
+        return q + kv + o, qnorm + kvr
     kvh = c.kv_heads or h
     mm = d * h * c.hd + 2 * d * kvh * c.hd + h * c.hd * d
     return mm, (2 * c.hd if c.qk_norm else 0)
@@ -255,7 +269,8 @@ def config_from_dict(raw: dict, path=None, seq_len: int | None = None) -> ModelC
     out.setdefault("name", Path(path).stem if path else "custom")
     missing = [k for k in ("layers", "hidden", "vocab", "heads", "seq_len") if k not in out]
     if missing:
-        raise UsageError(path, f"model config lacks {', '.join(missing)}" + (" (pass --seq-len)" if "seq_len" in missing else ""))
+        raise UsageError(path, f"model config lacks {', '.join(missing)}"
+                         + (" (pass --seq-len)" if "seq_len" in missing else ""))
     for k, v in list(out.items()):
         if v is None and k not in ("q_lora_rank", "kv_lora_rank", "kv_heads", "head_dim", "shared_ffn",
                                    "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim"):
@@ -280,7 +295,8 @@ def load_config(path: str | Path, seq_len: int | None = None) -> ModelConfig:
     try:
         raw = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as e:
-        raise UsageError(p, f"model config is not valid {'TOML' if p.suffix.lower() == '.toml' else 'JSON'}: {e}") from None
+        kind = "TOML" if p.suffix.lower() == ".toml" else "JSON"
+        raise UsageError(p, f"model config is not valid {kind}: {e}") from None
     if not isinstance(raw, dict):
         raise UsageError(p, "model config must be a table/object of keys")
     raw = raw.get("model", raw) if isinstance(raw.get("model"), dict) else raw

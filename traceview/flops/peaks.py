@@ -78,7 +78,8 @@ _DTYPES = {
     "bf16": "bf16", "bfloat16": "bf16", "fp16": "bf16", "float16": "bf16", "half": "bf16",
     "c10::bfloat16": "bf16", "c10::half": "bf16",
     "fp8": "fp8", "float8": "fp8", "e4m3": "fp8", "e5m2": "fp8", "mxfp8": "fp8",
-    "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8", "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8",
+    "c10::float8_e4m3fn": "fp8", "c10::float8_e5m2": "fp8",
+    "c10::float8_e4m3fnuz": "fp8", "c10::float8_e5m2fnuz": "fp8",
     "fp4": "fp4", "nvfp4": "fp4", "mxfp4": "fp4",
     "tf32": "tf32", "fp32": "fp32", "float32": "fp32", "float": "fp32",
 }

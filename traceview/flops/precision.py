@@ -122,11 +122,12 @@ def mfu_fields(split_rows: list[dict], flops_per_step: float | None, step_time_n
     if not split_rows:
         return out, notes
     ideal, missing = 0.0, []
+    provenance = _peaks.PROVENANCE.get(gpu_key, "") if gpu_key else ""
     for r in split_rows:
         p = pk.get(PEAK_COLUMN.get(r["precision"], ""))
         r["peak_tflops"] = p
         r["peak_source"] = (f"peak table: {gpu_key} {PEAK_COLUMN[r['precision']]} dense "
-                            f"({_peaks.PROVENANCE.get(gpu_key, '')})") if p else None
+                            f"({provenance})") if p else None
         r["mfu"] = r["flops_per_step"] / (p * 1e12 * t) if p and t else None
         if p:
             ideal += r["flops_per_step"] / (p * 1e12)

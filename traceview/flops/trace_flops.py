@@ -45,7 +45,7 @@ def _matmul(a, b):
     ba, bb = a[:-2], b[:-2]
     n = max(len(ba), len(bb))
     ba, bb = [1] * (n - len(ba)) + list(ba), [1] * (n - len(bb)) + list(bb)
-    return 2 * _prod(max(x, y) for x, y in zip(ba, bb)) * a[-2] * a[-1] * b[-1]
+    return 2 * _prod(max(x, y) for x, y in zip(ba, bb, strict=True)) * a[-2] * a[-1] * b[-1]
 
 
 def _linear(x, w):

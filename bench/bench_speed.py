@@ -37,8 +37,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 TRACES = ROOT.parent / "shared" / "traces"
 sys.path.insert(0, str(HERE))
-import bench_nsys  # noqa: E402
-import replicate  # noqa: E402
+import bench_nsys  # type: ignore[import-not-found]  # noqa: E402
+import replicate  # type: ignore[import-not-found]  # noqa: E402
 
 FLOOR_KINETO = r"""
 import sys, msgspec

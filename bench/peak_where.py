@@ -52,7 +52,10 @@ def main() -> None:
         pass
     done.set()
     th.join()
-    peak = max(highs) if highs else None
+    if not highs:
+        print("no RSS samples taken")
+        return
+    peak = max(highs)
     print(f"peak RSS {peak[0]:.0f} MiB at {peak[1]:.1f} s")
     last_where = None
     for r, t, st in highs:

@@ -19,16 +19,18 @@ import math
 import os
 import re
 import stat
+import types
 import zlib
 from pathlib import Path
 
 from traceview.errors import TraceError, UsageError
 
+_inflater: types.ModuleType
 try:  # ISA-L's inflater, about twice as fast as zlib's (bench/bench_bounded_read.py); the same gzip checks
     from isal import isal_zlib as _inflater
 except ImportError:  # pragma: no cover - the standard library's
     _inflater = zlib
-_GZIP_ERRORS = (zlib.error, _inflater.error)
+_GZIP_ERRORS: tuple[type[BaseException], ...] = (zlib.error, _inflater.error)
 
 GZIP_MAGIC = b"\x1f\x8b"
 CHUNK = 1 << 20                  # compressed bytes read, and inflated bytes produced, per step
@@ -44,7 +46,7 @@ def default_max_input_size() -> int:
     return min(_CAP, phys // 4) if phys > 0 else _CAP
 
 
-_limit = {"bytes": None}
+_limit: dict[str, int | None] = {"bytes": None}
 
 
 def max_input_size() -> int:

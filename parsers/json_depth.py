@@ -26,7 +26,7 @@ def _skeleton(data) -> bytes:
     """The text's brackets and quotes in order; escaped quotes dropped, and adjacent quote pairs
     (strings without brackets) too, which keeps the parity of the quotes before every bracket."""
     if isinstance(data, (bytes, bytearray)) and len(data) <= _WHOLE and b"\\" not in data:  # one pass, no copy
-        return data.translate(None, _DROP).replace(b'""', b"")
+        return bytes(data.translate(None, _DROP).replace(b'""', b""))
     view = memoryview(data)
     parts, i, n = [], 0, len(data)
     while i < n:

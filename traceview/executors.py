@@ -166,7 +166,7 @@ def _fault_injection(p: Path, marker: str | None) -> None:
 
 # -- the map -------------------------------------------------------------------------------------
 
-def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path, object]]:
+def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path, Any]]:
     """(file, Stored) for each file, in file order, under the configured run (files set aside as bad
     are left out, with the state's `skipped` saying why)."""
     state = current()

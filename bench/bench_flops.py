@@ -6,8 +6,8 @@ the whole analyze opens.
 
 Each round loads the trace once, runs the breakdown and layers in a fresh session, then times the
 FLOPs part alone (median and min of ROUNDS); prints the connections one `analyze` opened and the
-process's peak RSS. Run it on two checkouts to compare (the script uses only names both have:
-analysis.analyze.flops_sections, analyze, Session).
+process's peak RSS (it uses analysis.analyze.flops_sections, document.assemble.assemble and
+Session).
 """
 from __future__ import annotations
 
@@ -20,8 +20,9 @@ from pathlib import Path
 import duckdb
 
 from traceview.analysis import breakdown, layers
-from traceview.analysis.analyze import analyze, flops_sections
+from traceview.analysis.analyze import flops_sections
 from traceview.config import Rules
+from traceview.document.assemble import assemble
 from traceview.engine.session import Session
 from traceview.load import load
 
@@ -36,7 +37,7 @@ def connections_of_one_analyze(profile) -> int:
         return orig(*a, **k)
     duckdb.connect = counting
     try:
-        analyze(profile)
+        assemble(profile)
     finally:
         duckdb.connect = orig
     return n[0]
@@ -57,7 +58,7 @@ def main() -> None:
             layers.prepare(s, Rules())
             doc = {"summary": breakdown.summarize(rows), "steps": rows, "layers": layers.layer_rows(s)}
             t = time.perf_counter()
-            sec = flops_sections(s, doc, {})
+            sec = flops_sections(s, doc)
             ts.append(time.perf_counter() - t)
         print(f"{Path(path).name}: flops section median {statistics.median(ts):.3f} s, min {min(ts):.3f} s "
               f"({a.rounds} rounds; method {sec.get('method')}, {len(sec.get('by_group') or [])} groups); "

@@ -65,8 +65,8 @@ def main() -> None:
     nights = int(sys.argv[1]) if len(sys.argv) > 1 else 365
     sys.path.insert(0, str(ROOT))
     from fixtures import nightly
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
     from traceview.reports import json_report
+    from traceview.runs import AnalyzeOptions, run_analyze
     report = json.loads(json_report.render(run_analyze([str(FIXTURE)], AnalyzeOptions())))
     with tempfile.TemporaryDirectory(prefix="tv-history-") as tmp:
         folder = Path(tmp) / "nights"

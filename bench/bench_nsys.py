@@ -48,11 +48,11 @@ t2 = time.perf_counter()
 out = {"import_s": t1 - t0, "load_s": t2 - t1, "ranks": prof.ranks,
        "rows": {n: getattr(prof, n).num_rows for n in ("gpu_activities", "cpu_ranges", "launches", "syncs")}}
 try:
-    from traceview.analysis.analyze import analyze
+    from traceview.document.assemble import assemble
 except ImportError:
-    analyze = None
-if analyze is not None and sys.argv[2] == "1":
-    doc = analyze(prof)
+    assemble = None
+if assemble is not None and sys.argv[2] == "1":
+    doc = assemble(prof)
     out["breakdown_s"] = time.perf_counter() - t2
     out["steps"] = doc["summary"].get("steps")
 print(json.dumps(out))
@@ -81,7 +81,7 @@ for t in sys.argv[2].split(","):
 print(n)
 """
 
-IMPORTS = ("import traceview.cli, traceview.analysis.pipeline, traceview.parsers.nsys, traceview.reports, "
+IMPORTS = ("import traceview.cli, traceview.runs, traceview.parsers.nsys, traceview.reports, "
            "traceview.reports.json_report")
 
 

@@ -29,10 +29,10 @@ CHILD = r"""
 import json, sys, time
 t0 = time.perf_counter()
 from traceview.load import load
-from traceview.analysis.analyze import analyze
+from traceview.document.assemble import assemble
 prof = load([sys.argv[1]])
 t1 = time.perf_counter()
-doc = analyze(prof)
+doc = assemble(prof)
 t2 = time.perf_counter()
 print(json.dumps({"load_s": t1 - t0, "analyze_s": t2 - t1, "gpu": prof.gpu_activities.num_rows,
                   "cpu": prof.cpu_ranges.num_rows, "windows": len(doc["critical_path"]),

@@ -5,10 +5,12 @@ control characters as escapes (`\\x1b`) in text, Markdown and HTML (reports/esca
 as JSON escapes in JSON, and the charts of a bundle are drawn with them removed."""
 from __future__ import annotations
 
+from traceview.document.types import DiffDocument, ReportDocument
+
 from . import escape
 
 
-def render(doc: dict, fmt: str) -> str:
+def render(doc: ReportDocument, fmt: str) -> str:
     if fmt == "json":
         from . import json_report
         return json_report.render(doc)
@@ -25,7 +27,7 @@ def render(doc: dict, fmt: str) -> str:
     raise ValueError(f"unknown format {fmt}")
 
 
-def render_diff(doc: dict, fmt: str) -> str:
+def render_diff(doc: DiffDocument, fmt: str) -> str:
     """A traceview.diff/1 document in one of the formats of `render`."""
     if fmt == "json":
         from . import json_report
@@ -43,7 +45,7 @@ def render_diff(doc: dict, fmt: str) -> str:
     raise ValueError(f"unknown format {fmt}")
 
 
-def bundle_files(doc: dict) -> list[tuple[str, str | bytes]]:
+def bundle_files(doc: ReportDocument) -> list[tuple[str, str | bytes]]:
     """(relative path, content) of the --out-dir bundle: report.json, report.md (linking the
     charts), report.html and charts/*.svg|png. Everything is rendered here, nothing written."""
     from . import charts, html, json_report, markdown
@@ -53,8 +55,3 @@ def bundle_files(doc: dict) -> list[tuple[str, str | bytes]]:
                      ("report.md", escape.controls(markdown.render(shown, images=[rel for rel, _ in images]))),
                      ("report.html", html.render(shown))]
 
-
-def write_bundle(doc: dict, out_dir) -> None:
-    """Render the bundle, then write it into out_dir all or nothing (traceview/output.py)."""
-    from traceview.output import write_tree
-    write_tree(bundle_files(doc), out_dir)

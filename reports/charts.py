@@ -9,8 +9,11 @@ Names from the trace travel as data values; Vega draws them as SVG text (never a
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any, Mapping
 
 import altair as alt
+
+from traceview.document.types import DiffDocument, DiffSide, Document, ReportDocument, is_diff
 
 from . import palette
 from .escape import clip
@@ -32,13 +35,13 @@ def _part_color():
                      scale=alt.Scale(domain=[p for p, _ in PARTS], range=list(PART_COLORS)))
 
 
-def _n_windows(doc: dict) -> int:
+def _n_windows(doc: ReportDocument) -> int:
     return max(1, len(doc.get("steps") or []))
 
 
 # --- analyze ---------------------------------------------------------------------------------------
 
-def step_breakdown(doc: dict):
+def step_breakdown(doc: ReportDocument):
     steps = sorted(doc.get("steps") or [], key=lambda s: (s["step"], s["rank"]))
     if not steps:
         return None
@@ -61,17 +64,17 @@ def step_breakdown(doc: dict):
     ).properties(width=width, height=260, title="Step breakdown per step and rank (ms)")
 
 
-def _layer_key(r: dict):
+def _layer_key(r: Mapping[str, Any]):
     return (r["region"] != "layer", r["layer"] if r["layer"] is not None else -1, r["region"],
             bool(r.get("layer_inferred")))
 
 
-def _layer_label(r: dict) -> str:
+def _layer_label(r: Mapping[str, Any]) -> str:
     from .text import layer_label
     return layer_label(r)
 
 
-def layer_phase(doc: dict):
+def layer_phase(doc: ReportDocument):
     layers = doc.get("layers") or []
     if not layers:
         return None
@@ -112,7 +115,7 @@ def _keyed(value, rank):
     return None
 
 
-def timeline_step(doc: dict):
+def timeline_step(doc: ReportDocument):
     """(step number, reason) the timeline shows: most stall time, else the slowest step."""
     steps = doc.get("steps") or []
     if not steps:
@@ -127,18 +130,18 @@ def timeline_step(doc: dict):
             step = min(per, key=lambda k: (-per[k], k))
             return step, "the step with the most stall time"
     slow: dict = {}
-    for s in steps:
-        slow[s["step"]] = max(slow.get(s["step"], 0), s["step_time_ns"])
+    for row in steps:
+        slow[row["step"]] = max(slow.get(row["step"], 0), row["step_time_ns"])
     step = min(slow, key=lambda k: (-slow[k], k))
     return step, "the slowest step"
 
 
-def timeline(doc: dict):
+def timeline(doc: ReportDocument):
     step, why = timeline_step(doc)
     if step is None:
         return None
     windows = {s["rank"]: s for s in doc.get("steps") or [] if s["step"] == step}
-    rows = []
+    rows: list[dict[str, Any]] = []
     for rank, w in sorted(windows.items()):
         rows.append({"rank": f"rank {rank}", "lane": "step", "what": "step window", "name": f"step {step}",
                      "start": 0.0, "end": _ms(w["step_time_ns"]), "ms": _ms(w["step_time_ns"]), "detail": ""})
@@ -166,10 +169,10 @@ def timeline(doc: dict):
                          "name": clip(str(c.get("kind")), 60), "start": _ms(off), "end": _ms(off + du),
                          "ms": _ms(du), "detail": detail})
     for s in doc.get("stalls") or []:
-        w = windows.get(s.get("rank"))
-        if w is None or s.get("step") != step or s.get("start_ns") is None:
+        win = windows.get(s["rank"])
+        if win is None or s.get("step") != step or s.get("start_ns") is None:
             continue
-        off = s["start_ns"] - w["start_ns"]
+        off = s["start_ns"] - win["start_ns"]
         where = " / ".join(str(s[k]) for k in ("layer", "phase", "stage") if s.get(k) is not None)
         rows.append({"rank": f"rank {s['rank']}", "lane": "stall", "what": f"stall: {s.get('cause')}",
                      "name": clip(where or "stall", 80), "start": _ms(off), "end": _ms(off + (s.get("dur_ns") or 0)),
@@ -228,10 +231,10 @@ def _longest_marks(rows: list[dict]) -> tuple[list[dict], str]:
     return keep, (" (" + "; ".join(dropped) + ")" if dropped else "")
 
 
-def straggler_ranks(doc: dict) -> dict:
+def straggler_ranks(doc: ReportDocument) -> dict:
     """rank -> a short note, for ranks the others waited for.
 
-    Issue 6's `stragglers` lists every rank (times_last, collectives, wait_caused_ns, ...): a rank is
+    The `stragglers` section lists every rank (times_last, collectives, wait_caused_ns, ...): a rank is
     marked when it arrived last at least once and made others wait. A list of bare ranks or of
     {"rank"} items (no counts) marks each rank named. Without the section, `collectives`' `straggler`
     fields are counted."""
@@ -258,7 +261,7 @@ def straggler_ranks(doc: dict) -> dict:
     return out
 
 
-def stragglers_chart(doc: dict):
+def stragglers_chart(doc: ReportDocument):
     per_rank = doc.get("per_rank") or []
     if len(per_rank) < 2:          # a straggler is a rank the others wait for: one rank has none
         return None
@@ -284,19 +287,13 @@ def stragglers_chart(doc: dict):
 
 # --- diff ------------------------------------------------------------------------------------------
 
-def _step_ns(side) -> float | None:
-    if not isinstance(side, dict):
-        return None
-    for path in (("step_time_ns",), ("summary", "step_time_ns")):
-        v = side
-        for k in path:
-            v = v.get(k) if isinstance(v, dict) else None
-        if isinstance(v, (int, float)):
-            return v
-    return None
+def _step_ns(side: DiffSide | None) -> float | None:
+    """A side's step time (None when the side or its number is missing)."""
+    v = side.get("step_time_ns") if isinstance(side, dict) else None
+    return v if isinstance(v, (int, float)) else None
 
 
-def waterfall(doc: dict):
+def waterfall(doc: DiffDocument):
     """Base step time, each explanation's contribution, the unexplained rest, the new step time."""
     expl = doc.get("explanation") or []
     base, new = _step_ns(doc.get("base")), _step_ns(doc.get("new"))
@@ -352,22 +349,18 @@ ANALYZE_CHARTS = (
 DIFF_CHARTS = (("waterfall", waterfall),)
 
 
-def charts(doc: dict) -> list[tuple[str, object]]:
-    table = DIFF_CHARTS if str(doc.get("schema", "")).startswith("traceview.diff/") else ANALYZE_CHARTS
-    out = []
-    for name, fn in table:
-        ch = fn(doc)
-        if ch is not None:
-            out.append((name, ch))
-    return out
+def charts(doc: Document) -> list[tuple[str, alt.TopLevelMixin]]:
+    made = [(name, fn(doc)) for name, fn in DIFF_CHARTS] if is_diff(doc) else \
+        [(name, fn(doc)) for name, fn in ANALYZE_CHARTS]
+    return [(name, ch) for name, ch in made if ch is not None]
 
 
-def specs(doc: dict) -> list[tuple[str, dict]]:
+def specs(doc: Document) -> list[tuple[str, dict]]:
     """(name, Vega-Lite spec) for each chart the document supports."""
     return [(name, ch.to_dict(validate=False)) for name, ch in charts(doc)]
 
 
-def render_images(doc: dict, formats=("svg", "png")) -> list[tuple[str, bytes]]:
+def render_images(doc: Document, formats=("svg", "png")) -> list[tuple[str, bytes]]:
     """Each chart as (charts/<name>.<fmt>, bytes), rendered with vl-convert; nothing written."""
     import vl_convert as vlc
     out = []
@@ -379,7 +372,7 @@ def render_images(doc: dict, formats=("svg", "png")) -> list[tuple[str, bytes]]:
     return out
 
 
-def write_images(doc: dict, out_dir, formats=("svg", "png")) -> list[str]:
+def write_images(doc: Document, out_dir, formats=("svg", "png")) -> list[str]:
     """Write each chart as charts/<name>.svg and .png under out_dir; returns the relative paths."""
     out_dir = Path(out_dir)
     (out_dir / "charts").mkdir(parents=True, exist_ok=True)

@@ -7,8 +7,13 @@ link, emphasis, code or raw HTML.
 """
 from __future__ import annotations
 
-from .diff_text import DELTA_PARTS, FAMILY_COUNT, cp_rows, family_counts
+from typing import Mapping
+
+from traceview.document.types import DiffDocument
+
+from .diff_text import DELTA_PARTS, FAMILY_COUNT, _part, cp_rows, family_counts
 from .escape import md
+from .fmt import latent_headline, ms, signed_ms as sms, verdict_words
 
 PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
          ("idle", "idle_ns"), ("overlapped comm", "overlapped_comm_ns"))
@@ -17,14 +22,6 @@ PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("expos
 def esc(s, limit: int | None = None) -> str:
     """One line of Markdown-safe text (the shared escaper of reports/escape.py)."""
     return md(s, limit)
-
-
-def ms(ns) -> str:
-    return f"{(ns or 0) / 1e6:,.3f}"
-
-
-def sms(ns) -> str:
-    return f"{(ns or 0) / 1e6:+,.3f}"
 
 
 def table(headers: list[str], rows: list[list[str]], right_from: int = 1) -> list[str]:
@@ -38,11 +35,10 @@ def _layer(x) -> str:
     return "outside layers" if x is None else f"layer {x}"
 
 
-def render(doc: dict) -> str:
+def render(doc: DiffDocument) -> str:
     d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
     pct = d["step_time_pct"]
     pct_s = f" ({pct:+.1f} %)" if pct is not None else ""
-    from traceview.diff.texts import latent_headline, verdict_words
     out = [f"### traceview diff: {verdict_words(doc)}, {sms(d['step_time_ns'])} ms per step{pct_s}", ""]
     def files(s):   # one nsys file may hold several ranks: each file once
         u = list(dict.fromkeys(f"{i['file']} ({i['format']})" for i in s["inputs"]))
@@ -59,23 +55,27 @@ def render(doc: dict) -> str:
     out.append("")
     lh = latent_headline(doc)
     if lh:
-        out += [f"> [!WARNING]", f"> **{esc(lh[0].upper() + lh[1:])}**"]
+        out += ["> [!WARNING]", f"> **{esc(lh[0].upper() + lh[1:])}**"]
         out += [f"> {i}. {esc(it['text'])}" for i, it in enumerate(doc["latent"], 1)]
         out.append("")
     out.append("**Why** (contributions add up to the change):" if doc["verdict"] != "noise"
                else "**What moved** (within the noise; contributions add up to the change):")
     out.append("")
     for it in doc["explanation"]:
-        share = f" ({100 * it['share']:.1f} %)" if it.get("share") is not None and doc["verdict"] != "noise" else ""
+        frac = it.get("share")
+        share = f" ({100 * frac:.1f} %)" if frac is not None and doc["verdict"] != "noise" else ""
         moved = " *(moved between categories, no step-time effect)*" if it.get("moved") else ""
         out.append(f"{it['rank']}. {esc(it['text'])}{share}{moved}")
     total = sum(it["contribution_ns"] for it in doc["explanation"])
     out += ["", f"Sum of the items: {total / 1e6:+,.6f} ms; step-time change: {d['step_time_ns'] / 1e6:+,.6f} ms.", ""]
     rows = [["step time (median)", ms(b["step_time_ns"]), ms(n["step_time_ns"]), sms(d["step_time_ns"])]]
-    rows += [[lab, ms(b["breakdown"][k]), ms(n["breakdown"][k]), sms(d["breakdown"][k])] for lab, k in PARTS]
+    bb: Mapping[str, int] = b["breakdown"]   # type: ignore[assignment]  # read by part name
+    nb: Mapping[str, int] = n["breakdown"]   # type: ignore[assignment]
+    db: Mapping[str, int] = d["breakdown"]   # type: ignore[assignment]
+    rows += [[lab, ms(bb[k]), ms(nb[k]), sms(db[k])] for lab, k in PARTS]
     out += table(["ms per step", "base", "new", "change"], rows)
-    if d.get("flops"):
-        f = d["flops"]
+    f = d.get("flops")
+    if f:
         out += ["", f"Delivered TFLOP/s per GPU: {f['base_tflops']:.1f} → {f['new_tflops']:.1f} ({f['delta_tflops']:+.1f})."]
     out += ["", "<details><summary>Stages, collectives and kernel families</summary>", ""]
     st = [r for r in d["stages"] if r["delta_ns"]][:12]
@@ -83,14 +83,14 @@ def render(doc: dict) -> str:
         out += table(["stage", "base ms", "new ms", "change ms", "change: compute ms", "exposed comm ms",
                       "exposed memory ms", "idle ms"],
                      [[esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"])]
-                      + [sms((r.get("delta_parts_ns") or {}).get(k)) for k in DELTA_PARTS] for r in st])
+                      + [sms(_part(r, k)) for k in DELTA_PARTS] for r in st])
         out.append("")
     lr = [r for r in d.get("layers", []) if r["delta_ns"]][:10]
     if lr:
         out += table(["layer", "phase", "stage", "base ms", "new ms", "change ms", "change: compute ms",
                       "exposed comm ms", "exposed memory ms", "idle ms"],
                      [[esc(_layer(r["layer"])), esc(r["phase"]), esc(r["stage"], 40), ms(r["base_ns"]), ms(r["new_ns"]),
-                       sms(r["delta_ns"])] + [sms(r["delta_parts_ns"].get(k)) for k in DELTA_PARTS] for r in lr],
+                       sms(r["delta_ns"])] + [sms(_part(r, k)) for k in DELTA_PARTS] for r in lr],
                      right_from=3)
         out.append("")
     if d["comm"]:
@@ -100,12 +100,12 @@ def render(doc: dict) -> str:
                        ms(r["base_exposed_ns"]), ms(r["new_exposed_ns"])] for r in d["comm"]])
         out.append("")
     fam = d["families"]
-    for title, key in (("changed", "changed"), ("appeared", "appeared"), ("vanished", "vanished")):
-        rows = fam[key][:12]
-        if rows:
+    for title, frows in (("changed", fam["changed"][:12]), ("appeared", fam["appeared"][:12]),
+                        ("vanished", fam["vanished"][:12])):
+        if frows:
             out += table([f"kernel family ({title}; mean per rank-step)", "base ms", "new ms", "change ms", FAMILY_COUNT],
                          [[esc(r["family"], 60), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"]),
-                           family_counts(r, "→")] for r in rows])
+                           family_counts(r, "→")] for r in frows])
             out.append("")
     stalls = [r for r in d.get("stalls") or [] if r["status"] != "same"][:12]
     if stalls:
@@ -113,10 +113,11 @@ def render(doc: dict) -> str:
                      [[esc(r["cause"]), esc(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 60), ms(r["base_ns"]),
                        ms(r["new_ns"]), esc(r["status"])] for r in stalls], right_from=2)
         out.append("")
-    if d.get("critical_path"):
+    cp = d.get("critical_path")
+    if cp:
         out += table(["critical path (median step)", "base ms", "new ms", "change ms"],
                      [[esc(k), ms(v["base_ns"]), ms(v["new_ns"]), sms(v["delta_ns"])]
-                      for k, v in cp_rows(d["critical_path"])])
+                      for k, v in cp_rows(cp)])
         out.append("")
     out += ["</details>", ""]
     return "\n".join(out)

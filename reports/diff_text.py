@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import textwrap
+from typing import Any, Mapping
 
+from traceview.document.types import DeltaCriticalPathPart, DiffDocument, DiffSide
+
+from .fmt import clip, latent_headline, ms, one_line, signed_ms, table, verdict_words
 from .labels import CP_MEASURES, CP_PARTS, count, words
 
 PARTS = (("compute", "compute_ns"), ("exposed comm", "exposed_comm_ns"), ("exposed memory", "exposed_memory_ns"),
@@ -12,7 +16,7 @@ FAMILY_COUNT = "calls per step"
 DELTA_PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns")
 
 
-def cp_rows(cp: dict) -> list[tuple[str, dict]]:
+def cp_rows(cp: Mapping[str, DeltaCriticalPathPart]) -> list[tuple[str, DeltaCriticalPathPart]]:
     """The critical-path entries of a diff in reading order, as (reader's name, {base_ns, new_ns,
     delta_ns}): the parts that add up to the window first, then the window and the measures beside it."""
     known = [k for k in CP_PARTS + CP_MEASURES if k in cp]
@@ -21,39 +25,17 @@ def cp_rows(cp: dict) -> list[tuple[str, dict]]:
             if cp[k].get("base_ns") or cp[k].get("new_ns")]
 
 
-def family_counts(r: dict, arrow: str = "->") -> str:
+def family_counts(r: Mapping[str, Any], arrow: str = "->") -> str:
     """Calls per step (a mean over the rank-steps): whole numbers, "~N" for a mean that is not whole."""
     return f"{count(r['base_count'])} {arrow} {count(r['new_count'])}"
 
 
-def ms(ns) -> str:
-    return f"{(ns or 0) / 1e6:,.3f}"
+def _part(r: Mapping[str, Any], k: str) -> float | None:
+    """One part of a row's change (`delta_parts_ns`), None when the row has none."""
+    return (r.get("delta_parts_ns") or {}).get(k)
 
 
-def signed_ms(ns) -> str:
-    return f"{(ns or 0) / 1e6:+,.3f}"
-
-
-def one_line(s) -> str:
-    return " ".join(str(s).split())
-
-
-def clip(s, n: int) -> str:
-    s = one_line(s)
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def table(headers, rows, aligns=None) -> list[str]:
-    cols = [[str(h)] + [str(r[i]) for r in rows] for i, h in enumerate(headers)]
-    widths = [max(len(c) for c in col) for col in cols]
-    aligns = aligns or "l" + "r" * (len(headers) - 1)
-
-    def fmt(vals):
-        return "  ".join(v.ljust(w) if a == "l" else v.rjust(w) for v, w, a in zip(vals, widths, aligns)).rstrip()
-    return [fmt(headers), fmt(["-" * w for w in widths])] + [fmt([str(v) for v in r]) for r in rows]
-
-
-def side_line(label: str, s: dict) -> str:
+def side_line(label: str, s: DiffSide) -> str:
     files = ", ".join(sorted({f"{i['format']}: {i['file']}" for i in s["inputs"]}))
     return "  " + clip(f"{label:4s} {ms(s['step_time_ns'])} ms per step  ({s['steps']} steps x {s['ranks']} ranks; "
                        f"{files})", WIDTH - 2)
@@ -63,10 +45,9 @@ def _layer(x) -> str:
     return "outside layers" if x is None else f"layer {x}"
 
 
-def render(doc: dict) -> str:
+def render(doc: DiffDocument) -> str:
     d, b, n, nz = doc["delta"], doc["base"], doc["new"], doc["noise"]
     pct = d["step_time_pct"]
-    from traceview.diff.texts import latent_headline, verdict_words
     out = [f"traceview diff: {verdict_words(doc).upper()}  {signed_ms(d['step_time_ns'])} ms per step"
            + (f" ({pct:+.1f}%)" if pct is not None else ""), ""]
     out += [side_line("base", b), side_line("new", n)]
@@ -91,25 +72,28 @@ def render(doc: dict) -> str:
         out.append("The change is within the noise. What moved (contributions sum to the change):")
     else:
         out.append("Why (contributions sum to the change):")
-    for it in doc["explanation"]:
-        share = f"{100 * it['share']:6.1f}%" if it.get("share") is not None and doc["verdict"] != "noise" \
-            else "       "
-        tag = " [moved between categories]" if it.get("moved") else ""
-        lines = textwrap.wrap(one_line(it["text"]) + tag, WIDTH - 15) or [""]
-        out.append(f"  {it['rank']:2d}. {share}  {lines[0]}")
+    for item in doc["explanation"]:
+        frac = item.get("share")
+        share = f"{100 * frac:6.1f}%" if frac is not None and doc["verdict"] != "noise" else "       "
+        tag = " [moved between categories]" if item.get("moved") else ""
+        lines = textwrap.wrap(one_line(item["text"]) + tag, WIDTH - 15) or [""]
+        out.append(f"  {item['rank']:2d}. {share}  {lines[0]}")
         out += [" " * 15 + ln for ln in lines[1:]]
     total = sum(it["contribution_ns"] for it in doc["explanation"])
     out.append(f"      sum of the items {total / 1e6:+,.6f} ms = change {d['step_time_ns'] / 1e6:+,.6f} ms")
     out += ["", "Breakdown of the median step (ms)"]
     rows = [["step time", ms(b["step_time_ns"]), ms(n["step_time_ns"]), signed_ms(d["step_time_ns"])]]
-    rows += [[lab, ms(b["breakdown"][k]), ms(n["breakdown"][k]), signed_ms(d["breakdown"][k])] for lab, k in PARTS]
+    bb: Mapping[str, int] = b["breakdown"]   # type: ignore[assignment]  # read by part name
+    nb: Mapping[str, int] = n["breakdown"]   # type: ignore[assignment]
+    db: Mapping[str, int] = d["breakdown"]   # type: ignore[assignment]
+    rows += [[lab, ms(bb[k]), ms(nb[k]), signed_ms(db[k])] for lab, k in PARTS]
     out += table(["", "base", "new", "change"], rows)
     st = [r for r in d["stages"] if r["delta_ns"] or r["base_ns"] or r["new_ns"]][:10]
     if st:
         out += ["", "Stages (ms per median step; the change split into compute, exposed comm, exposed memory, idle)"]
         out += table(["stage", "base", "new", "change", "compute", "exp comm", "exp mem", "idle"],
                      [[clip(r["stage"], 24), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"])]
-                      + [signed_ms((r.get("delta_parts_ns") or {}).get(k)) for k in DELTA_PARTS] for r in st])
+                      + [signed_ms(_part(r, k)) for k in DELTA_PARTS] for r in st])
     lr = [r for r in d.get("layers", []) if r["delta_ns"]][:10]
     if lr:
         out += ["", "Largest changes by layer, phase and stage (ms per median step)"]
@@ -117,7 +101,7 @@ def render(doc: dict) -> str:
         out += table(["layer", "phase", "stage", "base", "new", "change", "compute", "exp comm", "exp mem", "idle"],
                      [[_layer(r["layer"]), clip(r["phase"], 10), clip(r["stage"], 16), ms(r["base_ns"]),
                        ms(r["new_ns"]), signed_ms(r["delta_ns"])]
-                      + [signed_ms(r["delta_parts_ns"].get(k)) for k in DELTA_PARTS]
+                      + [signed_ms(_part(r, k)) for k in DELTA_PARTS]
                       for r in lr], aligns="lll" + "r" * 7)
     if d["comm"]:
         out += ["", "Collectives (ms, mean per rank-step)"]
@@ -125,15 +109,15 @@ def render(doc: dict) -> str:
                      [[clip(r["kind"], 24), family_counts(r), ms(r["base_total_ns"]), ms(r["new_total_ns"]),
                        ms(r["base_exposed_ns"]), ms(r["new_exposed_ns"])] for r in d["comm"]])
     fam = d["families"]
-    for title, key in (("Kernel families that changed", "changed"), ("Appeared", "appeared"), ("Vanished", "vanished")):
-        rows = fam[key][:12]
-        if rows:
+    for title, frows in (("Kernel families that changed", fam["changed"][:12]), ("Appeared", fam["appeared"][:12]),
+                        ("Vanished", fam["vanished"][:12])):
+        if frows:
             out += ["", f"{title} (kernel time, ms, mean per rank-step)"]
             out += table(["family", "base", "new", "change", FAMILY_COUNT],
                          [[clip(r["family"], 40), ms(r["base_ns"]), ms(r["new_ns"]), signed_ms(r["delta_ns"]),
-                           family_counts(r)] for r in rows])
-    if d.get("flops"):
-        f = d["flops"]
+                           family_counts(r)] for r in frows])
+    f = d.get("flops")
+    if f:
         out += ["", f"Delivered TFLOP/s per GPU: {f['base_tflops']:.1f} -> {f['new_tflops']:.1f} "
                     f"({f['delta_tflops']:+.1f})"]
     stalls = [r for r in d.get("stalls") or [] if r["status"] != "same"][:10]
@@ -142,11 +126,12 @@ def render(doc: dict) -> str:
         out += table(["cause", "where", "base", "new", "status"],
                      [[clip(r["cause"], 16), clip(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 40), ms(r["base_ns"]),
                        ms(r["new_ns"]), r["status"]] for r in stalls], aligns="llrrl")
-    if d.get("critical_path"):
+    cp = d.get("critical_path")
+    if cp:
         out += ["", "Critical path (ms per median step; compute to idle add up to the step window)"]
         out += table(["part", "base", "new", "change"],
                      [[k, ms(v["base_ns"]), ms(v["new_ns"]), signed_ms(v["delta_ns"])]
-                      for k, v in cp_rows(d["critical_path"])])
+                      for k, v in cp_rows(cp)])
     for lab, s in (("base", b), ("new", n)):
         for w in s.get("warnings", [])[:5]:
             out.append(clip(f"warning ({lab}): {w}", WIDTH))

@@ -21,21 +21,12 @@ import html as _html
 import json
 import re
 
-_WS = re.compile(r"\s+")
+from .fmt import clip, one_line  # noqa: F401 - part of this module's interface
+
 # backslash-escaped in Markdown: \ ` * [ ] | ~ and ( ) ! # + - only where they matter is hard to
 # know inside a cell, so the set below is always escaped; _ is escaped unless inside a word.
 _MD_ALWAYS = set("\\`*[]|~")
 _ENTITIES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
-
-
-def one_line(s) -> str:
-    """All white space (newlines, tabs, runs) as single spaces, trimmed."""
-    return _WS.sub(" ", str(s)).strip()
-
-
-def clip(s, n: int) -> str:
-    s = one_line(s)
-    return s if len(s) <= n else s[: max(1, n - 1)] + "…"
 
 
 def md(s, limit: int | None = None) -> str:

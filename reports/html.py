@@ -12,10 +12,13 @@ Names from a trace are HTML-escaped (`escape.html`) in text and go into the char
 from __future__ import annotations
 
 import functools
+from typing import Any, Mapping
 
-from . import charts as charts_mod
-from . import markdown as mdr
+from traceview.document.types import DiffDocument, Document, Flops, ReportDocument, is_diff
+
+from . import charts as charts_mod, markdown as mdr
 from .escape import html as h, script_json
+from .fmt import budget_headline, latent_headline, mb_per, mfu_denominators, ms, pc, tflops, verdict_words
 from .labels import OVERLAP_NOTE, count, count_per_step, mean_label, words
 
 CSP = ("default-src 'none'; script-src 'unsafe-inline' 'unsafe-eval'; style-src 'unsafe-inline'; "
@@ -69,7 +72,7 @@ def vega_bundle() -> str:
     """vega + vega-lite + vega-embed as one classic script (defines window.vegaEmbed)."""
     import vl_convert as vlc
     from altair.utils._importers import vl_version_for_vl_convert
-    js = vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())
+    js = vlc.javascript_bundle(vl_version=vl_version_for_vl_convert())  # type: ignore[call-arg]  # stub lags
     # the bundle must not be able to end its <script> element early
     return js.replace("</script", "<\\/script").replace("<!--", "<\\!--")
 
@@ -112,28 +115,27 @@ def _chart_divs(specs: list[tuple[str, dict]]) -> list[str]:
     return out
 
 
-def _budget_html(doc: dict) -> list[str]:
+def _budget_html(doc: ReportDocument) -> list[str]:
     b = doc.get("budget")
     if not b:
         return []
-    v = b.get("violations") or []
-    if not v:
-        return [f'<div class="ok"><b>Budget {h(b["file"])}: all {len(b["checked"])} threshold(s) met.</b></div>']
-    items = "".join(f"<li>{h(c['message'])}</li>" for c in v)
-    return [f'<div class="violations"><b>Budget {h(b["file"])}: {len(v)} of {len(b["checked"])} threshold(s) '
-            f"violated</b><ul>{items}</ul></div>"]
+    met, head, violated = budget_headline(b, h)
+    if met:
+        return [f'<div class="ok"><b>{head}.</b></div>']
+    items = "".join(f"<li>{m}</li>" for m in violated)
+    return [f'<div class="violations"><b>{head}</b><ul>{items}</ul></div>']
 
 
-def _layers_html(doc: dict) -> list[str]:
+def _layers_html(doc: ReportDocument) -> list[str]:
     if not doc.get("layers"):
         return []
     from .text import part_cells
     n = max(1, len(doc.get("steps") or []))
-    rows = [[g["label"], g["phase"], *part_cells(g), mdr.ms(g["overlapped_comm_ns"]), g["top_stage"]]
+    rows = [[g["label"], g["phase"], *part_cells(g), ms(g["overlapped_comm_ns"]), g["top_stage"]]
             for g in mdr._layer_groups(doc)]
     out = [f"<h2>Per layer and phase (ms, {h(mean_label(n))})</h2>", _table(mdr.LAYER_HEADERS, rows, "llrrrrrrl")]
     if doc.get("stages"):
-        srows = [[s["stage"], *part_cells(s, n), mdr.ms(s["overlapped_comm_ns"] / n)] for s in doc["stages"]]
+        srows = [[s["stage"], *part_cells(s, n), ms(s["overlapped_comm_ns"] / n)] for s in doc["stages"]]
         out += [f"<h2>Per MoE stage (ms, {h(mean_label(n))}; all layers and phases)</h2>",
                 _table(["stage"] + mdr.LAYER_HEADERS[2:-1], srows)]
     out.append(f"<p>Compute, exposed comm, exposed memory and idle add up to the total. {h(OVERLAP_NOTE)}"
@@ -144,33 +146,33 @@ def _layers_html(doc: dict) -> list[str]:
     return out
 
 
-def _flops_html(f: dict) -> list[str]:
+def _flops_html(f: Flops) -> list[str]:
     """FLOPs by precision (MFU against both denominators), achievable TFLOP/s and per-family rates."""
     out = []
     if f.get("flops_by_precision"):
         rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
                  ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
-                 mdr._tf(r.get("peak_tflops")), mdr._pc(r.get("mfu"))] for r in f["flops_by_precision"]]
-        out += ["<h2>FLOPs by precision (per step per GPU)</h2>", f"<p>{h(mdr.mfu_denominators(f))}.</p>",
+                 tflops(r.get("peak_tflops")), pc(r.get("mfu"))] for r in f["flops_by_precision"]]
+        out += ["<h2>FLOPs by precision (per step per GPU)</h2>", f"<p>{h(mfu_denominators(f))}.</p>",
                 _table(["precision", "TFLOP per step", "share", "precision from", "dense peak TFLOP/s", "MFU"], rows,
                        "lrrlrr")]
     if f.get("achievable"):
         out.append(f"<p>Achievable in this trace ({h(f.get('achievable_definition') or '')}): " + h("; ".join(
-            f"{a['kind']} {a['precision']} {mdr._tf(a['tflops'])} TFLOP/s ({a['kernels']} kernels)"
+            f"{a['kind']} {a['precision']} {tflops(a['tflops'])} TFLOP/s ({a['kernels']} kernels)"
             for a in f["achievable"])) + ".</p>")
     fams = (f.get("by_family") or [])[:12]
     if fams:
         frows = [[mdr.printable(r["family"]), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
-                  mdr.ms(r["kernel_ns_per_step"]),
-                  mdr._tf(r.get("achieved_tflops")), mdr._pc(r.get("ratio_to_achievable")),
-                  mdr._pc(r.get("ratio_to_peak"))] for r in fams]
+                  ms(r["kernel_ns_per_step"]),
+                  tflops(r.get("achieved_tflops")), pc(r.get("ratio_to_achievable")),
+                  pc(r.get("ratio_to_peak"))] for r in fams]
         out += ["<h2>Achieved TFLOP/s by kernel family</h2>",
                 _table(["kernel family", "precision", "TFLOP per step", "kernel ms per step", "TFLOP/s",
                         "of achievable", "of peak"], frows, "llrrrrr", name_cols=(0,))]
     return out
 
 
-def _stalls_html(doc: dict) -> list[str]:
+def _stalls_html(doc: ReportDocument) -> list[str]:
     stalls = doc.get("stalls")
     if stalls is None:
         return []
@@ -180,14 +182,14 @@ def _stalls_html(doc: dict) -> list[str]:
                                         s.get("start_ns") or 0))[:mdr.TOP]
     opt = lambda v: "-" if v is None else v
     rows = [[i, opt(s.get("rank")), opt(s.get("step")), opt(s.get("layer")), opt(s.get("phase")), opt(s.get("stage")),
-             opt(s.get("cause")), mdr.ms(s.get("dur_ns")), mdr._evidence(s.get("evidence"))]
+             opt(s.get("cause")), ms(s.get("dur_ns")), mdr._evidence(s.get("evidence"))]
             for i, s in enumerate(top, 1)]
     return [f"<h2>Top stalls ({len(top)} of {len(stalls)})</h2>",
             _table(["#", "rank", "step", "layer", "phase", "stage", "cause", "ms", "evidence"], rows, "rrrrlllrl",
                    name_cols=(8,))]
 
 
-def _collectives_html(doc: dict) -> list[str]:
+def _collectives_html(doc: ReportDocument) -> list[str]:
     out = []
     headers, rows = mdr.straggler_rows(doc)
     if rows:
@@ -198,7 +200,7 @@ def _collectives_html(doc: dict) -> list[str]:
                                           c.get("index") or 0))[:mdr.TOP]
         opt = lambda v: "-" if v is None else v  # noqa: E731
         rows = [[c.get("kind"), opt(c.get("group")), opt(c.get("index")), opt(c.get("step")), opt(c.get("straggler")),
-                 mdr.ms(c.get("skew_ns"))] for c in top]
+                 ms(c.get("skew_ns"))] for c in top]
         out += [f"<h2>Collectives with the most skew ({len(top)} of {len(cols)})</h2>",
                 _table(["collective", "group", "index", "step", "straggler rank", "skew ms"], rows, "llrrrr")]
     cp = doc.get("critical_path")
@@ -210,15 +212,15 @@ def _collectives_html(doc: dict) -> list[str]:
             total += t or 0
             for k, v in comp.items():
                 sums[k] = sums.get(k, 0) + v
-        rows = [[words(k), mdr.ms(v / len(cp)), mdr.pct(v, total)]
+        rows = [[words(k), ms(v / len(cp)), mdr.pct(v, total)]
                 for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
         out += [f"<h2>Critical path composition (mean over {len(cp)} rank-step window(s))</h2>",
                 _table(["part", "ms per step", "% of path"], rows)]
     return out
 
 
-def render(doc: dict) -> str:
-    if str(doc.get("schema", "")).startswith("traceview.diff/"):
+def render(doc: Document) -> str:
+    if is_diff(doc):
         return render_diff_html(doc)
     s = doc["summary"]
     specs = charts_mod.specs(doc)
@@ -227,35 +229,35 @@ def render(doc: dict) -> str:
     cards = []
     f = doc.get("flops") or {}
     st = s["step_time_ns"]
-    cards.append(("step time", f"{mdr.ms(st)} ms", f"the median of {s['steps']} step(s) (step {s.get('step')})"
+    cards.append(("step time", f"{ms(st)} ms", f"the median of {s['steps']} step(s) (step {s.get('step')})"
                   + (f" of the median of {s['ranks']} ranks (rank {s.get('rank')})" if s.get("ranks", 1) > 1 else "")))
     if f.get("delivered_tflops_per_gpu") is not None:
         cards.append(("delivered per GPU", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s",
                       f"{f.get('method')}-based FLOPs"))
-        cards.append(("MFU", f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a",
+        cards.append(("MFU", pc(f.get("mfu")),
                       f"of {f['peak_tflops']:,.1f} TFLOP/s ({f.get('gpu') or f.get('gpu_name')}, {f.get('dtype')} dense)"
                       if f.get("peak_tflops") else "peak unknown"))
         if f.get("mfu_precision_weighted") is not None or f.get("mfu_dense_bf16") is not None:
-            cards.append(("MFU by denominator", f"{mdr._pc(f.get('mfu_dense_bf16'))} bf16 · "
-                          f"{mdr._pc(f.get('mfu_precision_weighted'))} precision-weighted", mdr.mfu_denominators(f)))
+            cards.append(("MFU by denominator", f"{pc(f.get('mfu_dense_bf16'))} bf16 · "
+                          f"{pc(f.get('mfu_precision_weighted'))} precision-weighted", mfu_denominators(f)))
     else:
         cards.append(("delivered per GPU", "unknown", "no FLOPs (no shapes, no --model)"))
     cards.append(("exposed communication", mdr.pct(s["exposed_comm_ns"], st),
-                  f"{mdr.ms(s['exposed_comm_ns'])} ms; {100 * s.get('overlap_ratio', 0):.1f}% of comm overlapped"))
-    cards.append(("idle", mdr.pct(s["idle_ns"], st), f"{mdr.ms(s['idle_ns'])} ms"))
+                  f"{ms(s['exposed_comm_ns'])} ms; {100 * s.get('overlap_ratio', 0):.1f}% of comm overlapped"))
+    cards.append(("idle", mdr.pct(s["idle_ns"], st), f"{ms(s['idle_ns'])} ms"))
     body.append('<div class="cards">' + "".join(
         f'<div class="card"><div class="k">{h(k)}</div><div class="v">{h(v)}</div><div class="d">{h(d)}</div></div>'
         for k, v, d in cards) + "</div>")
     body += _budget_html(doc)
 
     def cell(r, key):
-        return f"{mdr.ms(r[key])} ({mdr.pct(r[key], r['step_time_ns'])})"
-    rows = [[f"rank {r['rank']}", mdr.ms(r["step_time_ns"])] + [cell(r, k) for _, k in mdr.PARTS]
-            + [mdr.ms(r["overlapped_comm_ns"]), f"{100 * r['overlap_ratio']:.1f}%"]
+        return f"{ms(r[key])} ({mdr.pct(r[key], r['step_time_ns'])})"
+    rows = [[f"rank {r['rank']}", ms(r["step_time_ns"])] + [cell(r, k) for _, k in mdr.PARTS]
+            + [ms(r["overlapped_comm_ns"]), f"{100 * r['overlap_ratio']:.1f}%"]
             for r in sorted(doc["per_rank"], key=lambda r: r["rank"])]
     if len(rows) > 1:
-        rows.append([f"job (rank {s.get('rank')}, step {s.get('step')})", mdr.ms(s["step_time_ns"])] + [cell(s, k) for _, k in mdr.PARTS]
-                    + [mdr.ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
+        rows.append([f"job (rank {s.get('rank')}, step {s.get('step')})", ms(s["step_time_ns"])] + [cell(s, k) for _, k in mdr.PARTS]
+                    + [ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
     body += ["<h2>Step breakdown (each rank's median step; job: the median rank's; ms and % of the step)</h2>",
              _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",
                      "overlap"], rows),
@@ -267,15 +269,15 @@ def render(doc: dict) -> str:
     if doc.get("comm"):
         n = max(1, len(doc.get("steps") or []))
         crow = [[c["kind"], count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
-                 f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
-                 mdr.ms(c["total_ns"] / n), mdr.ms(c["exposed_ns"] / n)] for c in doc["comm"]]
+                 mb_per(c.get("bytes"), n),
+                 ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
         body += [f"<h2>Communication by collective ({h(mean_label(n))})</h2>",
                  _table(["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], crow),
                  "<p>Means per step, so they can differ from the median step of the breakdown. Ops: collectives or "
                  "dispatch/combine operations; kernels: their GPU activities.</p>"]
     if doc.get("top_kernels"):
         from .text import kernel_scope
-        krow = [[k["name"], k["class"], count(k["count"]), mdr.ms(k["total_ns"])] for k in doc["top_kernels"]]
+        krow = [[k["name"], k["class"], count(k["count"]), ms(k["total_ns"])] for k in doc["top_kernels"]]
         body += [f"<h2>Top kernels by GPU time ({h(kernel_scope(doc))})</h2>",
                  _table(["kernel", "class", "calls", "total ms"], krow, "llrr", name_cols=(0,))]
     if doc.get("inputs"):
@@ -313,12 +315,11 @@ def _side_label(side) -> str:
     return ""
 
 
-def render_diff_html(doc: dict) -> str:
+def render_diff_html(doc: DiffDocument) -> str:
     """The `traceview.diff/1` report: verdict, base vs new, the waterfall, the explanation list."""
     specs = charts_mod.specs(doc)
     base, new = doc.get("base"), doc.get("new")
     verdict = doc.get("verdict")
-    from traceview.diff.texts import latent_headline, verdict_words
     verdict_text = verdict_words(doc) if isinstance(verdict, str) else _scalar(verdict)
     title = f"traceview diff: {_side_label(base) or 'base'} → {_side_label(new) or 'new'}"
     body = [f"<h1>{h(title)}</h1>", f'<p class="sub">traceview {h((doc.get("tool") or {}).get("version", ""))}</p>',
@@ -326,7 +327,7 @@ def render_diff_html(doc: dict) -> str:
             "</div>"]
     b_ns, n_ns = charts_mod._step_ns(base), charts_mod._step_ns(new)
     if b_ns is not None and n_ns is not None:
-        body[-1] += (f'<div class="card"><div class="k">step time</div><div class="v">{mdr.ms(b_ns)} → {mdr.ms(n_ns)} ms'
+        body[-1] += (f'<div class="card"><div class="k">step time</div><div class="v">{ms(b_ns)} → {ms(n_ns)} ms'
                      f'</div><div class="d">{(n_ns - b_ns) / 1e6:+,.3f} ms ({mdr.pct(n_ns - b_ns, b_ns)})</div></div>')
     body[-1] += "</div>"
     setup = [w for w in doc.get("setup_differences") or [] if isinstance(w, str)]
@@ -339,7 +340,6 @@ def render_diff_html(doc: dict) -> str:
     if lh:
         body += [f"<h2>{h(lh.split(':', 1)[0].capitalize())}</h2>", f"<p>{h(lh)}</p>",
                  "<ol>" + "".join(f"<li>{h(it.get('text', ''))}</li>" for it in doc["latent"]) + "</ol>"]
-    body += _budget_html(doc)
     body += _chart_divs(specs)
     expl = doc.get("explanation") or []
     if expl:
@@ -357,21 +357,24 @@ def _layer_name(x) -> str:
     return "outside layers" if x is None else f"layer {x}"
 
 
-def _diff_details(doc: dict) -> list[str]:
+def _diff_details(doc: DiffDocument) -> list[str]:
     """The rest of a diff document, in the same words as the text and Markdown diffs: noise,
     breakdown, stages, layers, collectives, kernel families, stalls, critical path."""
     from .diff_text import DELTA_PARTS, FAMILY_COUNT, PARTS as DIFF_PARTS, cp_rows, family_counts
     out = []
-    base, new, delta = doc.get("base") or {}, doc.get("new") or {}, doc.get("delta") or {}
+    # read defensively: a document from elsewhere may lack a section (each is then left out)
+    base: Mapping[str, Any] = doc.get("base") or {}
+    new: Mapping[str, Any] = doc.get("new") or {}
+    delta: Mapping[str, Any] = doc.get("delta") or {}
     nz = doc.get("noise")
     if isinstance(nz, dict) and nz.get("threshold_ns") is not None:
         out.append(f"<p>Noise: the change is {'within' if nz.get('within_noise') else 'outside'} the noise threshold "
-                   f"of {h(mdr.ms(nz['threshold_ns']))} ms ({h(nz.get('threshold_from', ''))}).</p>")
+                   f"of {h(ms(nz['threshold_ns']))} ms ({h(nz.get('threshold_from', ''))}).</p>")
     bb, nb = base.get("breakdown"), new.get("breakdown")
     if isinstance(bb, dict) and isinstance(nb, dict):
-        rows = [["step time", mdr.ms(base.get("step_time_ns")), mdr.ms(new.get("step_time_ns")),
+        rows = [["step time", ms(base.get("step_time_ns")), ms(new.get("step_time_ns")),
                  _sms(delta.get("step_time_ns"))]]
-        rows += [[label, mdr.ms(bb.get(k)), mdr.ms(nb.get(k)), _sms((nb.get(k) or 0) - (bb.get(k) or 0))]
+        rows += [[label, ms(bb.get(k)), ms(nb.get(k)), _sms((nb.get(k) or 0) - (bb.get(k) or 0))]
                  for label, k in DIFF_PARTS if k in bb or k in nb]
         out += ["<h2>Breakdown of the median step (ms)</h2>", _table(["", "base", "new", "change"], rows),
                 f"<p>{h(OVERLAP_NOTE)}</p>"]
@@ -388,41 +391,41 @@ def _diff_details(doc: dict) -> list[str]:
     if stages:
         out += ["<h2>Stages (ms per median step)</h2>",
                 _table(["stage", "base", "new", "change"] + part_heads,
-                       [[r.get("stage"), mdr.ms(r.get("base_ns")), mdr.ms(r.get("new_ns")), _sms(r.get("delta_ns"))]
+                       [[r.get("stage"), ms(r.get("base_ns")), ms(r.get("new_ns")), _sms(r.get("delta_ns"))]
                         + parts(r) for r in stages])]
     layers = [r for r in delta.get("layers") or [] if isinstance(r, dict) and r.get("delta_ns")][:10]
     if layers:
         out += ["<h2>Largest changes by layer, phase and stage (ms per median step)</h2>",
                 _table(["layer", "phase", "stage", "base", "new", "change"] + part_heads,
-                       [[_layer_name(r.get("layer")), r.get("phase"), r.get("stage"), mdr.ms(r.get("base_ns")),
-                         mdr.ms(r.get("new_ns")), _sms(r.get("delta_ns"))] + parts(r) for r in layers], "lll" + "r" * 7)]
+                       [[_layer_name(r.get("layer")), r.get("phase"), r.get("stage"), ms(r.get("base_ns")),
+                         ms(r.get("new_ns")), _sms(r.get("delta_ns"))] + parts(r) for r in layers], "lll" + "r" * 7)]
     comm = [r for r in delta.get("comm") or [] if isinstance(r, dict)]
     if comm:
         out += ["<h2>Collectives (ms, mean per rank-step)</h2>",
                 _table(["collective", "calls per step", "base", "new", "exposed base", "exposed new"],
-                       [[r.get("kind"), family_counts(r, "→"), mdr.ms(r.get("base_total_ns")), mdr.ms(r.get("new_total_ns")),
-                         mdr.ms(r.get("base_exposed_ns")), mdr.ms(r.get("new_exposed_ns"))] for r in comm])]
+                       [[r.get("kind"), family_counts(r, "→"), ms(r.get("base_total_ns")), ms(r.get("new_total_ns")),
+                         ms(r.get("base_exposed_ns")), ms(r.get("new_exposed_ns"))] for r in comm])]
     fam = delta.get("families")
     if isinstance(fam, dict):
         for key in ("changed", "appeared", "vanished"):
-            rows = [r for r in fam.get(key) or [] if isinstance(r, dict)][:12]
-            if rows:
+            frows = [r for r in fam.get(key) or [] if isinstance(r, dict)][:12]
+            if frows:
                 out += [f"<h2>Kernel families {key} (kernel time, ms, mean per rank-step)</h2>",
                         _table(["family", "base", "new", "change", FAMILY_COUNT],
-                               [[r.get("family"), mdr.ms(r.get("base_ns")), mdr.ms(r.get("new_ns")),
-                                 _sms(r.get("delta_ns")), family_counts(r, "→")] for r in rows], "lrrrr",
+                               [[r.get("family"), ms(r.get("base_ns")), ms(r.get("new_ns")),
+                                 _sms(r.get("delta_ns")), family_counts(r, "→")] for r in frows], "lrrrr",
                                name_cols=(0,))]
     stalls = [r for r in delta.get("stalls") or [] if isinstance(r, dict) and r.get("status") != "same"][:12]
     if stalls:
         out += ["<h2>Stalls that changed (critical path, ms per median step)</h2>",
                 _table(["cause", "where", "base", "new", "change", "status"],
                        [[r.get("cause"), f"{_layer_name(r.get('layer'))} {r.get('phase')} {r.get('stage')}",
-                         mdr.ms(r.get("base_ns")), mdr.ms(r.get("new_ns")), _sms(r.get("delta_ns")), r.get("status")]
+                         ms(r.get("base_ns")), ms(r.get("new_ns")), _sms(r.get("delta_ns")), r.get("status")]
                         for r in stalls], "llrrrl")]
     if isinstance(delta.get("critical_path"), dict):
         out += ["<h2>Critical path (ms per median step; compute to idle add up to the step window)</h2>",
                 _table(["part", "base", "new", "change"],
-                       [[k, mdr.ms(v.get("base_ns")), mdr.ms(v.get("new_ns")), _sms(v.get("delta_ns"))]
+                       [[k, ms(v.get("base_ns")), ms(v.get("new_ns")), _sms(v.get("delta_ns"))]
                         for k, v in cp_rows(delta["critical_path"])])]
     st = delta.get("straggler")
     if isinstance(st, dict) and st.get("rank") is not None:

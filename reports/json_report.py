@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 
+from traceview.document.types import DiffDocument, ReportDocument
+
 from .escape import json_controls
 
 
-def render(doc: dict) -> str:
+def render(doc: ReportDocument) -> str:
     return json_controls(json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False)) + "\n"
 
 
-def render_diff(doc: dict) -> str:
+def render_diff(doc: DiffDocument) -> str:
     return json_controls(json.dumps(doc, indent=1, sort_keys=True, default=str)) + "\n"

@@ -10,14 +10,15 @@ Every name from a trace goes through `escape.md` (one line, `|` escaped, no raw 
 """
 from __future__ import annotations
 
+from typing import Any, Mapping
+
+from traceview.document.types import DiffDocument, Document, Flops, ReportDocument, is_diff
+
 from .escape import md
+from .fmt import budget_headline, inputs_words, mb_per, mfu_denominators, ms, pc, tflops
 from .labels import OVERLAP_NOTE, PARTS, count, count_per_step, mean_label, words
 
 TOP = 10
-
-
-def ms(ns) -> str:
-    return "-" if ns is None else f"{ns / 1e6:,.3f}"
 
 
 def pct(part, whole) -> str:
@@ -40,7 +41,7 @@ def table(headers: list[str], rows: list[list], aligns: str | None = None) -> li
 
 # --- headline --------------------------------------------------------------------------------------
 
-def headline(doc: dict) -> list[tuple[str, str]]:
+def headline(doc: ReportDocument) -> list[tuple[str, str]]:
     """(label, value) pairs shared by the Markdown and HTML headlines."""
     s = doc["summary"]
     st = s["step_time_ns"]
@@ -48,13 +49,13 @@ def headline(doc: dict) -> list[tuple[str, str]]:
             + (f" of the median of {s['ranks']} ranks (rank {s.get('rank')})" if s.get("ranks", 1) > 1 else ""))]
     f = doc.get("flops") or {}
     if f.get("delivered_tflops_per_gpu") is not None:
-        mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a (peak unknown)"
+        mfu = pc(f.get("mfu")) if f.get("mfu") is not None else "n/a (peak unknown)"
         peak = (f" of {f['peak_tflops']:,.1f} peak ({f.get('gpu') or f.get('gpu_name') or 'GPU unknown'}, "
                 f"{f.get('dtype')} dense)") if f.get("peak_tflops") else ""
         out.append(("delivered", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU, MFU {mfu}{peak}"))
         if f.get("mfu_precision_weighted") is not None:
-            out.append(("precision-weighted MFU", f"{_pc(f['mfu_precision_weighted'])} (effective peak "
-                        f"{_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s: each op at its precision's peak)"))
+            out.append(("precision-weighted MFU", f"{pc(f['mfu_precision_weighted'])} (effective peak "
+                        f"{tflops(f.get('peak_tflops_precision_weighted'))} TFLOP/s: each op at its precision's peak)"))
     else:
         out.append(("delivered", "TFLOP/s unknown (no FLOPs: no shapes in the trace and no --model)"))
     out.append(("exposed communication", f"{pct(s['exposed_comm_ns'], st)} of the step "
@@ -63,28 +64,25 @@ def headline(doc: dict) -> list[tuple[str, str]]:
     return out
 
 
-def title(doc: dict) -> str:
-    from traceview.analysis.analyze import inputs_words
+def title(doc: ReportDocument) -> str:
     name = inputs_words(doc.get("inputs", []))
     s = doc["summary"]
     return f"traceview: {name} — {s['ranks']} rank(s), {s['steps']} step(s)"
 
 
-def budget_lines(doc: dict) -> list[str]:
+def budget_lines(doc: ReportDocument) -> list[str]:
     b = doc.get("budget")
     if not b:
         return []
-    v = b.get("violations") or []
-    if not v:
-        return [f"**Budget {md(b['file'])}: all {len(b['checked'])} threshold(s) met.**", ""]
-    lines = [f"> [!CAUTION]", f"> **Budget {md(b['file'])}: {len(v)} of {len(b['checked'])} threshold(s) violated**"]
-    lines += [f"> - {md(c['message'])}" for c in v]
-    return lines + [""]
+    met, head, violated = budget_headline(b, md)
+    if met:
+        return [f"**{head}.**", ""]
+    return ["> [!CAUTION]", f"> **{head}**"] + [f"> - {m}" for m in violated] + [""]
 
 
 # --- sections ---------------------------------------------------------------------------------------
 
-def breakdown_lines(doc: dict) -> list[str]:
+def breakdown_lines(doc: ReportDocument) -> list[str]:
     def cell(r, key):
         return f"{ms(r[key])} ({pct(r[key], r['step_time_ns'])})"
     rows = [[f"rank {r['rank']}", ms(r["step_time_ns"])] + [cell(r, k) for _, k in PARTS]
@@ -100,13 +98,13 @@ def breakdown_lines(doc: dict) -> list[str]:
                  + " Overlap = overlapped / total communication.", ""]
 
 
-def _layer_groups(doc: dict) -> list[dict]:
+def _layer_groups(doc: ReportDocument) -> list[dict]:
     """Layer x phase groups (mean per rank-step window), shared with the text report."""
     from .text import group_layers
     return group_layers(doc)
 
 
-def layer_lines(doc: dict) -> list[str]:
+def layer_lines(doc: ReportDocument) -> list[str]:
     if not doc.get("layers"):
         return []
     from .text import part_cells
@@ -120,7 +118,7 @@ def layer_lines(doc: dict) -> list[str]:
         lines += [f"### Per MoE stage (ms, {mean_label(n)}; all layers and phases)", ""]
         lines += table(["stage"] + LAYER_HEADERS[2:-1], srows) + [""]
     lines += ["Compute, exposed comm, exposed memory and idle add up to the total. " + OVERLAP_NOTE, ""]
-    a = doc.get("attribution") or {}
+    a = doc.get("attribution")
     if a:
         from .text import attribution_sentence
         lines += [md(attribution_sentence(a)) + ".", ""]
@@ -142,7 +140,7 @@ def _num(key: str, v) -> str:
 
 
 def evidence_text(ev, depth: int = 0) -> str:
-    """A stall's evidence (a string, or a dict/list from issue 6) as one short line: `*_ns` in ms."""
+    """A stall's evidence (a string, or a dict/list) as one short line: `*_ns` in ms."""
     if ev is None:
         return ""
     if isinstance(ev, dict):
@@ -169,9 +167,9 @@ CP_NOT_PARTS = {"start_ns", "end_ns", "window_ns", "total_ns", "stall_ns", "gpu_
                 "peer_wait_ns", "imbalance_ns", "overlapped_comm_ns"}
 
 
-def cp_composition(entry: dict) -> tuple[float, dict]:
+def cp_composition(entry: Mapping[str, Any]) -> tuple[float, dict]:
     """(window length ns, {part: ns}) of one critical_path entry: a `composition` dict, or flat
-    `*_ns` parts (issue 6: compute_ns, all_to_all_ns, other_comm_ns, launch_bound_ns, host_sync_ns, idle_ns)."""
+    `*_ns` parts (compute_ns, all_to_all_ns, other_comm_ns, launch_bound_ns, host_sync_ns, idle_ns)."""
     comp = entry.get("composition")
     if not isinstance(comp, dict):
         comp = {k: v for k, v in entry.items() if k.endswith("_ns") and k not in CP_NOT_PARTS
@@ -185,11 +183,9 @@ def cp_composition(entry: dict) -> tuple[float, dict]:
     return total, comp
 
 
-def straggler_rows(doc: dict) -> tuple[list[str], list[list[str]]]:
+def straggler_rows(doc: ReportDocument) -> tuple[list[str], list[list[str]]]:
     """The `stragglers` section as (headers, rows): rank first, `*_ns` as ms, most wait caused first."""
-    st = doc.get("stragglers")
-    items = st if isinstance(st, list) else (st.get("ranks", []) if isinstance(st, dict) else [])
-    items = [it for it in items if isinstance(it, dict)]
+    items: list[Mapping[str, Any]] = list(doc.get("stragglers") or [])
     if not items:
         return [], []
     keys = sorted({k for it in items for k in it if not isinstance(it[k], (dict, list))} - {"rank"})
@@ -205,7 +201,7 @@ def _opt(v) -> str:
     return "-" if v is None else md(v)
 
 
-def stall_lines(doc: dict) -> list[str]:
+def stall_lines(doc: ReportDocument) -> list[str]:
     stalls = doc.get("stalls")
     if stalls is None:
         return []
@@ -221,7 +217,7 @@ def stall_lines(doc: dict) -> list[str]:
         ["#", "rank", "step", "layer", "phase", "stage", "cause", "ms", "evidence"], rows, "rrrrlllrl") + [""]
 
 
-def collective_lines(doc: dict) -> list[str]:
+def collective_lines(doc: ReportDocument) -> list[str]:
     lines = []
     headers, rows = straggler_rows(doc)
     if rows:
@@ -238,7 +234,7 @@ def collective_lines(doc: dict) -> list[str]:
     return lines
 
 
-def critical_path_lines(doc: dict) -> list[str]:
+def critical_path_lines(doc: ReportDocument) -> list[str]:
     cp = doc.get("critical_path")
     if not cp:
         return []
@@ -255,12 +251,12 @@ def critical_path_lines(doc: dict) -> list[str]:
         ["part", "ms per step", "% of path"], rows) + [""]
 
 
-def comm_lines(doc: dict) -> list[str]:
+def comm_lines(doc: ReportDocument) -> list[str]:
     if not doc.get("comm"):
         return []
     n = max(1, len(doc.get("steps") or []))
     rows = [[md(c["kind"]), count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
-             f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+             mb_per(c.get("bytes"), n),
              ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
     return [f"### Communication by collective ({mean_label(n)})", ""] + table(
         ["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], rows) + [
@@ -268,12 +264,13 @@ def comm_lines(doc: dict) -> list[str]:
         "dispatch/combine operations; kernels: their GPU activities.", ""]
 
 
-def flops_lines(doc: dict) -> list[str]:
+def flops_lines(doc: ReportDocument) -> list[str]:
     f = doc.get("flops")
     if not f or not f.get("flops_per_step"):
         return []
+    fps = f["flops_per_step"] or 0
     lines = ["### FLOPs", "",
-             f"{f['flops_per_step'] / 1e12:,.2f} TFLOP per step per GPU ({md(f.get('method') or 'unknown')}-based)"
+             f"{fps / 1e12:,.2f} TFLOP per step per GPU ({md(f.get('method') or 'unknown')}-based)"
              + (f"; {f['tokens_per_step']:,} tokens per step" if f.get("tokens_per_step") else "") + ".", ""]
     lines += precision_lines(f)
     groups = sorted(f.get("by_group") or [], key=lambda g: (-g["flops_per_step"], str(g["layer"]), g["phase"],
@@ -289,58 +286,37 @@ def flops_lines(doc: dict) -> list[str]:
     return lines + ([""] if f.get("notes") else [])
 
 
-def _pc(x) -> str:
-    return f"{100 * x:.1f}%" if x is not None else "n/a"
-
-
 def printable(s) -> str:
     """Control characters of a trace-derived name shown as '?' (before the format's own escaping)."""
     return "".join(c if c.isprintable() else "?" for c in str(s))
 
 
-def _tf(x) -> str:
-    return f"{x:,.1f}" if x is not None else "n/a"
-
-
-def mfu_denominators(f: dict) -> str:
-    """Dense-bf16 and precision-weighted MFU, each with its denominator (one sentence)."""
-    pw = (f"precision-weighted MFU {_pc(f['mfu_precision_weighted'])} against each op's own precision "
-          f"(effective peak {_tf(f.get('peak_tflops_precision_weighted'))} TFLOP/s)"
-          if f.get("mfu_precision_weighted") is not None else
-          "precision-weighted MFU n/a (" + ("a precision has no peak for this GPU" if f.get("flops_by_precision")
-                                            else "the precision split needs trace shapes") + ")")
-    return (f"MFU {_pc(f.get('mfu_dense_bf16'))} against the dense bf16 peak ({_tf(f.get('peak_tflops_dense_bf16'))} "
-            f"TFLOP/s); {pw}"
-            + (f"; {_pc(f['mfu_achievable'])} of what this trace sustains" if f.get("mfu_achievable") is not None
-               else ""))
-
-
-def precision_lines(f: dict) -> list[str]:
+def precision_lines(f: Flops) -> list[str]:
     """FLOPs by precision, MFU against both denominators, achievable TFLOP/s, per-family rates."""
     lines = []
     if f.get("mfu_dense_bf16") is not None or f.get("mfu_precision_weighted") is not None:
         lines += [mfu_denominators(f) + ".", ""]
     rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
              ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
-             _tf(r.get("peak_tflops")), _pc(r.get("mfu"))] for r in f.get("flops_by_precision") or []]
+             tflops(r.get("peak_tflops")), pc(r.get("mfu"))] for r in f.get("flops_by_precision") or []]
     if rows:
         lines += table(["precision", "TFLOP per step", "share", "precision from", "dense peak TFLOP/s", "MFU"],
                        rows, "lrrlrr") + [""]
     ach = f.get("achievable") or []
     if ach:
         lines += [f"Achievable in this trace ({md(f.get('achievable_definition') or '')}): " + "; ".join(
-            f"{a['kind']} {a['precision']} {_tf(a['tflops'])} TFLOP/s ({a['kernels']} kernels)" for a in ach) + ".", ""]
+            f"{a['kind']} {a['precision']} {tflops(a['tflops'])} TFLOP/s ({a['kernels']} kernels)" for a in ach) + ".", ""]
     fams = (f.get("by_family") or [])[:8]
     if fams:
         frows = [[md(printable(r["family"]), 60), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
-                  ms(r["kernel_ns_per_step"]), _tf(r.get("achieved_tflops")), _pc(r.get("ratio_to_achievable")),
-                  _pc(r.get("ratio_to_peak"))] for r in fams]
+                  ms(r["kernel_ns_per_step"]), tflops(r.get("achieved_tflops")), pc(r.get("ratio_to_achievable")),
+                  pc(r.get("ratio_to_peak"))] for r in fams]
         lines += table(["kernel family", "precision", "TFLOP per step", "kernel ms per step", "TFLOP/s",
                         "of achievable", "of peak"], frows, "llrrrrr") + [""]
     return lines
 
 
-def kernel_lines(doc: dict) -> list[str]:
+def kernel_lines(doc: ReportDocument) -> list[str]:
     if not doc.get("top_kernels"):
         return []
     from .text import kernel_scope
@@ -365,9 +341,9 @@ def chart_lines(images: list[str] | None) -> list[str]:
     return lines + [""]
 
 
-def render(doc: dict, images: list[str] | None = None) -> str:
+def render(doc: Document, images: list[str] | None = None) -> str:
     """The Markdown report. `images`: chart paths relative to the report (from charts.write_images)."""
-    if str(doc.get("schema", "")).startswith("traceview.diff/"):
+    if is_diff(doc):
         return render_diff(doc, images)
     lines = [f"## {md(title(doc))}", ""]
     lines += [" · ".join(f"**{label}** {md(value)}" for label, value in headline(doc)), ""]
@@ -390,18 +366,9 @@ def render(doc: dict, images: list[str] | None = None) -> str:
 
 # --- diff ---------------------------------------------------------------------------------------------
 
-def render_diff(doc: dict, images: list[str] | None = None) -> str:
-    """`traceview.diff/1`: the diff engineer's renderer when present, else a compact fallback."""
-    try:
-        from . import diff_markdown
-    except ImportError:
-        diff_markdown = None
-    if diff_markdown is not None:
-        text = diff_markdown.render(doc)
-        extra = chart_lines(images)
-        return text if not extra else text.rstrip() + "\n\n" + "\n".join(extra).rstrip() + "\n"
-    lines = [f"## traceview diff: {md(doc.get('verdict', ''))}", ""]
-    for i, e in enumerate(doc.get("explanation") or [], 1):
-        lines.append(f"{i}. {ms(e.get('contribution_ns'))} ms: {md(e.get('text', ''))}")
-    lines += [""] + chart_lines(images)
-    return "\n".join(lines).rstrip() + "\n"
+def render_diff(doc: DiffDocument, images: list[str] | None = None) -> str:
+    """`traceview.diff/1` (reports/diff_markdown.py), with links to its charts."""
+    from . import diff_markdown
+    text = diff_markdown.render(doc)
+    extra = chart_lines(images)
+    return text if not extra else text.rstrip() + "\n\n" + "\n".join(extra).rstrip() + "\n"

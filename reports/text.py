@@ -2,40 +2,22 @@
 from __future__ import annotations
 
 import textwrap
+from typing import Any, Mapping
 
+from traceview.document.types import Attribution, Flops, ReportDocument
+
+from .fmt import budget_headline, clip, inputs_words, mb_per, mfu_denominators, ms, pc, table, tflops
 from .labels import PARTS as BREAKDOWN, count, count_per_step, mean_label, rounded_parts, total_label
 
 OVERLAP_LEGEND = ("exp = exposed (nothing else ran beside it); ovl comm = overlapped communication, which ran "
                   "beside compute: that time is counted as compute, so it is not a part and can exceed the total.")
 
 
-def ms(ns: int | float) -> str:
-    return f"{ns / 1e6:,.3f}"
-
-
 def pct(part: float, whole: float) -> str:
     return f"{100.0 * part / whole:5.1f}%" if whole else "   - "
 
 
-def clip(s: str, n: int) -> str:
-    s = " ".join(str(s).split())
-    return s if len(s) <= n else s[: n - 1] + "…"
-
-
-def table(headers: list[str], rows: list[list], aligns: str | None = None) -> list[str]:
-    cols = [[str(h)] + [str(r[i]) for r in rows] for i, h in enumerate(headers)]
-    widths = [max(len(c) for c in col) for col in cols]
-    aligns = aligns or "l" + "r" * (len(headers) - 1)
-
-    def fmt(vals):
-        return "  ".join(v.ljust(w) if a == "l" else v.rjust(w) for v, w, a in zip(vals, widths, aligns)).rstrip()
-
-    out = [fmt([str(h) for h in headers]), fmt(["-" * w for w in widths])]
-    out += [fmt([str(v) for v in r]) for r in rows]
-    return out
-
-
-def breakdown_lines(doc: dict) -> list[str]:
+def breakdown_lines(doc: ReportDocument) -> list[str]:
     if len(doc["per_rank"]) > 1:
         rows = [[r["rank"], ms(r["step_time_ns"]), ms(r["compute_ns"]), ms(r["exposed_comm_ns"]),
                  ms(r["exposed_memory_ns"]), ms(r["idle_ns"]), ms(r["overlapped_comm_ns"]),
@@ -53,7 +35,8 @@ def breakdown_lines(doc: dict) -> list[str]:
         st = r["step_time_ns"]
         lines.append(f"rank {r['rank']}: median step {ms(st)} ms (step {r.get('step')}; {r['steps']} step(s)); "
                      f"overlap ratio {100 * r['overlap_ratio']:.1f}% (overlapped / total comm)")
-        rows = [[name, ms(r[key]), pct(r[key], st)] for name, key in BREAKDOWN]
+        parts: Mapping[str, float] = r   # type: ignore[assignment]  # read by key name below
+        rows = [[name, ms(parts[key]), pct(parts[key], st)] for name, key in BREAKDOWN]
         rows.append(["step time", ms(st), pct(st, st)])
         rows.append(["", "", ""])
         rows.append(["overlapped comm", ms(r["overlapped_comm_ns"]), pct(r["overlapped_comm_ns"], st)])
@@ -65,29 +48,29 @@ def breakdown_lines(doc: dict) -> list[str]:
     return lines
 
 
-def top_kernel_lines(doc: dict) -> list[str]:
+def top_kernel_lines(doc: ReportDocument) -> list[str]:
     rows = [[clip(k["name"], 60), k["class"], count(k["count"]), ms(k["total_ns"])] for k in doc["top_kernels"]]
     return [f"Top kernels by GPU time ({kernel_scope(doc)})"] + table(
         ["kernel", "class", "calls", "total ms"], rows, "llrr") + [""]
 
 
-def kernel_scope(doc: dict) -> str:
+def kernel_scope(doc: ReportDocument) -> str:
     """What the top-kernel totals cover: every step window of every rank."""
     s = doc["summary"]
     return f"{total_label(s['steps'], s['ranks'])}, inside step windows"
 
 
-def _n_windows(doc: dict) -> int:
+def _n_windows(doc: ReportDocument) -> int:
     return max(1, len(doc["steps"]))
 
 
-def layer_label(r: dict) -> str:
+def layer_label(r: Mapping[str, Any]) -> str:
     if r["region"] == "layer":
         return f"layer {r['layer']}" + (" (inferred)" if r.get("layer_inferred") else "")
     return {"outside": "outside layers", "layer_unknown": "layer unknown"}.get(r["region"], "unattributed")
 
 
-def attribution_sentence(a: dict) -> str:
+def attribution_sentence(a: Attribution) -> str:
     """The attribution summary in one sentence (text and Markdown reports)."""
     linked = a.get("backward_linked_share")
     s = (f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers"
@@ -97,7 +80,7 @@ def attribution_sentence(a: dict) -> str:
          + f", {100 * a['outside_layers_share']:.1f}% outside them (embedding, head, loss, optimizer), "
          f"{a['unattributed_count']} activities unattributed ({100 * a['unattributed_share']:.1f}%)"
          + (f"; backward linked to forward ops: {100 * linked:.1f}%" if linked is not None else ""))
-    x = a.get("cross_thread") or {}
+    x: Mapping[str, Any] = a.get("cross_thread") or {}
     if x.get("count") or x.get("ambiguous_count"):
         s += (f"; attributed across threads (launched by a thread without annotations, named by the training "
               f"thread's annotation open at launch): {x['count']} activities, {x['busy_ns'] / 1e6:,.3f} ms busy "
@@ -107,7 +90,7 @@ def attribution_sentence(a: dict) -> str:
     return s
 
 
-def group_layers(doc: dict) -> list[dict]:
+def group_layers(doc: ReportDocument) -> list[dict]:
     """Layer x phase groups (mean per step and rank) with the stage that dominates each."""
     n = _n_windows(doc)
     groups: dict = {}
@@ -128,14 +111,14 @@ def group_layers(doc: dict) -> list[dict]:
     return out
 
 
-def part_cells(r: dict, n: int = 1) -> list[str]:
+def part_cells(r: Mapping[str, Any], n: int = 1) -> list[str]:
     """[total, compute, exposed comm, exposed memory, idle] of a row (values / n) in ms, rounded so
     that the printed parts add up to the printed total."""
     parts, total = rounded_parts([r[k] / n for _, k in BREAKDOWN])
     return [f"{total:,.3f}"] + [f"{p:,.3f}" for p in parts]
 
 
-def layer_lines(doc: dict) -> list[str]:
+def layer_lines(doc: ReportDocument) -> list[str]:
     if not doc.get("layers"):
         return []
     n = _n_windows(doc)
@@ -148,36 +131,37 @@ def layer_lines(doc: dict) -> list[str]:
     lines += ["", f"Per MoE stage (ms, {mean_label(n)}; all layers and phases)"]
     lines += table(["stage", "total", "compute", "exp comm", "exp mem", "idle", "ovl comm"], srows)
     lines += [""] + textwrap.wrap(OVERLAP_LEGEND + " Compute, exp comm, exp mem and idle add up to the total.", 100)
-    a = doc.get("attribution") or {}
+    a = doc.get("attribution")
     if a:
         lines.append("")
         lines += textwrap.wrap(attribution_sentence(a), 100)
     return lines + [""]
 
 
-def comm_lines(doc: dict) -> list[str]:
+def comm_lines(doc: ReportDocument) -> list[str]:
     if not doc.get("comm"):
         return []
     n = _n_windows(doc)
     rows = [[c["kind"], count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
-             f"{c['bytes'] / n / 1e6:,.1f}" if c.get("bytes") else "-",
+             mb_per(c.get("bytes"), n),
              ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
     return textwrap.wrap(f"Communication by collective ({mean_label(n)}; the breakdown above is the median "
                          "step; ops: collectives or dispatch/combine operations, kernels: their GPU activities)",
                          100) + table(["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], rows) + [""]
 
 
-def flops_lines(doc: dict) -> list[str]:
+def flops_lines(doc: ReportDocument) -> list[str]:
     f = doc.get("flops")
     if not f:
         return []
     lines = ["FLOPs"]
-    if f.get("flops_per_step"):
-        lines.append(f"  {f['flops_per_step'] / 1e12:,.2f} TFLOP per step per GPU ({f['method']}-based)"
+    fps = f.get("flops_per_step")
+    if fps:
+        lines.append(f"  {fps / 1e12:,.2f} TFLOP per step per GPU ({f['method']}-based)"
                      + (f"; {f['tokens_per_step']:,} tokens per step" if f.get("tokens_per_step") else ""))
     if f.get("delivered_tflops_per_gpu") is not None:
         peak = f"{f['peak_tflops']:,.1f}" if f.get("peak_tflops") else "unknown"
-        mfu = f"{100 * f['mfu']:.1f}%" if f.get("mfu") is not None else "n/a"
+        mfu = pc(f.get("mfu"))
         lines.append(f"  delivered {f['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU; peak {peak} "
                      f"({f.get('gpu') or f.get('gpu_name') or 'GPU unknown'}, {f['dtype']} dense); MFU {mfu}")
     lines += precision_lines(f, "  ")
@@ -185,8 +169,9 @@ def flops_lines(doc: dict) -> list[str]:
         mp = f["model_params"]
         lines.append(f"  model {f.get('model')}: {mp['total'] / 1e9:,.2f}B parameters, {mp['active'] / 1e9:,.2f}B active "
                      f"({mp['active_excl_embedding'] / 1e9:,.2f}B without the embedding table)")
-    if f.get("trace_flops_per_step") and f.get("model_flops_per_step"):
-        lines.append(f"  trace {f['trace_flops_per_step'] / 1e12:,.2f} vs model {f['model_flops_per_step'] / 1e12:,.2f}"
+    trace_fps, model_fps = f.get("trace_flops_per_step"), f.get("model_flops_per_step")
+    if trace_fps and model_fps:
+        lines.append(f"  trace {trace_fps / 1e12:,.2f} vs model {model_fps / 1e12:,.2f}"
                      f" TFLOP per step (ratio {f['trace_to_model_ratio']:.3f})")
     groups = sorted(f.get("by_group", []), key=lambda g: -g["flops_per_step"])[:8]
     if groups:
@@ -206,23 +191,14 @@ def _term(s, n: int) -> str:
     return "".join(c if c.isprintable() else "?" for c in clip(s, n))
 
 
-def _pc(x) -> str:
-    return f"{100 * x:.1f}%" if x is not None else "n/a"
-
-
-def _tf(x) -> str:
-    return f"{x:,.1f}" if x is not None else "n/a"
-
-
-def precision_lines(f: dict, ind: str) -> list[str]:
+def precision_lines(f: Flops, ind: str) -> list[str]:
     """MFU against each denominator, FLOPs by precision, achievable TFLOP/s, per-family rates."""
     lines = []
     if f.get("mfu_dense_bf16") is not None or f.get("mfu_precision_weighted") is not None:
-        from .markdown import mfu_denominators
         lines += textwrap.wrap(ind + mfu_denominators(f), 100, subsequent_indent=ind + "  ")
     rows = [[r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}", f"{100 * r['share']:.1f}%",
              ", ".join(("assumed bf16" if k == "assumed" else k) for k in r["sources"]),
-             _tf(r.get("peak_tflops")), _pc(r.get("mfu"))] for r in f.get("flops_by_precision") or []]
+             tflops(r.get("peak_tflops")), pc(r.get("mfu"))] for r in f.get("flops_by_precision") or []]
     if rows:
         lines += [ind + x for x in table(["precision", "TFLOP/step", "share", "precision from", "peak TFLOP/s",
                                           "MFU"], rows, "lrrlrr")]
@@ -230,21 +206,29 @@ def precision_lines(f: dict, ind: str) -> list[str]:
     if ach:
         lines += textwrap.wrap(f"{ind}achievable = sustained in this trace (p95 of per-kernel TFLOP/s, kernels of at "
                                f"least {ach[0].get('min_kernel_ns', 0) // 1000} us): " + "; ".join(
-            f"{a['kind']} {a['precision']} {_tf(a['tflops'])} TFLOP/s ({a['kernels']} kernels)" for a in ach),
+            f"{a['kind']} {a['precision']} {tflops(a['tflops'])} TFLOP/s ({a['kernels']} kernels)" for a in ach),
             100, subsequent_indent=ind + "  ")
     fams = (f.get("by_family") or [])[:8]
     if fams:
         frows = [[_term(r["family"], 30), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",
-                  ms(r["kernel_ns_per_step"]), _tf(r.get("achieved_tflops")), _pc(r.get("ratio_to_achievable")),
-                  _pc(r.get("ratio_to_peak"))] for r in fams]
+                  ms(r["kernel_ns_per_step"]), tflops(r.get("achieved_tflops")), pc(r.get("ratio_to_achievable")),
+                  pc(r.get("ratio_to_peak"))] for r in fams]
         lines += [ind + x for x in table(["kernel family", "precision", "TFLOP/step", "kernel ms", "TFLOP/s",
                                           "of achievable", "of peak"], frows, "llrrrrr")]
     return lines
 
 
-def render(doc: dict) -> str:
+def budget_lines(doc: ReportDocument) -> list[str]:
+    """The budget's headline and violations, first in the report (nothing without a budget)."""
+    b = doc.get("budget")
+    if not b:
+        return []
+    _, head, violated = budget_headline(b)
+    return [head] + [f"  VIOLATED {m}" for m in violated] + [""]
+
+
+def render(doc: ReportDocument) -> str:
     s = doc["summary"]
-    from traceview.analysis.analyze import inputs_words
     head = textwrap.wrap(f"traceview {doc['tool']['version']} — {inputs_words(doc['inputs'])}, "
                          f"{s['ranks']} rank(s), {s['steps']} step(s); steps: {clip(doc['steps_source'], 120)}",
                          100, subsequent_indent="  ")
@@ -253,12 +237,9 @@ def render(doc: dict) -> str:
     if len(doc["inputs"]) > 8:
         head.append(f"  ... and {len(doc['inputs']) - 8} more")
     head.append("")
-    from traceview.budget import text_lines as budget_lines   # issue 8: budget violations, first
-    from .text_stalls import lines as stall_lines  # text_stalls imports helpers from this module
+    from .text_stalls import lines as stall_lines
     lines = (head + budget_lines(doc) + breakdown_lines(doc) + flops_lines(doc) + layer_lines(doc) + comm_lines(doc)
              + stall_lines(doc) + top_kernel_lines(doc))
-    for extra in doc.get("_text_sections", []):
-        lines += extra
     for w in doc.get("warnings", []):
         lines += textwrap.wrap(f"warning: {clip(w, 300)}", 100)
     for s in doc.get("skipped_ranks", []):

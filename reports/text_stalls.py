@@ -5,24 +5,33 @@ stragglers, clock."""
 from __future__ import annotations
 
 import textwrap
+from typing import Any, Mapping
 
-from .text import clip, ms, table
+from traceview.document.types import ReportDocument
+
+from .fmt import clip, ms, table
 
 MAX_CP_ROWS = 24
 EVIDENCE_WIDTH = 44
 PHASE = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
 
 
-def where(s: dict) -> str:
+def _field(row: Mapping[str, Any], key: str) -> float:
+    """A time field of a row by its name."""
+    return row[key]
+
+
+def where(s: Mapping[str, Any]) -> str:
     layer = f"L{s['layer']}" if s.get("layer") is not None else "-"
-    return f"{layer} {PHASE.get(s.get('phase'), s.get('phase') or '-')} {s.get('stage') or '-'}"
+    phase = s.get("phase")
+    return f"{layer} {PHASE.get(phase, phase or '-') if phase is not None else '-'} {s.get('stage') or '-'}"
 
 
 def us(ns: int | float) -> str:
     return f"{ns / 1e3:,.1f} us"
 
 
-def evidence_text(s: dict) -> str:
+def evidence_text(s: Mapping[str, Any]) -> str:
     ev, cause = s.get("evidence") or {}, s["cause"]
     if cause == "host_sync":
         if ev.get("sync_call"):
@@ -51,7 +60,7 @@ def evidence_text(s: dict) -> str:
     return ""
 
 
-def cp_lines(doc: dict) -> list[str]:
+def cp_lines(doc: ReportDocument) -> list[str]:
     cps = doc.get("critical_path") or []
     if not cps:
         return []
@@ -68,11 +77,11 @@ def cp_lines(doc: dict) -> list[str]:
         names = (("compute", "compute_ns"), ("a2a", "all_to_all_ns"), ("comm", "other_comm_ns"),
                  ("launch", "launch_bound_ns"), ("sync", "host_sync_ns"), ("idle", "idle_ns"))
         out += textwrap.wrap("share of all windows: " + ", ".join(
-            f"{n} {100 * sum(c[k] for c in cps) / total:.1f}%" for n, k in names), 100)
+            f"{n} {100 * sum(_field(c, k) for c in cps) / total:.1f}%" for n, k in names), 100)
     return out + [""]
 
 
-def stall_lines(doc: dict) -> list[str]:
+def stall_lines(doc: ReportDocument) -> list[str]:
     st = doc.get("stalls") or []
     if not st:
         return []
@@ -92,7 +101,7 @@ def stall_lines(doc: dict) -> list[str]:
     return out + [""]
 
 
-def a2a_lines(doc: dict) -> list[str]:
+def a2a_lines(doc: ReportDocument) -> list[str]:
     a2a = doc.get("a2a") or []
     if not a2a:
         return []
@@ -113,7 +122,7 @@ def a2a_lines(doc: dict) -> list[str]:
             + table(["where", "count", "a2a", "hidden", "exposed", "hidden %"], rows, "lrrrrr") + [""])
 
 
-def collective_lines(doc: dict) -> list[str]:
+def collective_lines(doc: ReportDocument) -> list[str]:
     colls = doc.get("collectives") or []
     if not colls:
         return []
@@ -121,7 +130,8 @@ def collective_lines(doc: dict) -> list[str]:
     methods = sorted({v["method"] for v in (clock.get("ranks") or {}).values()})
     out = textwrap.wrap(f"Collectives across ranks: {len(colls)} matched; clocks: {', '.join(methods)}; "
                         f"residual skew (collective ends) max {us(clock.get('max_abs_residual_ns', 0))}", 100)
-    worst = sorted(colls, key=lambda c: (-c["skew_ns"], c["kind"], c["index"]))[:10]
+    matched: list[Mapping[str, Any]] = list(colls)   # skew and waits are set on every matched collective
+    worst = sorted(matched, key=lambda c: (-c["skew_ns"], c["kind"], c["index"]))[:10]
     rows = [[c["kind"], c["index"], clip(where(c), 24), c["ranks"], c["straggler"], us(c["skew_ns"]),
              us(sum(v for k, v in c["wait_ns"].items() if k != str(c["straggler"])))] for c in worst]
     out += table(["collective", "#", "where", "ranks", "last", "skew", "wait imposed"], rows, "lrlrrrr")
@@ -134,5 +144,5 @@ def collective_lines(doc: dict) -> list[str]:
     return out + [""]
 
 
-def lines(doc: dict) -> list[str]:
+def lines(doc: ReportDocument) -> list[str]:
     return cp_lines(doc) + stall_lines(doc) + a2a_lines(doc) + collective_lines(doc)

@@ -39,9 +39,9 @@ DIFFS = (("kineto/h200_moe/blocking.json.gz", "kineto/h200_moe/overlap.json.gz")
 def render_all(dump: Path | None = None) -> dict[str, str]:
     """file name -> sha256 of each report (a refused input records its one-line error instead);
     with `dump`, each report is also written there (to diff against another commit's)."""
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
     from traceview.errors import TraceError
     from traceview.reports import render, render_diff
+    from traceview.runs import AnalyzeOptions, run_analyze
     out: dict[str, str] = {}
     for name, paths in cases():
         try:
@@ -51,7 +51,7 @@ def render_all(dump: Path | None = None) -> dict[str, str]:
             continue
         for fmt in FORMATS:
             out[f"{name}.{fmt}"] = _keep(dump, f"{name}.{fmt}", render(doc, fmt))
-    from traceview.diff.document import DiffOptions, run_diff
+    from traceview.runs import DiffOptions, run_diff
     for a, b in DIFFS:
         if not (TRACES / a).exists() or not (TRACES / b).exists():
             continue

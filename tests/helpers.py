@@ -36,8 +36,8 @@ def make_profile(cpu=(), launches=(), gpu=(), syncs=(), ranks=(0,), gpu_name="NV
 
 def analyze_paths(paths) -> dict:
     """The analyze document (critical path, stalls and collectives included) for trace paths."""
-    from traceview.analysis.analyze import analyze
+    from traceview.document.assemble import assemble
     from traceview.engine.session import Session
     from traceview.load import load
     p = load([str(x) for x in paths])
-    return analyze(p, session=Session(p))
+    return assemble(p, session=Session(p))

@@ -28,8 +28,8 @@ def validate(doc: dict) -> dict:
 
 @functools.cache
 def _analyze_json(paths: tuple[str, ...]) -> str:
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
     from traceview.reports import json_report
+    from traceview.runs import AnalyzeOptions, run_analyze
     return json_report.render(run_analyze(list(paths), AnalyzeOptions()))
 
 

@@ -212,8 +212,8 @@ def test_action_with_a_baseline_trace_diff(ws, tmp_path):
 
 def test_action_with_baseline_reports(ws, tmp_path):
     """A folder of earlier reports: the summary gets the history with this run as the newest night."""
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
     from traceview.reports import json_report
+    from traceview.runs import AnalyzeOptions, run_analyze
     pair = PAIRS["a2a_exposed"]
     base = _scenario(ws, "base.json", pair["base"])
     (ws / "earlier").mkdir()

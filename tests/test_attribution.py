@@ -8,9 +8,9 @@ from helpers import TRACES, make_profile
 
 from fixtures import scenarios
 from traceview.analysis import breakdown, layers
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
 from traceview.config import Rules
 from traceview.engine.session import Session
+from traceview.runs import AnalyzeOptions, run_analyze
 
 
 def golden_profile():

@@ -152,7 +152,7 @@ def test_communication_operations_group_kernels_of_one_collective_or_dispatch():
         launches.append(dict(id=i + 1, tid=1, start_ns=t, end_ns=t + 5, correlation=i + 1, op_id=op))
         gpu.append(dict(id=100 + i, stream=21, start_ns=20_000 + 1000 * i, end_ns=20_500 + 1000 * i, name=name,
                         correlation=i + 1, launch_id=i + 1, kind="memcpy" if name.startswith("Memcpy") else "kernel"))
-    from traceview.analysis.analyze import analyze
-    doc = analyze(make_profile(cpu, launches, gpu))
+    from traceview.document.assemble import assemble
+    doc = assemble(make_profile(cpu, launches, gpu))
     rows = {r["kind"]: (r["ops"], r["count"]) for r in doc["comm"]}
     assert rows == {"all_to_all": (3, 6), "all_reduce": (2, 2)}

@@ -1,7 +1,6 @@
 """Budgets: TOML thresholds against the report; violations in every format; exit codes 0/1/2."""
 from __future__ import annotations
 
-import inspect
 import json
 import subprocess
 import sys
@@ -132,33 +131,23 @@ def test_missing_budget_file(tmp_path):
 
 
 def test_violations_in_every_format(tmp_path):
-    from traceview.reports import html, json_report, markdown
+    from traceview.reports import html, json_report, markdown, text
     doc = hand_doc()
     budget.apply(doc, write(tmp_path, "max_idle_pct = 15\n"))
     msg = "overall: idle 15.9% above the budget maximum 15.0%"
     assert msg in markdown.render(doc)
     assert msg in html.render(doc)
     assert json.loads(json_report.render(doc))["budget"]["violations"][0]["message"] == msg
-    assert "  VIOLATED " + msg in budget.text_lines(doc)
+    assert "  VIOLATED " + msg in text.budget_lines(doc)
 
 
-# --- through the command line (needs the pipeline to call the budget; see docs/CI.md) ----------------
-
-def _pipeline_applies_budget() -> bool:
-    from traceview.analysis import pipeline
-    return "budget" in inspect.getsource(pipeline.run_analyze)
-
-
-needs_pipeline = pytest.mark.skipif(not _pipeline_applies_budget(),
-                                    reason="pipeline.run_analyze does not apply --budget yet (integration pending)")
-
+# --- through the command line ----------------------------------------------------------------------
 
 def tv(*args):
     return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
                           cwd=ROOT, timeout=300)
 
 
-@needs_pipeline
 def test_cli_exit_codes(tmp_path):
     """tiny_breakdown: idle % from the generator's own expected numbers decides pass (0) or fail (1)."""
     exp = json.loads((GEN / "tiny_breakdown.expected.json").read_text())

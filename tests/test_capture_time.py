@@ -11,7 +11,7 @@ from helpers import ROOT, TRACES, make_profile
 
 from traceview.analysis.analyze import inputs_section
 from traceview.analysis.capture import job_capture_ns
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+from traceview.runs import AnalyzeOptions, run_analyze
 
 FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
 DLRM0 = TRACES / "kineto" / "dlrm_8rank_v100" / "worker0_step_12.1694128201545.pt.trace.json.gz"
@@ -29,7 +29,7 @@ def _kineto_first_event_ns(path):
 
 
 def _iso(ns):
-    return dt.datetime.fromtimestamp(ns // 1000 / 1e6, tz=dt.timezone.utc).isoformat(timespec="microseconds") \
+    return dt.datetime.fromtimestamp(ns // 1000 / 1e6, tz=dt.UTC).isoformat(timespec="microseconds") \
         .replace("+00:00", "Z")
 
 

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from tests import independent
-from traceview.diff.decompose import load_side
 from traceview.diff.document import DiffOptions, diff_sides
+from traceview.runs import load_side
 
 ROOT = Path(__file__).resolve().parents[1]
 K = ROOT.parent / "shared" / "traces" / "kineto"
@@ -106,9 +106,9 @@ def test_markdown_golden(sides):
 
 def test_corpus_document_matches_schema(sides):
     import json
+    from importlib import resources
 
     import jsonschema
-    from importlib import resources
 
     from traceview.diff_cli import render_diff
     schema = json.loads(resources.files("traceview.data").joinpath("diff.schema.json").read_text())

@@ -4,17 +4,17 @@ import random
 
 import pytest
 
-from traceview.diff.decompose import EXTRA, PARTS, Side
+from traceview.diff.decompose import EXTRA, PARTS, Side, Unit, Where
 from traceview.diff.document import DiffOptions, diff_sides
 from traceview.diff.explain import explain
 
 
 def side(units: dict, syncs: dict | None = None, label="s", steps=None) -> Side:
     """units: {(layer, phase, stage, region, family, class): {part: ns}} of the one median sample."""
-    full = {k: {p: float(v.get(p, 0)) for p in PARTS + EXTRA} for k, v in units.items()}
+    full = {Unit(*k): {p: float(v.get(p, 0)) for p in PARTS + EXTRA} for k, v in units.items()}
     for k, v in full.items():
-        v["count"] = float(units[k].get("count", 1))
-        v["busy_ns"] = float(units[k].get("busy_ns", v["compute_ns"]))
+        v["count"] = float(units[tuple(k)].get("count", 1))
+        v["busy_ns"] = float(units[tuple(k)].get("busy_ns", v["compute_ns"]))
     T = sum(sum(u[p] for p in PARTS) for u in full.values())
     steps = steps or [T]
     parts = {p: int(round(sum(u[p] for u in full.values()))) for p in PARTS + ("overlapped_comm_ns",)}
@@ -28,7 +28,7 @@ def side(units: dict, syncs: dict | None = None, label="s", steps=None) -> Side:
     for k, v in full.items():
         fam_time[k[4]] = fam_time.get(k[4], 0.0) + v["busy_ns"]
     return Side(label=label, paths=[label], doc=doc, step_time_ns=T, samples=samples,
-                median_set=median_set(doc["summary"]), units=full, syncs=syncs or {}, family_time=fam_time,
+                median_set=median_set(doc["summary"]), units=full, syncs={Where(*k): v for k, v in (syncs or {}).items()}, family_time=fam_time,
                 family_count={k[4]: v["count"] for k, v in full.items()}, noise=spread(samples))
 
 

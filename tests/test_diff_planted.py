@@ -7,8 +7,8 @@ import json
 import pytest
 
 from fixtures.scenarios import regression_pairs
-from traceview.diff.decompose import load_side
 from traceview.diff.document import DiffOptions, diff_sides
+from traceview.runs import load_side
 
 PAIRS = {p["name"]: p for p in regression_pairs()}
 # planted cause kind -> the explanation item kind that names it, and words its text must hold
@@ -141,8 +141,9 @@ def test_formats_may_differ(written):
 
 
 def test_document_matches_schema(diffs):
-    import jsonschema
     from importlib import resources
+
+    import jsonschema
     schema = json.loads(resources.files("traceview.data").joinpath("diff.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     for doc in diffs.values():
@@ -162,17 +163,20 @@ def test_new_stalls_are_named(diffs):
     assert cp["window_ns"]["delta_ns"] == doc["delta"]["step_time_ns"]
 
 
-def test_works_without_stalls(written, monkeypatch):
+def test_works_without_stalls(written):
     """Without the stalls section the explanation is the same (it only adds the stall notes)."""
-    import traceview.diff.decompose as dec
-    def strip(session, doc):   # as if `analyze` had no issue-6 sections (whether or not it has them now)
+    from traceview.diff.decompose import build_side
+    from traceview.runs import run_job
+
+    def side(label, path, opts):   # a document without the stall and collective sections
+        doc, session = run_job([str(path)], opts)
         for k in ("stalls", "critical_path", "stragglers", "stall_summary", "collectives", "a2a", "clock"):
             doc.pop(k, None)
-    monkeypatch.setattr(dec, "add_stalls", strip)
+        return build_side(label, [str(path)], doc, session)
     for name in ("new_host_sync", "straggler"):
         b, n = written[name]
         opts = DiffOptions()
-        doc = diff_sides(load_side("base", [str(b["kineto"])], opts), load_side("new", [str(n["kineto"])], opts), opts)
+        doc = diff_sides(side("base", b["kineto"], opts), side("new", n["kineto"], opts), opts)
         planted = PAIRS[name]["step_time_delta_ns"]
         assert doc["delta"]["stalls"] is None and doc["delta"]["critical_path"] is None
         first = doc["explanation"][0]

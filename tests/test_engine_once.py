@@ -6,8 +6,8 @@ import duckdb
 import pytest
 from helpers import TRACES
 
-from traceview.analysis.pipeline import AnalyzeOptions, run_job
 from traceview.engine import steps
+from traceview.runs import AnalyzeOptions, run_job
 
 CASES = {"h200_moe_overlap": [TRACES / "kineto" / "h200_moe" / "overlap.json.gz"],
          "dlrm_8rank": sorted((TRACES / "kineto" / "dlrm_8rank_v100").glob("*.json*"))}

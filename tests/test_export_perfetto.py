@@ -309,11 +309,11 @@ def _hand_profile(extra_gpu=(), extra_launches=()):
 
 
 def _hand_export(profile):
-    from traceview.analysis.analyze import analyze
+    from traceview.document.assemble import assemble
     from traceview.engine.session import Session
     from traceview.export_perfetto import build
     s = Session(profile)
-    doc = analyze(profile, session=s)
+    doc = assemble(profile, session=s)
     return json.loads(build(doc, s), parse_float=Decimal), doc
 
 

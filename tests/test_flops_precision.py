@@ -6,10 +6,10 @@ import json
 import math
 
 import pytest
+from flops_support import section
 from helpers import make_profile
 
 from traceview.flops import achieved, precision
-from flops_support import section
 
 F8 = ["c10::Float8_e4m3fn", "c10::Float8_e4m3fn", "float", "float"]
 BF = ["c10::BFloat16", "c10::BFloat16"]
@@ -92,7 +92,8 @@ def test_mfu_per_precision_and_dense_bf16_by_hand(sec):
     mfu8 = sum(F_FP8) / (P_FP8 * 1e12 * T)
     mfu16 = (sum(F_BF16) + F_ASSUMED) / (P_BF16 * 1e12 * T)
     mfu32 = F_TF32 / (P_TF32 * 1e12 * T)
-    assert s["fp8"]["peak_tflops"] == P_FP8 and s["bf16"]["peak_tflops"] == P_BF16 and s["tf32"]["peak_tflops"] == P_TF32
+    assert s["fp8"]["peak_tflops"] == P_FP8 and s["bf16"]["peak_tflops"] == P_BF16
+    assert s["tf32"]["peak_tflops"] == P_TF32
     assert s["fp8"]["mfu"] == pytest.approx(mfu8, rel=1e-12)
     assert s["bf16"]["mfu"] == pytest.approx(mfu16, rel=1e-12)
     assert s["tf32"]["mfu"] == pytest.approx(mfu32, rel=1e-12)
@@ -254,7 +255,8 @@ def test_peak_rows_say_where_they_come_from():
     assert all(v.startswith(("checked:", "datasheet, from memory")) for v in PROVENANCE.values())
     # the rows marked checked agree with the published dense figures quoted in them (to 0.2 TFLOP/s)
     for key, quoted in {"H100 SXM": {"bf16": 989.4, "fp8": 1978.9, "tf32": 494.7, "fp32": 66.9},
-                        "H200 SXM": {"fp8": 3958 / 2}, "MI300X": {"bf16": 1307.4, "fp8": 2614.9, "fp32": 163.4}}.items():
+                        "H200 SXM": {"fp8": 3958 / 2},
+                        "MI300X": {"bf16": 1307.4, "fp8": 2614.9, "fp32": 163.4}}.items():
         for col, v in quoted.items():
             assert abs(PEAKS[key][col] - v) <= 0.2, (key, col)
     assert COLUMN["fp16"] == "bf16" and all(PEAKS[k].get("bf16") for k in PEAKS)
@@ -274,7 +276,8 @@ def test_deep_gemm_ops_by_hand():
              None) == 2 * M * N * K
     # M-grouped contiguous: a [sum M, K], b [G, N, K], d [sum M, N], m_indices
     assert f("deep_gemm::m_grouped_fp8_gemm_nt_contiguous",
-             json.dumps([[M, K], [M, K // 128], [G, N, K], [G, N // 128, K // 128], [M, N], [M]]), None) == 2 * M * N * K
+             json.dumps([[M, K], [M, K // 128], [G, N, K], [G, N // 128, K // 128], [M, N], [M]]),
+             None) == 2 * M * N * K
     # M-grouped masked: a [G, M_max, K], d [G, M_max, N] (upper bound: the mask is not in the shapes)
     assert f("deep_gemm::m_grouped_fp8_gemm_nt_masked",
              json.dumps([[G, 256, K], [G, 256, K // 128], [G, N, K], [G, N // 128, K // 128], [G, 256, N], [G], []]),
@@ -313,14 +316,14 @@ def test_deepseek_fixture_split_exactly_as_planted(tmp_path):
 def test_family_names_from_kernels_are_escaped_in_every_format():
     """A kernel name is untrusted text: as a family name ('kernel:<name>') it is escaped for the terminal,
     Markdown and HTML (a GEMM with no recognised compute kernel keeps its own kernel's family)."""
-    from traceview.analysis.analyze import analyze
+    from traceview.document.assemble import assemble
     from traceview.engine.session import Session
     from traceview.reports import html as html_r, markdown as md_r, text as text_r
     evil = "evil<x>|*_&\x1b[31m"            # the family drops the <...> part as template arguments
     cpu, gpu = profile_tables()
     gpu[-1]["name"] = evil
     prof = make_profile(cpu=cpu, gpu=gpu, gpu_name="NVIDIA H100 80GB HBM3")
-    doc = analyze(prof, session=Session(prof))
+    doc = assemble(prof, session=Session(prof))
     fams = [r["family"] for r in doc["flops"]["by_family"]]
     assert "kernel:evil|*_&\x1b[31m" in fams               # the JSON keeps the name as it is
     # (only the FLOPs sections are checked here: the kernel tables elsewhere print raw kernel names)

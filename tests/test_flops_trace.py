@@ -42,7 +42,8 @@ CPU = [
        [[2, 4, 16, 8]] * 5 + [[2, 4, 16]] + [[]] * 9,
        [""] * 11 + ["False"] + [""] * 3),                                   # 4*2*4*16*16*8 * 2.5 = 163840
     op(12, "aten::mm", 710, 720, 1, None),                                  # no shapes: not counted
-    op(13, "aten::embedding", 5, 9, 1, [[100, 16], [4, 8], [], [], []], types=json.dumps(["c10::BFloat16", "long int"])),
+    op(13, "aten::embedding", 5, 9, 1, [[100, 16], [4, 8], [], [], []],
+       types=json.dumps(["c10::BFloat16", "long int"])),
 ]
 TOTAL = 32768 + 768 + 210 + 210 + 32768 + 163840
 GPU = [
@@ -203,13 +204,13 @@ def test_analyze_counts_flops_in_its_own_session_once(prof, monkeypatch):
     session's) and builds each FLOPs step once."""
     import duckdb
 
-    from traceview.analysis.analyze import analyze
+    from traceview.document.assemble import assemble
     from traceview.engine.session import Session
     opened = []
     real = duckdb.connect
     monkeypatch.setattr(duckdb, "connect", lambda *a, **k: opened.append(a) or real(*a, **k))
     s = Session(prof)
-    doc = analyze(prof, session=s)
+    doc = assemble(prof, session=s)
     assert len(opened) == 1
     assert doc["flops"]["method"] == "trace" and doc["flops"]["flops_per_step"] == TOTAL
     flops_steps = {n: c for n, c in s.build_counts.items() if n.startswith("flops_")}

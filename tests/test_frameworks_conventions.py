@@ -40,7 +40,7 @@ def test_named_layers_are_not_marked_inferred(written, fw):
 @pytest.mark.parametrize("fw", ["megatron_nvtx", "megatron_modules", "torchtitan"])
 def test_expert_parallel_all_to_alls_counted_as_planted(written, fw, fmt):
     from fixtures.scenario_base import NCCL_A2A
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+    from traceview.runs import AnalyzeOptions, run_analyze
     paths, truth = written[fw]
     planted = sum(1 for (_, _, name) in truth if name == NCCL_A2A)   # fwd dispatch + combine, their backward
     assert planted == 4 * frameworks.LAYERS

@@ -6,7 +6,7 @@ import pytest
 from frameworks_support import attributed, mismatches
 
 from fixtures import deepseek
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+from traceview.runs import AnalyzeOptions, run_analyze
 
 
 @pytest.fixture(scope="module")

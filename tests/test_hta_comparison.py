@@ -12,9 +12,9 @@ import pytest
 from helpers import TRACES
 
 from traceview.analysis import breakdown
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
 from traceview.engine.session import Session
 from traceview.load import load
+from traceview.runs import AnalyzeOptions, run_analyze
 
 NCCL = TRACES / "kineto" / "hta_nccl_parser_config" / "nccl_data.json.gz"
 HTA_OVERLAP_PCT = 14.31

@@ -203,7 +203,7 @@ def test_detection_can_fail(tmp_path):
 
 def test_diff_report_renders_offline_in_chromium(tmp_path):
     """The diff report of two corpus traces: the waterfall renders, one bar per explanation item + 2."""
-    document = pytest.importorskip("traceview.diff.document", reason="traceview diff (issue 7) not in the tree")
+    from traceview import runs as document
     doc = document.run_diff([str(corpus("kineto", "h200_moe", "blocking.json.gz"))],
                             [str(corpus("kineto", "h200_moe", "overlap.json.gz"))])
     page = html_report.render_diff_html(doc)

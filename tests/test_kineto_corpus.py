@@ -5,9 +5,9 @@ import json
 import pytest
 from helpers import TRACES
 
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
 from traceview.errors import TraceError
 from traceview.load import load
+from traceview.runs import AnalyzeOptions, run_analyze
 
 FILES = sorted((TRACES / "kineto").glob("*/*.json.gz"))
 REFUSED = {  # file -> words the one-line reason must contain

@@ -88,7 +88,7 @@ def _batch_windows(db):
 
 @pytest.mark.parametrize("name", [BASE, AMP])
 def test_mnist_batches_are_the_steps(reports, name):
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+    from traceview.runs import AnalyzeOptions, run_analyze
     doc = run_analyze([str(reports / name)], AnalyzeOptions())
     want = _batch_windows(_export(reports / name))
     assert len(want) == 59 and sorted(want) == list(range(59))
@@ -99,7 +99,7 @@ def test_mnist_batches_are_the_steps(reports, name):
 
 
 def test_mnist_diff_compares_median_steps(reports):
-    from traceview.diff.document import DiffOptions, run_diff
+    from traceview.runs import DiffOptions, run_diff
     doc = run_diff([str(reports / BASE)], [str(reports / AMP)], DiffOptions())
     wb = _batch_windows(_export(reports / BASE))
     wn = _batch_windows(_export(reports / AMP))
@@ -115,7 +115,7 @@ def test_mnist_diff_compares_median_steps(reports):
 
 
 def test_jacobi_mpi_copies_are_communication(reports):
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
+    from traceview.runs import AnalyzeOptions, run_analyze
     db = _export(reports / JACOBI)
     con = sqlite3.connect(db)
     mpi = con.execute("""SELECT n.start, n."end", n.globalTid FROM NVTX_EVENTS n JOIN StringIds s ON s.id = n.textId

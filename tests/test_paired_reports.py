@@ -5,8 +5,8 @@ import json
 import pytest
 from helpers import ROOT
 
-from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
 from traceview.reports import json_report
+from traceview.runs import AnalyzeOptions, run_analyze
 
 GEN = ROOT / "fixtures" / "generated"
 

@@ -62,7 +62,7 @@ def test_schema_rejects_broken_documents(mutate, where):
 
 
 def test_diff_document_validates_against_its_schema():
-    document = pytest.importorskip("traceview.diff.document", reason="traceview diff (issue 7) not in the tree")
+    from traceview import runs as document
     if not resources.files("traceview.data").joinpath("diff.schema.json").is_file():
         pytest.skip("traceview/data/diff.schema.json not in the tree yet (issue 7)")
     doc = document.run_diff([str(corpus("kineto", "h200_moe", "blocking.json.gz"))],

@@ -2,8 +2,8 @@
 step, the inner ones are not steps of their own, and a warning says so."""
 from helpers import make_profile
 
-from traceview.analysis import breakdown
-from traceview.analysis.analyze import analyze
+from traceview.document.assemble import assemble
+from traceview.document.options import AnalyzeOptions
 from traceview.engine.session import Session
 
 
@@ -17,7 +17,7 @@ def _profile(cpu):
 
 def _doc(cpu, rx):
     p = _profile(cpu)
-    return analyze(p, breakdown.Options(step_regex=rx), Session(p))
+    return assemble(p, AnalyzeOptions(step_regex=rx), Session(p))
 
 
 def test_nested_ranges_of_one_regex_are_one_step():
@@ -49,7 +49,7 @@ def test_no_warning_without_nesting():
 
 
 def test_inputs_in_words():
-    from traceview.analysis.analyze import inputs_words
+    from traceview.reports.fmt import inputs_words
     two_procs = [{"file": "run.sqlite", "rank": r, "rank_source": "pid order"} for r in (0, 1)]
     assert inputs_words(two_procs) == "run.sqlite: 1 file, 2 processes (ranks by process order)"
     assert inputs_words(two_procs[:1]) == "run.sqlite"
@@ -62,6 +62,7 @@ def test_inputs_in_words():
 def test_one_nsys_file_with_two_processes_is_named_so():
     import subprocess
     import sys
+
     from helpers import TRACES
     f = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
     r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(f), "-f", "markdown"],

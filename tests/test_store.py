@@ -170,8 +170,8 @@ def test_suite_never_stores_beside_the_corpus():
 
 
 def test_finished_document_is_kept_and_keyed_by_traces_and_options(tmp_path):
-    from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
     from traceview.job_cache import analyze as analyze_job
+    from traceview.runs import AnalyzeOptions, run_analyze
     job = tmp_path / "job"
     job.mkdir()
     for f in sorted(DLRM.iterdir())[:2]:

@@ -68,8 +68,8 @@ def _printed_breakdown(text, diff=False):
 @pytest.mark.parametrize("path", FILES, ids=lambda p: p.parent.name + "/" + p.name[:24])
 def test_headline_is_one_step_and_diff_agrees(path):
     from reports import diff_text, text
-    from traceview.diff.decompose import load_side
     from traceview.diff.document import DiffOptions, diff_sides
+    from traceview.runs import load_side
     try:
         side = load_side("base", [str(path)], DiffOptions())
     except TraceError:

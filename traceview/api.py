@@ -1,6 +1,6 @@
 """The Python API: `traceview.open(paths, **options)` -> a `Job` with the analyses as polars DataFrames.
 
-A Job runs exactly the command line's pipeline (`traceview.analysis.pipeline.run_job`, the code
+A Job runs exactly the command line's pipeline (`traceview.runs.run_job`, the code
 behind `traceview analyze`) once, keeps the report document and the DuckDB session it was computed
 in, and serves views of them: `report()` is what `analyze -f json` prints, the DataFrames are its
 sections row for row, `sql()` queries the canonical tables (and the analysis tables) of that same
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Union
+from typing import Any, Iterable, Mapping, Sequence, Union, cast
 
+from .document.types import ReportDocument
 from .errors import TraceError, UsageError
 
 PathLike = Union[str, Path]
@@ -28,7 +29,7 @@ def _paths(paths: PathLike | Iterable[PathLike]) -> list[str]:
     return out
 
 
-def _frame(rows: list[dict]):
+def _frame(rows: Sequence[Mapping[str, Any]]):
     import polars as pl
     if not rows:
         return pl.DataFrame()
@@ -38,7 +39,7 @@ def _frame(rows: list[dict]):
 class Job:
     """One analyzed job (all ranks of one run). Build it with `traceview.open(...)`."""
 
-    def __init__(self, paths: list[str], options, doc: dict, session):
+    def __init__(self, paths: list[str], options, doc: ReportDocument, session):
         self.paths = paths
         self.options = options
         self._doc = doc
@@ -56,7 +57,7 @@ class Job:
             self._session.con.close()
             self._session = None
 
-    def __enter__(self) -> "Job":
+    def __enter__(self) -> Job:
         return self
 
     def __exit__(self, *exc) -> None:
@@ -101,7 +102,8 @@ class Job:
 
     # --- the sections as DataFrames -------------------------------------------------------------
     def _section(self, key: str):
-        return _frame(self._doc.get(key) or [])   # polars copies: the document stays as it was
+        rows = cast(Mapping[str, Any], self._doc).get(key) or []   # a list section, by its name
+        return _frame(rows)   # polars copies: the document stays as it was
 
     @property
     def steps(self):
@@ -185,10 +187,10 @@ class Job:
     def export_perfetto(self, out: PathLike) -> Path:
         """Write the Perfetto file of `traceview export --perfetto OUT` (gzip when OUT ends in .gz)."""
         from .export_perfetto import write
-        write(self._doc, self.session, out)
+        write(cast(dict, self._doc), self.session, out)
         return Path(out)
 
-    def diff(self, other: "Job", *, top: int = 8, noise_floor_pct: float = 0.5) -> dict:
+    def diff(self, other: Job, *, top: int = 8, noise_floor_pct: float = 0.5) -> dict:
         """The diff document of `traceview diff` with this job as the base and `other` as the new run."""
         if not isinstance(other, Job):
             raise UsageError(None, "diff: other must be a traceview.Job (from traceview.open)")
@@ -197,8 +199,9 @@ class Job:
         if noise_floor_pct < 0:
             raise UsageError(None, "--noise-floor must not be negative")
         from .diff.decompose import build_side
-        from .diff.document import DiffOptions, diff_sides
-        from .diff_cli import render_diff
+        from .diff.document import diff_sides
+        from .document.options import DiffOptions
+        from .reports import render_diff
         opts = DiffOptions(top=top, noise_floor_pct=noise_floor_pct)
         base = build_side("base", self.paths, self._doc, self.session)
         new = build_side("new", other.paths, other._doc, other.session)
@@ -216,7 +219,8 @@ def open(paths: PathLike | Iterable[PathLike], *, step_regex: str | None = None,
     those of `analyze` (`--step-regex` is `step_regex=`, `--comm-regex` a list `comm_regex=`, ...).
     Raises TraceError (one-line message, as the command line prints it) for bad input or options.
     """
-    from .analysis.pipeline import AnalyzeOptions, run_job
+    from .document.options import AnalyzeOptions
+    from .runs import run_job
     if isinstance(comm_regex, str):
         comm_regex = [comm_regex]
     opts = AnalyzeOptions(step_regex=step_regex, comm_regex=list(comm_regex),

@@ -182,13 +182,3 @@ def apply(doc: dict, path) -> dict:
     doc["budget"] = evaluate(doc, load(path))
     return doc["budget"]
 
-
-def text_lines(doc: dict) -> list[str]:
-    """Lines for the text report (empty when no budget was checked)."""
-    b = doc.get("budget")
-    if not b:
-        return []
-    v = b["violations"]
-    head = (f"Budget {b['file']}: {len(v)} of {len(b['checked'])} threshold(s) violated" if v
-            else f"Budget {b['file']}: all {len(b['checked'])} threshold(s) met")
-    return [head] + [f"  VIOLATED {c['message']}" for c in v] + [""]

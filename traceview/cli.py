@@ -103,7 +103,8 @@ def analyze(
                       peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys, whole_trace=whole_trace)
 
         def compute(inputs: list[str]) -> dict:   # the analysis engine is imported only when it runs
-            from .analysis.pipeline import AnalyzeOptions, run_analyze
+            from .document.options import AnalyzeOptions
+            from .runs import run_analyze
             return run_analyze(inputs, AnalyzeOptions(**fields))
         from .executors import configured
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)

@@ -20,16 +20,17 @@ import typer
 
 from . import run_options
 from .cli_common import MAX_INPUT_HELP, check_out, fail, guarded, write_output
+from .document.types import DiffDocument
 
 DIFF_FORMATS = ("text", "json", "markdown", "html")
 
 
-def render_diff(doc: dict, fmt: str) -> str:
+def render_diff(doc: DiffDocument, fmt: str) -> str:
     from .reports import render_diff as render_any
     return render_any(doc, fmt)
 
 
-def slower_than(doc: dict, pct: float | None) -> bool:
+def slower_than(doc: DiffDocument, pct: float | None) -> bool:
     """True when --fail-if-slower PCT should fail: a regression (outside the noise) > PCT %."""
     if pct is None:
         return False
@@ -37,7 +38,7 @@ def slower_than(doc: dict, pct: float | None) -> bool:
     return doc["verdict"] == "regression" and d["step_time_pct"] is not None and d["step_time_pct"] > pct
 
 
-def gpu_slower_than(doc: dict, pct: float | None) -> bool:
+def gpu_slower_than(doc: DiffDocument, pct: float | None) -> bool:
     """True when --fail-if-gpu-slower PCT should fail: GPU work (step time less idle) grew by more
     than PCT % and by more than the noise threshold, latent or not."""
     if pct is None:
@@ -94,7 +95,8 @@ def diff_command(
         from .config import check_pattern_options
         from .parsers import bounded_read
         bounded_read.apply_option(max_input_size)
-        from .diff.document import DiffOptions, run_diff
+        from .document.options import DiffOptions
+        from .runs import run_diff
         check_pattern_options(step_regex, comm_regex)
         opts = DiffOptions(step_regex=step_regex, comm_regex=list(comm_regex), config=config, nsys=nsys,
                            whole_trace=whole_trace, top=top, noise_floor_pct=noise_floor)

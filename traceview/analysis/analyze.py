@@ -1,15 +1,12 @@
-"""`analyze`: assemble the report document from a loaded profile (each section a small function)."""
+"""Sections of the analyze document that are not one query's rows: the inputs and the FLOPs
+(traceview.document.assemble puts them together with the others)."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
-from .. import __version__
 from ..engine.session import Session
 from ..profile import Profile
-from ..config import Rules
-from . import breakdown, layers
-
-SCHEMA = "traceview.report/1"
 
 
 def inputs_section(profile: Profile) -> list[dict]:
@@ -30,72 +27,14 @@ def inputs_section(profile: Profile) -> list[dict]:
     return out
 
 
-def flops_sections(session: Session, doc: dict, fopts: dict) -> dict:
+def flops_sections(session: Session, doc: dict, *, model: str | None = None, model_config: Path | None = None,
+                   tokens_per_step: int | None = None, peak_tflops: float | None = None,
+                   dtype: str | None = None) -> dict:
     """The `flops` section: delivered TFLOP/s, peak, MFU, and achieved TFLOP/s per layer/stage."""
     from ..flops import mfu
     from ..flops.models import resolve
-    model = resolve(fopts.get("model"), fopts.get("model_config"))
-    sec = mfu.flops_section(session, doc["summary"]["step_time_ns"], model=model,
-                            tokens_per_step=fopts.get("tokens_per_step"), peak_tflops=fopts.get("peak_tflops"),
-                            dtype=fopts.get("dtype"))
+    sec = mfu.flops_section(session, doc["summary"]["step_time_ns"], model=resolve(model, model_config),
+                            tokens_per_step=tokens_per_step, peak_tflops=peak_tflops, dtype=dtype)
     if sec.get("method") == "trace":
         sec["by_group"] = mfu.by_group(session, doc["layers"], max(1, len(doc["steps"])))
     return sec
-
-
-def analyze(profile: Profile, opts: breakdown.Options | None = None, session: Session | None = None,
-            rules: Rules | None = None, fopts: dict | None = None) -> dict:
-    opts = opts or breakdown.Options()
-    rules = rules or Rules()
-    session = session or Session(profile)
-    info = breakdown.prepare(session, opts)
-    rows = breakdown.step_rows(session)
-    layers.prepare(session, rules)
-    layer_rows = layers.layer_rows(session)
-    doc = {
-        "schema": SCHEMA,
-        "tool": {"name": "traceview", "version": __version__},
-        "inputs": inputs_section(profile),
-        "world_size": profile.world_size,
-        "steps_source": (("whole trace (--whole-trace)" if opts.whole_trace else "whole trace (no step ranges found)")
-                         if info["whole_trace"]
-                         else f"CPU ranges matching {info['step_regex']}"),
-        "summary": breakdown.summarize(rows),
-        "per_rank": breakdown.per_rank(rows),
-        "steps": rows,
-        "top_kernels": breakdown.top_kernels(session, opts.top),
-        "layers": layer_rows,
-        "stages": layers.stage_totals(layer_rows),
-        "attribution": layers.attribution_summary(session),
-        "comm": layers.comm_rows(session),
-        "warnings": list(profile.warnings) + info.get("warnings", []),
-    }
-    if opts.step_regex and info["whole_trace"] and not opts.whole_trace:
-        doc["warnings"].append(f"--step-regex '{opts.step_regex}' matched no step range with GPU work: "
-                               "the whole trace is one window per rank")
-    doc["flops"] = flops_sections(session, doc, fopts or {})
-    fl = doc["flops"]
-    if fl.get("mfu") is not None and fl["mfu"] > 1:
-        doc["warnings"].append(f"delivered {fl['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU is above the peak of "
-                               f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
-                               "--tokens-per-step or the model")
-    from . import stalls
-    sec = stalls.sections(session, doc, top=opts.top)
-    doc["warnings"] += sec.pop("collective_warnings")
-    doc.update(sec)
-    return doc
-
-
-def inputs_words(inputs: list[dict]) -> str:
-    """What the inputs are, in words: 'run.sqlite: 1 file, 2 processes (ranks by process order)',
-    'overlap.json.gz', '8 files, 8 ranks'. One nsys file may hold several processes (ranks)."""
-    files = list(dict.fromkeys(i["file"] for i in inputs))
-    n = len(inputs)
-    if len(files) == 1 and n > 1:
-        how = {str(i.get("rank_source") or "") for i in inputs}
-        src = how.pop() if len(how) == 1 else ""
-        src = {"pid order": "process order"}.get(src, src)
-        return f"{files[0]}: 1 file, {n} processes" + (f" (ranks by {src})" if src else "")
-    if len(files) == 1:
-        return files[0]
-    return f"{len(files)} files" + (f", {n} ranks" if n != len(files) else "")

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import statistics
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
+from ..document.types import ReportDocument, Summary
 from ..engine.pipeline import build
 from ..engine.session import Session
 from .families import family
@@ -26,11 +28,41 @@ from .families import family
 PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns")
 EXTRA = ("overlapped_comm_ns", "busy_ns", "count")
 
+
+class Where(NamedTuple):
+    """Where in the model: a (layer, phase, stage) group."""
+    layer: int | None
+    phase: str
+    stage: str
+
+
+class Unit(NamedTuple):
+    """One unit of the decomposition: a group of the step, a kernel family and its class."""
+    layer: int | None
+    phase: str
+    stage: str
+    region: str
+    family: str
+    cls: str
+
+    @property
+    def group(self) -> tuple[int | None, str, str, str]:
+        """(layer, phase, stage, region): the unit without its kernel family."""
+        return (self.layer, self.phase, self.stage, self.region)
+
+
+class StallKey(NamedTuple):
+    cause: str
+    layer: int | None
+    phase: str | None
+    stage: str | None
+
+
 @dataclass
 class Side:
     label: str
     paths: list[str]
-    doc: dict
+    doc: ReportDocument
     step_time_ns: float
     samples: list[tuple[int, int, int]]           # (rank, step, step_time_ns)
     median_set: list[tuple[int, int]]             # (rank, step)
@@ -44,7 +76,7 @@ class Side:
     overlaps: dict = field(default_factory=dict)  # comm (layer, phase, stage) -> {compute stage: ns}
 
 
-def median_set(summary: dict) -> list[tuple[int, int]]:
+def median_set(summary: Summary) -> list[tuple[int, int]]:
     """The (rank, step) of `analyze`'s summary step (empty without steps)."""
     if summary.get("rank") is None or summary.get("step") is None:
         return []
@@ -55,7 +87,7 @@ def spread(samples: list[tuple[int, int, int]]) -> dict:
     """Per-step spread of the step time: per step the median over ranks, then max − min over
     steps (and the MAD); with one step, the spread over ranks instead."""
     by_step: dict = {}
-    for r, st, t in samples:
+    for _r, st, t in samples:
         by_step.setdefault(st, []).append(t)
     if len(by_step) >= 2:
         vals = [statistics.median(v) for v in by_step.values()]
@@ -71,14 +103,14 @@ def spread(samples: list[tuple[int, int, int]]) -> dict:
             "min_ns": int(min(vals)), "max_ns": int(max(vals))}
 
 
-def unit_key(row: dict) -> tuple:
+def unit_key(row: dict) -> Unit:
     fam = family(row["name"]).key
     if row["class"] == "comm":
         fam = f"comm:{row['comm_kind'] or 'other'}"
-    return (row["layer"], row["phase"], row["stage"], row["region"], fam, row["class"])
+    return Unit(row["layer"], row["phase"], row["stage"], row["region"], fam, row["class"])
 
 
-def build_side(label: str, paths: list[str], doc: dict, session: Session) -> Side:
+def build_side(label: str, paths: list[str], doc: ReportDocument, session: Session) -> Side:
     samples = [(r["rank"], r["step"], int(r["step_time_ns"])) for r in doc["steps"]]
     T = float(doc["summary"]["step_time_ns"])
     mset = median_set(doc["summary"])
@@ -95,20 +127,20 @@ def build_side(label: str, paths: list[str], doc: dict, session: Session) -> Sid
             d = side.units.setdefault(key, {p: 0.0 for p in PARTS + EXTRA})
             for p in PARTS + EXTRA:
                 d[p] += (r[p] or 0) / k
-        fk = key[4]
+        fk = key.family
         side.family_time[fk] = side.family_time.get(fk, 0.0) + (r["busy_ns"] or 0) / nsteps
         side.family_count[fk] = side.family_count.get(fk, 0.0) + (r["count"] or 0) / nsteps
     _stall_means(side)
     orows = session.rows("SELECT * FROM diff_overlaps") if samples else []
     for r in orows:
         if (r["rank"], r["step"]) in ms:
-            d = side.overlaps.setdefault((r["layer"], r["phase"], r["stage"]), {})
+            d = side.overlaps.setdefault(Where(r["layer"], r["phase"], r["stage"]), {})
             d[r["with_stage"]] = d.get(r["with_stage"], 0.0) + r["overlap_ns"] / k
     srows = session.rows("SELECT * FROM diff_syncs")
     for r in srows:
         if (r["rank"], r["step"]) not in ms:
             continue
-        g = side.syncs.setdefault((r["layer"], r["phase"], r["stage"]), {"n": 0.0, "dur_ns": 0.0, "ops": set()})
+        g = side.syncs.setdefault(Where(r["layer"], r["phase"], r["stage"]), {"n": 0.0, "dur_ns": 0.0, "ops": set()})
         g["n"] += r["n"] / k
         g["dur_ns"] += r["dur_ns"] / k
         if r["op"]:
@@ -116,68 +148,26 @@ def build_side(label: str, paths: list[str], doc: dict, session: Session) -> Sid
     return side
 
 
-def _entries(sec) -> list[dict] | None:
-    if isinstance(sec, list):
-        return [x for x in sec if isinstance(x, dict)]
-    if isinstance(sec, dict):
-        for k in ("items", "stalls", "steps", "per_step", "rows", "paths"):
-            if isinstance(sec.get(k), list):
-                return [x for x in sec[k] if isinstance(x, dict)]
-    return None
-
-
 def _stall_means(side: Side) -> None:
     """The stalls and critical-path sections, as means over the median set."""
     ms = set(side.median_set)
     k = max(1, len(ms))
-    st = _entries(side.doc.get("stalls"))
-    if st is not None:
+    stalls = side.doc.get("stalls")
+    if stalls is not None:
         side.stalls = {}
-        for s in st:
-            if (s.get("rank"), s.get("step")) in ms:
-                key = (s.get("cause"), s.get("layer"), s.get("phase"), s.get("stage"))
-                side.stalls[key] = side.stalls.get(key, 0.0) + (s.get("dur_ns") or 0) / k
-    cp = _entries(side.doc.get("critical_path"))
-    if cp is not None:
+        for s in stalls:
+            if (s["rank"], s["step"]) in ms:
+                key = StallKey(s["cause"], s.get("layer"), s.get("phase"), s.get("stage"))
+                side.stalls[key] = side.stalls.get(key, 0.0) + (s["dur_ns"] or 0) / k
+    windows = side.doc.get("critical_path")
+    if windows is not None:
         side.critical_path = {}
-        for e in cp:
-            if (e.get("rank"), e.get("step")) not in ms:
+        for e in windows:
+            if (e["rank"], e["step"]) not in ms:
                 continue
-            comp = e.get("composition") if isinstance(e.get("composition"), dict) else e
-            for f, v in comp.items():
+            for f, v in e.items():   # the composition's parts and the measures beside them
                 if f.endswith("_ns") and isinstance(v, (int, float)) and f not in ("start_ns", "end_ns"):
                     side.critical_path[f] = side.critical_path.get(f, 0.0) + v / k
-
-
-def add_stalls(session: Session, doc: dict) -> None:
-    """Add the critical_path/stalls sections when `analyze` does not (yet) produce them."""
-    if "stalls" in doc:
-        return
-    try:
-        from ..analysis import stalls
-    except ImportError:
-        return
-    try:
-        doc.update(stalls.sections(session, doc))
-    except Exception as e:  # noqa: BLE001 - the diff works without them
-        doc.setdefault("warnings", []).append(f"stalls unavailable: {type(e).__name__}: {e}")
-
-
-def load_side(label: str, paths: list[str], opts) -> Side:
-    """Load and analyze one run (any input `analyze` accepts), keeping the session for the
-    per-family decomposition."""
-    from ..analysis import breakdown
-    from ..analysis.analyze import analyze
-    from ..config import load_rules
-    from ..load import load
-    rules = load_rules(opts.config)
-    profile = load(paths, nsys_bin=opts.nsys)
-    session = Session(profile)
-    bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=list(opts.comm_regex) + rules.comm_regex,
-                              top=opts.top, whole_trace=opts.whole_trace)
-    doc = analyze(profile, bopts, session, rules, {})
-    add_stalls(session, doc)
-    return build_side(label, paths, doc, session)
 
 
 def unit_deltas(base: Side, new: Side) -> dict:

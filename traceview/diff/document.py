@@ -2,32 +2,23 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from pathlib import Path
+from typing import Mapping, cast
 
 from .. import __version__
-from .decompose import PARTS, Side, load_side
+from ..document.options import DiffOptions
+from ..document.types import DiffDocument
+from .decompose import PARTS, Side
 from .explain import explain
+from .words import stall_status
 
 SCHEMA = "traceview.diff/1"
 BREAKDOWN = PARTS + ("overlapped_comm_ns",)
 
 
-@dataclass
-class DiffOptions:
-    step_regex: str | None = None
-    comm_regex: list[str] = field(default_factory=list)
-    config: Path | None = None
-    nsys: str | None = None
-    whole_trace: bool = False
-    top: int = 8                    # explanation items before the remainder line
-    noise_floor_pct: float = 0.5    # changes below this % of the base step time are noise
-    families: int = 12              # rows in the kernel-family lists
-
-
 def _side_summary(side: Side) -> dict:
     doc = side.doc
-    bd = {p: doc["summary"].get(p, 0) for p in BREAKDOWN}   # analyze's summary step, exactly
+    summary: Mapping[str, float] = doc["summary"]   # type: ignore[assignment]  # read by part name
+    bd = {p: summary.get(p, 0) for p in BREAKDOWN}   # analyze's summary step, exactly
     fl = doc.get("flops") or {}
     first = str(side.paths[0]).rstrip("/\\") if side.paths else side.label
     return {
@@ -50,17 +41,17 @@ def _side_summary(side: Side) -> dict:
     }
 
 
-def _by(side: Side, idx: int) -> dict:
+def _by_stage(side: Side) -> dict:
     out: dict = {}
     for key, u in side.units.items():
-        d = out.setdefault(key[idx] if idx >= 0 else key, {p: 0.0 for p in BREAKDOWN})
+        d = out.setdefault(key.stage, {p: 0.0 for p in BREAKDOWN})
         for p in BREAKDOWN:
             d[p] += u[p]
     return out
 
 
 def _stage_rows(base: Side, new: Side) -> list[dict]:
-    b, n = _by(base, 2), _by(new, 2)
+    b, n = _by_stage(base), _by_stage(new)
     rows = []
     for st in sorted(set(b) | set(n), key=str):
         bb, nn = b.get(st, {}), n.get(st, {})
@@ -77,7 +68,7 @@ def _group_rows(base: Side, new: Side, top: int) -> list[dict]:
     def by(side):
         out: dict = {}
         for key, u in side.units.items():
-            d = out.setdefault(key[:4], {p: 0.0 for p in BREAKDOWN})
+            d = out.setdefault(key.group, {p: 0.0 for p in BREAKDOWN})
             for p in BREAKDOWN:
                 d[p] += u[p]
         return out
@@ -123,7 +114,7 @@ def _family_rows(base: Side, new: Side, top: int) -> dict:
 
 
 def stall_rows(base: Side, new: Side) -> list[dict] | None:
-    """Stalls (issue 6) per (cause, layer, phase, stage), mean over the median set, with status
+    """Stalls per (cause, layer, phase, stage), mean over the median set, with status
     new / grown / shrunk / gone."""
     if base.stalls is None and new.stalls is None:
         return None
@@ -131,19 +122,14 @@ def stall_rows(base: Side, new: Side) -> list[dict] | None:
     rows = []
     for k in set(b) | set(n):
         bv, nv = b.get(k, 0.0), n.get(k, 0.0)
-        rows.append({"cause": k[0], "layer": k[1], "phase": k[2], "stage": k[3], "base_ns": int(round(bv)),
+        rows.append({"cause": k.cause, "layer": k.layer, "phase": k.phase, "stage": k.stage, "base_ns": int(round(bv)),
                      "new_ns": int(round(nv)), "delta_ns": int(round(nv - bv)), "status": stall_status(bv, nv)})
     rows.sort(key=lambda r: (-abs(r["delta_ns"]), str(r["cause"]), str(r["stage"]), str(r["layer"])))
     return [r for r in rows if r["base_ns"] or r["new_ns"]]
 
 
-def stall_status(bv: float, nv: float) -> str:
-    return "new" if bv == 0 and nv > 0 else "gone" if nv == 0 and bv > 0 else \
-        "grown" if nv > bv else "shrunk" if nv < bv else "same"
-
-
 def critical_path_rows(base: Side, new: Side) -> dict | None:
-    """Critical-path composition (issue 6): mean over the median set of every *_ns field."""
+    """Critical-path composition: mean over the median set of every *_ns field."""
     if base.critical_path is None or new.critical_path is None:
         return None
     b, n = base.critical_path, new.critical_path
@@ -195,7 +181,7 @@ def gpu_work_section(bsum: dict, nsum: dict, dT: int, threshold: float) -> dict:
                           "(the step time less its idle time)"}
 
 
-def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
+def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> DiffDocument:
     opts = opts or DiffOptions()
     dT = int(round(new.step_time_ns - base.step_time_ns))
     noise = noise_section(base, new, dT, opts.noise_floor_pct)
@@ -242,7 +228,7 @@ def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
         "straggler": _straggler(details.get("straggler")),
         "gpu_work": work,
     }
-    return {
+    return cast(DiffDocument, {   # the sections above are built as plain dicts
         "schema": SCHEMA,
         "tool": {"name": "traceview", "version": __version__},
         "setup_differences": setup_differences(bsum, nsum),
@@ -258,7 +244,7 @@ def diff_sides(base: Side, new: Side, opts: DiffOptions | None = None) -> dict:
         "latent": latent,
         "explanation": items,
         "warnings": warnings,
-    }
+    })
 
 
 def setup_differences(b: dict, n: dict) -> list[str]:
@@ -275,9 +261,3 @@ def setup_differences(b: dict, n: dict) -> list[str]:
         out.append(f"steps found differently: base {b.get('steps_source')}; new {n.get('steps_source')}")
     return out
 
-
-def run_diff(base_paths: list[str], new_paths: list[str], opts: DiffOptions | None = None) -> dict:
-    opts = opts or DiffOptions()
-    base = load_side("base", base_paths, opts)
-    new = load_side("new", new_paths, opts)
-    return diff_sides(base, new, opts)

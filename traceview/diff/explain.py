@@ -26,70 +26,20 @@ moved between categories, the step did not change).
 """
 from __future__ import annotations
 
-from .decompose import PARTS, Side, unit_deltas
+from .decompose import PARTS, Side, Unit, Where, unit_deltas
+from .texts import describe
+from .words import fmt_ns
 
 SYNC_EPS = 0.25          # a change in host syncs per step counts when |Δn| >= this
-
-
-def fmt_ns(ns: float, signed: bool = True) -> str:
-    a = abs(ns)
-    sign = ("+" if ns > 0 else "-" if ns < 0 else "±") if signed else ("-" if ns < 0 else "")
-    if a >= 1e6:
-        return f"{sign}{a / 1e6:.1f} ms"
-    if a >= 1e3:
-        return f"{sign}{a / 1e3:.1f} us"
-    return f"{sign}{a:.0f} ns"
-
-
-def ms(ns: float) -> str:
-    return f"{ns / 1e6:.2f} ms" if abs(ns) >= 1e5 else f"{ns / 1e3:.1f} us"
-
-
-def ranges(nums) -> str:
-    nums = sorted({n for n in nums if n is not None})
-    if not nums:
-        return ""
-    out, start, prev = [], nums[0], nums[0]
-    for n in nums[1:] + [None]:
-        if n is not None and n == prev + 1:
-            prev = n
-            continue
-        out.append(f"{start}" if start == prev else f"{start}-{prev}")
-        if n is not None:
-            start = prev = n
-    return ", ".join(out)
-
-
-def where(layers, phases, stage: str | None, region: str | None = None) -> str:
-    ls = [x for x in layers if x is not None]
-    ph = sorted({p for p in phases if p}, key=lambda p: ("forward", "backward").index(p)
-                if p in ("forward", "backward") else 2)
-    bits = []
-    if stage and stage != "other":
-        bits.append(f"the {stage} stage")
-    if ls:
-        bits.append(("layer " if len(set(ls)) == 1 else "layers ") + ranges(ls))
-    elif region == "outside":
-        bits = ["work outside the layers"] + ([f"({stage})"] if stage and stage != "other" else [])
-    elif region == "unattributed":
-        bits.append("unattributed work")
-    s = " of ".join(bits) if bits else "the step"
-    if region == "outside" and len(bits) > 1:
-        s = " ".join(bits)
-    ph = [p for p in ph if p != "other"]
-    if ph:
-        s += ", " + " and ".join(ph)
-    return s
-
-
-def cont(loc: str) -> str:
-    """`loc` followed by more words: a comma closes the phases ('layer 1, forward, now run...')."""
-    return loc + "," if loc.endswith(("forward", "backward")) else loc
 
 
 class Cause:
     def __init__(self, kind: str, key: tuple, **info):
         self.kind, self.key, self.info = kind, key, info
+        # a straggler is keyed by its rank; every other cause by (stage, region, ...)
+        self.rank: int | None = key[0] if kind == "straggler" else None
+        self.stage: str | None = None if kind == "straggler" else key[0]
+        self.region: str | None = None if kind == "straggler" else key[1]
         self.parts = {p: 0.0 for p in PARTS}
         self.overlapped = 0.0
         self.base = {p: 0.0 for p in PARTS + ("overlapped_comm_ns", "busy_ns", "count")}
@@ -100,8 +50,8 @@ class Cause:
         self.added_idle = 0.0
         self.gross = 0.0
 
-    def add(self, key: tuple, d: dict, parts=PARTS, with_extra: bool = True) -> None:
-        layer, phase = key[0], key[1]
+    def add(self, key: Unit, d: dict, parts=PARTS, with_extra: bool = True) -> None:
+        layer, phase = key.layer, key.phase
         moved = 0.0
         for p in parts:
             self.parts[p] += d[p]
@@ -165,10 +115,9 @@ def _swaps(deltas: dict) -> dict:
     """Per group: {family: (old_family_keys, new_family_keys)} for category swaps."""
     groups: dict = {}
     for key, d in deltas.items():
-        if key[5] != "compute":
+        if key.cls != "compute":
             continue
-        g = key[:4]
-        groups.setdefault(g, []).append((key[4], d["base"].get("count", 0.0), d["new"].get("count", 0.0)))
+        groups.setdefault(key.group, []).append((key.family, d["base"].get("count", 0.0), d["new"].get("count", 0.0)))
     out = {}
     for g, fams in groups.items():
         gone = [f for f, b, n in fams if b > 0 and n == 0]
@@ -206,7 +155,7 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
     own_idle: dict = {}   # swap cause -> its units' idle deltas
     for key, d in deltas.items():
         layer, phase, stage, region, fam, cls = key
-        g3 = (layer, phase, stage)
+        g3 = Where(layer, phase, stage)
         if strag and cls == "comm":
             cause("straggler", (strag["rank"],)).add(key, d)
             continue
@@ -214,7 +163,7 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
         if abs(ds) >= SYNC_EPS and cls in ("memory",) and fam.startswith("memcpy:DtoH"):
             cause("host_sync", (stage, region), sign=1 if ds > 0 else -1).add(key, d)
             continue
-        sw = swaps.get((key[:4], fam))
+        sw = swaps.get((key.group, fam))
         if sw:   # its own idle is settled below: a slower kernel fills idle, it never saves time
             c = cause("swap", (stage, region) + sw, old=sw[0], new=sw[1])
             c.add(key, d, parts=("compute_ns", "exposed_comm_ns", "exposed_memory_ns"))
@@ -283,13 +232,12 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
         if abs(left) > 1e-6:   # what no cause could take stays idle, per stage
             frac = left / total
             for k, v in amt:
-                c = cause("idle", (k[2], k[3]))
+                c = cause("idle", (k.stage, k.region))
                 c.parts["idle_ns"] += v * frac
                 c.gross += abs(v * frac)
-                c.layers.add(k[0])
-                c.phases.add(k[1])
+                c.layers.add(k.layer)
+                c.phases.add(k.phase)
 
-    from .texts import describe
     items = []
     for c in causes.values():
         if abs(c.contribution) < 1e-6 and c.gross < 1e-6:

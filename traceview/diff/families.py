@@ -197,7 +197,7 @@ _rule(r"cub::|rocprim::", "cub", "")
 
 
 _XMMA_TOK = re.compile(r"bf16|tf32|f16|f32|f64|e4m3|e5m2|i8|s8|i32|s32")
-_DEEPGEMM_T = {"fp8": "fp8", "bf16": "bf16", "fp4": "fp4", "nvfp4": "fp4", "tf32": "tf32", "w4a8": "fp8"}
+_DEEPGEMM_T: dict[str, str] = {"fp8": "fp8", "bf16": "bf16", "fp4": "fp4", "nvfp4": "fp4", "tf32": "tf32", "w4a8": "fp8"}
 # GEMM dtype words, most specific math first: an fp8/fp4/tf32 GEMM names its bf16/fp32 output types too
 _GEMM_DTYPE_WORDS = [
     (re.compile(r"e2m1|nvfp4|mxfp4|\bfp4\b|_fp4_|float_e2m1"), "fp4"),

@@ -1,6 +1,8 @@
 """The words of each explanation item (plain text; renderers escape it for their format)."""
 from __future__ import annotations
 
+from .words import cont, fmt_ns, ms, stall_status, where
+
 _CAT_WORDS = {"gemm": "GEMMs", "attention": "attention kernels", "elementwise": "elementwise kernels",
               "conv": "convolutions", "norm": "norm kernels", "nccl": "NCCL kernels", "memcpy": "copies",
               "optimizer": "optimizer kernels", "softmax": "softmax kernels", "reduce": "reductions"}
@@ -18,11 +20,9 @@ def _cat(fam: str) -> str:
 
 
 def describe(c, base, new, strag) -> str:
-    from .explain import cont, fmt_ns, ms, where
     k = c.kind
     amount = fmt_ns(c.contribution)
-    loc = where(c.layers, c.phases, c.key[0] if k not in ("straggler",) else None,
-                c.key[1] if k not in ("straggler",) else None)
+    loc = where(c.layers, c.phases, c.stage, c.region)
     tail = ""
     idle, comp = c.parts["idle_ns"], c.parts["compute_ns"]
     if k in ("kernels", "swap") and comp > 0 and idle < 0:
@@ -33,8 +33,8 @@ def describe(c, base, new, strag) -> str:
         old, newf = c.info["old"], c.info["new"]
         cat = _cat(newf[0])
         words = _CAT_WORDS.get(cat, f"{cat} kernels")
-        stage_w = _STAGE_WORDS.get(c.key[0])
-        what = f"{stage_w} {words}" if stage_w and c.key[0] not in ("attention",) else words
+        stage_w = _STAGE_WORDS.get(c.stage)
+        what = f"{stage_w} {words}" if stage_w and c.stage not in ("attention",) else words
         bt = sum(base.family_time.get(f, 0.0) for f in old)
         nt = sum(new.family_time.get(f, 0.0) for f in newf)
         # time of the new family against the old one, in the groups of this cause
@@ -46,7 +46,7 @@ def describe(c, base, new, strag) -> str:
         names_old = ", ".join(old)
         rtxt = f", {ratio:.1f}x the time of the {names_old} family before" if ratio else ""
         if dts and dts != odts:
-            head = f"{what} in {cont(loc)} now run as {'/'.join(sorted(dts))} kernels ({names_new}{rtxt})"
+            head = f"{what} in {cont(loc)} now run as {'/'.join(sorted(str(t) for t in dts))} kernels ({names_new}{rtxt})"
         else:
             head = f"{what} in {cont(loc)} now run as {names_new} instead of {names_old}" + (f" ({rtxt[2:]})" if rtxt else "")
         return f"{amount}: {head}{tail}"
@@ -73,7 +73,7 @@ def describe(c, base, new, strag) -> str:
             verb = f"now overlaps {_partner(new, c) or 'compute'}"
         else:
             verb = "takes longer" if c.parts["exposed_comm_ns"] > 0 else "takes less time"
-        stage = c.key[0]
+        stage = c.stage
         label = f"{stage} {kind}" if stage in ("dispatch", "combine") else kind
         loc2 = where(c.layers, c.phases, None)
         note = stall_note(c, base, new, ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance"))
@@ -83,8 +83,8 @@ def describe(c, base, new, strag) -> str:
         return (f"{amount}: exposed {c.info['family']} in {loc} "
                 f"({ms(c.base['exposed_memory_ns'])} → {ms(c.new['exposed_memory_ns'])})")
     if k == "host_sync":
-        g = [(key, v) for key, v in new.syncs.items() if key[2] == c.key[0]] if c.info.get("sign", 1) > 0 else \
-            [(key, v) for key, v in base.syncs.items() if key[2] == c.key[0]]
+        g = [(key, v) for key, v in new.syncs.items() if key.stage == c.stage] if c.info.get("sign", 1) > 0 else \
+            [(key, v) for key, v in base.syncs.items() if key.stage == c.stage]
         ops = sorted({o for _, v in g for o in v.get("ops", ())})
         optxt = f" under {', '.join(ops[:3])}" if ops else ""
         note = stall_note(c, base, new, ("host_sync", "launch_bound", "idle"))
@@ -93,9 +93,9 @@ def describe(c, base, new, strag) -> str:
                     f"the GPU idles until the host launches again){note}")
         return f"{amount}: host sync removed from {loc}{optxt}{note}"
     if k == "straggler":
-        r = c.key[0]
-        g = (strag or {}).get("comm_growth_ns") or {}
-        per = ", ".join(f"{fmt_ns(v)} on rank {rk}" for rk, v in sorted(g.items())[:8])
+        r = c.rank
+        growth = (strag or {}).get("comm_growth_ns") or {}
+        per = ", ".join(f"{fmt_ns(v)} on rank {rk}" for rk, v in sorted(growth.items())[:8])
         what = "wait it causes per step" if (strag or {}).get("wait") else "comm time per step"
         sign = "is late to" if c.contribution >= 0 else "is no longer late to"
         note = stall_note(c, base, new, ("peer_wait", "imbalance"), stage=False)
@@ -114,23 +114,21 @@ def _partner(side, c) -> str | None:
     """The compute stage that ran beside this cause's collectives the most (on `side`)."""
     tot: dict = {}
     for (layer, phase, stage), d in side.overlaps.items():
-        if stage != c.key[0] or (c.layers and layer not in c.layers) or (c.phases and phase not in c.phases):
+        if stage != c.stage or (c.layers and layer not in c.layers) or (c.phases and phase not in c.phases):
             continue
         for st, ns in d.items():
             tot[st] = tot.get(st, 0.0) + ns
     if not tot:
         return None
-    st = max(tot, key=tot.get)
+    st = max(tot, key=lambda s: tot[s])
     words = {"shared_expert": "the shared expert", "experts": "the routed experts", "attention": "attention",
              "router": "the router"}
     return words.get(st, f"the {st} compute")
 
 
 def stall_note(c, base, new, causes: tuple, stage: bool = True) -> str:
-    """'; critical path: new host_sync stall 0 → 35.0 us' for the stalls (issue 6) of this
+    """'; critical path: new host_sync stall 0 → 35.0 us' for the stalls of this
     cause's stage and layers that are new or grew (shrank or are gone, for an improvement)."""
-    from .document import stall_status
-    from .explain import fmt_ns
     if base.stalls is None and new.stalls is None:
         return ""
     b, n = base.stalls or {}, new.stalls or {}
@@ -139,7 +137,7 @@ def stall_note(c, base, new, causes: tuple, stage: bool = True) -> str:
         cause, layer, phase, st = key
         if cause not in causes:
             continue
-        if stage and (st != c.key[0] or (c.layers and layer not in c.layers)):
+        if stage and (st != c.stage or (c.layers and layer not in c.layers)):
             continue
         x = tot.setdefault(cause, [0.0, 0.0])
         x[0] += b.get(key, 0.0)
@@ -152,20 +150,3 @@ def stall_note(c, base, new, causes: tuple, stage: bool = True) -> str:
             bits.append(f"{status} {cause} stall {fmt_ns(bv, signed=False)} → {fmt_ns(nv, signed=False)}")
     return f"; critical path: {', '.join(bits[:3])}" if bits else ""
 
-
-def latent_headline(doc: dict) -> str | None:
-    """'latent regression: GPU work +0.500 ms per step (+19.8 %), hidden by idle time ...' when
-    the document has a latent regression, else None (plain text; renderers escape it)."""
-    w = (doc.get("delta") or {}).get("gpu_work") or {}
-    if not doc.get("latent") or not w.get("latent"):
-        return None
-    pct = f" ({w['pct']:+.1f} %)" if w.get("pct") is not None else ""
-    return (f"latent regression: GPU work {w['delta_ns'] / 1e6:+,.3f} ms per step{pct}, "
-            f"{w['hidden_ns'] / 1e6:,.3f} ms of it hidden by idle time; once the host-side bottleneck is "
-            f"gone the step grows by up to that much, led by:")
-
-
-def verdict_words(doc: dict) -> str:
-    """The verdict as a reader sees it: 'noise', 'regression', ..., plus ', latent regression'."""
-    v = str(doc.get("verdict"))
-    return v + (" + latent regression" if latent_headline(doc) else "")

@@ -1,0 +1,68 @@
+"""`assemble()`: the analyze document of one loaded job, section by section. `analyze`, the API
+and each side of `diff` all build their document here (from a profile already loaded: nothing
+here opens a file)."""
+from __future__ import annotations
+
+from typing import Any, cast
+
+from .. import __version__
+from ..analysis import breakdown, layers, stalls
+from ..analysis.analyze import flops_sections, inputs_section
+from ..budget import Budget, evaluate as evaluate_budget
+from ..config import Rules
+from ..engine.session import Session
+from ..profile import Profile
+from .options import AnalyzeOptions
+from .types import ReportDocument
+
+SCHEMA = "traceview.report/1"
+
+
+def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Session | None = None,
+             rules: Rules | None = None, budget: Budget | None = None) -> ReportDocument:
+    """The `traceview.report/1` document of `profile`, computed in `session` (a new one when not
+    given; its tables stay queryable), with attribution `rules` and, when given, a `budget`."""
+    opts = opts or AnalyzeOptions()
+    rules = rules or Rules()
+    session = session or Session(profile)
+    bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=list(opts.comm_regex) + rules.comm_regex,
+                              top=opts.top, whole_trace=opts.whole_trace)
+    info = breakdown.prepare(session, bopts)
+    rows = breakdown.step_rows(session)
+    layers.prepare(session, rules)
+    layer_rows = layers.layer_rows(session)
+    # the metrics return plain rows; this is where they become the typed document
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "tool": {"name": "traceview", "version": __version__},
+        "inputs": inputs_section(profile),
+        "world_size": profile.world_size,
+        "steps_source": (("whole trace (--whole-trace)" if opts.whole_trace else "whole trace (no step ranges found)")
+                         if info["whole_trace"]
+                         else f"CPU ranges matching {info['step_regex']}"),
+        "summary": breakdown.summarize(rows),
+        "per_rank": breakdown.per_rank(rows),
+        "steps": rows,
+        "top_kernels": breakdown.top_kernels(session, opts.top),
+        "layers": layer_rows,
+        "stages": layers.stage_totals(layer_rows),
+        "attribution": layers.attribution_summary(session),
+        "comm": layers.comm_rows(session),
+        "warnings": list(profile.warnings) + info.get("warnings", []),
+    }
+    if opts.step_regex and info["whole_trace"] and not opts.whole_trace:
+        doc["warnings"].append(f"--step-regex '{opts.step_regex}' matched no step range with GPU work: "
+                               "the whole trace is one window per rank")
+    fl = doc["flops"] = flops_sections(session, doc, model=opts.model, model_config=opts.model_config,
+                                       tokens_per_step=opts.tokens_per_step, peak_tflops=opts.peak_tflops,
+                                       dtype=opts.dtype)
+    if fl.get("mfu") is not None and fl["mfu"] > 1:
+        doc["warnings"].append(f"delivered {fl['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU is above the peak of "
+                               f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
+                               "--tokens-per-step or the model")
+    sec = stalls.sections(session, doc, top=opts.top)
+    doc["warnings"] += sec.pop("collective_warnings")
+    doc.update(sec)
+    if budget is not None:
+        doc["budget"] = evaluate_budget(doc, budget)
+    return cast(ReportDocument, doc)

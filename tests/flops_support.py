@@ -5,8 +5,8 @@ from __future__ import annotations
 import pyarrow as pa
 
 from traceview.analysis import breakdown
-from traceview.engine.session import Session
 from traceview.engine.pipeline import build
+from traceview.engine.session import Session
 from traceview.flops.mfu import flops_params, flops_section
 
 

@@ -7,9 +7,9 @@ import sys
 
 import polars as pl
 import pytest
+from helpers import ROOT, TRACES
 
 import traceview
-from helpers import ROOT, TRACES
 
 FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
 DLRM = TRACES / "kineto" / "dlrm_8rank_v100"

@@ -29,7 +29,7 @@ def _kineto_first_event_ns(path):
 
 
 def _iso(ns):
-    return dt.datetime.fromtimestamp(ns // 1000 / 1e6, tz=dt.timezone.utc).isoformat(timespec="microseconds") \
+    return dt.datetime.fromtimestamp(ns // 1000 / 1e6, tz=dt.UTC).isoformat(timespec="microseconds") \
         .replace("+00:00", "Z")
 
 

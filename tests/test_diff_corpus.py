@@ -106,9 +106,9 @@ def test_markdown_golden(sides):
 
 def test_corpus_document_matches_schema(sides):
     import json
+    from importlib import resources
 
     import jsonschema
-    from importlib import resources
 
     from traceview.diff_cli import render_diff
     schema = json.loads(resources.files("traceview.data").joinpath("diff.schema.json").read_text())

@@ -141,8 +141,9 @@ def test_formats_may_differ(written):
 
 
 def test_document_matches_schema(diffs):
-    import jsonschema
     from importlib import resources
+
+    import jsonschema
     schema = json.loads(resources.files("traceview.data").joinpath("diff.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     for doc in diffs.values():

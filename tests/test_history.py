@@ -222,6 +222,7 @@ def test_html_renders_offline_in_chromium(planted, tmp_path):
     from tools import chromium
     chromium()          # skip (or, in CI, fail) when Chromium is missing
     from test_html_chromium import assert_renders_offline, open_page
+
     from traceview.history_cli import render_history
     _, folder, _ = planted
     result = open_page(render_history(build([folder]), "html"), tmp_path, "history")

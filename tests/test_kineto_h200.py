@@ -1,8 +1,8 @@
 """Done-when checks of the foundation issue on our own H200 MoE traces (an independent second method)."""
+import independent
 import pytest
 from helpers import TRACES
 
-import independent
 from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
 
 H200 = TRACES / "kineto" / "h200_moe"

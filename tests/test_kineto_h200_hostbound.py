@@ -1,10 +1,10 @@
 """The host-bound H200 recordings (shared/traces/kineto/h200_moe_hostbound: no profiler schedule,
 so steps are the script's `step_N` ranges; the GPU idles most of each step). Checked against the
 independent second computation of the breakdown, and the idle time against the critical path."""
+import independent
 import pytest
 from helpers import TRACES
 
-import independent
 from traceview.analysis.pipeline import AnalyzeOptions, run_analyze
 
 HOSTBOUND = TRACES / "kineto" / "h200_moe_hostbound"

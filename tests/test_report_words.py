@@ -41,12 +41,12 @@ def _paths(parts):
     return p
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _analyze_doc(name):
     return analyze(*[_paths(parts) for parts in ANALYZE[name]])
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _diff_doc(name):
     from traceview.diff.document import run_diff
     base, new = DIFFS[name]

@@ -252,6 +252,7 @@ def test_stage_colours_fixed_whatever_the_stages_present():
     an unknown stage gets the same colour in every process (not Python's salted hash)."""
     import subprocess
     import sys
+
     from traceview.reports import palette
     doc = analyze(corpus("kineto", "h200_moe", "overlap.json.gz"))
     full = charts.layer_phase(doc).to_dict(validate=False)["encoding"]["color"]["scale"]

@@ -12,11 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `fixtures` is a top-level folder of the repository, not installed
     sys.path.insert(0, str(ROOT))
 
-from fixtures import scenarios  # noqa: E402
 from helpers import analyze_paths  # noqa: E402
+
+from fixtures import scenarios  # noqa: E402
 from fixtures.synth import STRAGGLER_4RANK  # noqa: E402
 from fixtures.synth_writers import write_nsys_per_rank  # noqa: E402
-
 
 PHASE = {"fwd": "forward", "bwd": "backward"}
 # GPU idle after each planted aten::item sync, by the simulator's rules: the sync returns 1000 ns

@@ -111,7 +111,7 @@ def h200():
 
 def test_h200_layers_phases_and_stages(h200):
     rows = [r for r in h200["layers"] if r["region"] == "layer"]
-    assert {(r["layer"], r["phase"]) for r in rows} == {(l, p) for l in range(4) for p in ("forward", "backward")}
+    assert {(r["layer"], r["phase"]) for r in rows} == {(layer, p) for layer in range(4) for p in ("forward", "backward")}
     six = {"attention", "router", "dispatch", "experts", "shared_expert", "combine"}
     for step in (1, 2, 3):
         for layer in range(4):

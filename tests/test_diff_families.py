@@ -123,7 +123,7 @@ def test_golden(name, key):
 
 
 def test_tiles_and_layouts_collapse():
-    tiles = ["nvjet_sm90_tst_%s_64x4_%s_%s_bz_coopA_%s" % (t, c, o, lay)
+    tiles = [f"nvjet_sm90_tst_{t}_64x4_{c}_{o}_bz_coopA_{lay}"
              for t in ("128x256", "256x128", "192x192", "64x8") for c in ("1x2", "2x1", "4x1")
              for o in ("h", "v") for lay in ("NNT", "TNT", "NTN")]
     assert {family(n).key for n in tiles} == {"gemm:nvjet bf16"}

@@ -211,7 +211,7 @@ def test_diff_report_renders_offline_in_chromium(tmp_path):
     (ARTIFACTS / ".gitignore").write_text("*\n")
     shot = ARTIFACTS / "html_diff_h200_moe_blocking_vs_overlap.png"
     result = open_page(page, tmp_path, "diff", screenshot=shot)
-    p = assert_renders_offline(result, ["waterfall"])
+    assert_renders_offline(result, ["waterfall"])
     bars = len(re.findall(r'role="graphics-symbol"[^>]*aria-roledescription="bar"', result["dom"]))
     assert bars == len(doc["explanation"]) + 2
     assert shot.exists()

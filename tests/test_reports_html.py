@@ -258,7 +258,7 @@ def test_stage_colours_fixed_whatever_the_stages_present():
     full = charts.layer_phase(doc).to_dict(validate=False)["encoding"]["color"]["scale"]
     doc["layers"] = [r for r in doc["layers"] if r["stage"] in ("experts", "combine")]
     part = charts.layer_phase(doc).to_dict(validate=False)["encoding"]["color"]["scale"]
-    colour = lambda sc: dict(zip(sc["domain"], sc["range"]))  # noqa: E731
+    colour = lambda sc: dict(zip(sc["domain"], sc["range"], strict=True))  # noqa: E731
     assert colour(part) == {k: colour(full)[k] for k in ("experts", "combine")}
     assert colour(full)["experts"] == "#54a24b" and "#e45756" not in colour(full).values()
     code = "from traceview.reports import palette; print(palette.fallback('my_new_stage'))"

@@ -50,7 +50,7 @@ def test_straggler_collectives(straggler, fmt):
     mine = sorted((c for c in exp["collectives"] if c["rank"] == 0), key=lambda c: c["start_ns"])
     colls = doc["collectives"]
     assert len(colls) == len(mine) == 8
-    for c, e in zip(colls, mine):
+    for c, e in zip(colls, mine, strict=True):
         assert (c["kind"], c["ranks"], c["straggler"], c["skew_ns"]) == ("all_to_all", 4, rank, delay)
         assert c["wait_ns"] == {str(r): (0 if r == rank else delay) for r in range(4)}
         assert (c["layer"], c["phase"], c["stage"]) == (e["layer"], PHASE[e["phase"]], e["stage"])

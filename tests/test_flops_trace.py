@@ -42,7 +42,8 @@ CPU = [
        [[2, 4, 16, 8]] * 5 + [[2, 4, 16]] + [[]] * 9,
        [""] * 11 + ["False"] + [""] * 3),                                   # 4*2*4*16*16*8 * 2.5 = 163840
     op(12, "aten::mm", 710, 720, 1, None),                                  # no shapes: not counted
-    op(13, "aten::embedding", 5, 9, 1, [[100, 16], [4, 8], [], [], []], types=json.dumps(["c10::BFloat16", "long int"])),
+    op(13, "aten::embedding", 5, 9, 1, [[100, 16], [4, 8], [], [], []],
+       types=json.dumps(["c10::BFloat16", "long int"])),
 ]
 TOTAL = 32768 + 768 + 210 + 210 + 32768 + 163840
 GPU = [

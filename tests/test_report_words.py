@@ -264,7 +264,8 @@ def test_schema_says_what_each_aggregate_is():
               "diff family count": diff["$defs"]["family"]["properties"]["base_count"],
               "diff comm": diff["properties"]["delta"]["properties"]["comm"]}
     for name, node in fields.items():
-        assert re.search(r"\b(median|means?|totals?|one step window|one entry per)\b", node.get("description", "")), name
+        assert re.search(r"\b(median|means?|totals?|one step window|one entry per)\b",
+                         node.get("description", "")), name
     parts = rep["$defs"]["breakdown"]["properties"]
     assert all("part of the step" in parts[k]["description"] for k in ("compute_ns", "exposed_comm_ns",
                                                                          "exposed_memory_ns", "idle_ns"))

@@ -79,7 +79,8 @@ def test_analyze_with_model_config_end_to_end():
     import sys
 
     from helpers import ROOT
-    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(ROOT / "fixtures" / "h200_moe_overlap.json.gz"),
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze",
+                        str(ROOT / "fixtures" / "h200_moe_overlap.json.gz"),
                         "--model-config", str(ROOT / "fixtures" / "h200_moe.model.toml"), "-f", "json"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

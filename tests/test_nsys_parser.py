@@ -180,7 +180,8 @@ def test_a2a_nesting_and_op_projection_match_a_stack_sweep():
     prof = load([A2A])
     nest, owner = _stack_nesting(A2A)
     r = prof.cpu_ranges.to_pydict()
-    key = {i: (p, t, s, e) for i, p, t, s, e in zip(r["id"], r["pid"], r["tid"], r["start_ns"], r["end_ns"], strict=True)}
+    key = {i: (p, t, s, e)
+           for i, p, t, s, e in zip(r["id"], r["pid"], r["tid"], r["start_ns"], r["end_ns"], strict=True)}
     got = {key[i]: (d, key.get(par)) for i, d, par in zip(r["id"], r["depth"], r["parent_id"], strict=True)}
     assert len(got) == len(nest) == 19118
     assert got == nest
@@ -225,7 +226,8 @@ def _tiny(path: Path, *, kernels=True, env_rank=True):
         CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER,
             globalTid INTEGER, correlationId INTEGER, nameId INTEGER);
         CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,
-            correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER);
+            correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER,
+            dstKind INTEGER);
         CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER, end INTEGER, deviceId INTEGER,
             streamId INTEGER, correlationId INTEGER, globalPid INTEGER, syncType INTEGER, eventId INTEGER);
         CREATE TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT (correlationId INTEGER, globalPid INTEGER, eventId INTEGER,

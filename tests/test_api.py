@@ -7,9 +7,9 @@ import sys
 
 import polars as pl
 import pytest
+from helpers import ROOT, TRACES
 
 import traceview
-from helpers import ROOT, TRACES
 
 FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
 DLRM = TRACES / "kineto" / "dlrm_8rank_v100"
@@ -57,7 +57,7 @@ def test_dlrm_dataframes_equal_the_cli_json_report(dlrm):
     assert job.report() == report                       # the whole document, as `analyze -f json` writes it
     steps = rows(job.steps)
     assert len(steps) == len(report["steps"]) == 8      # 8 ranks x 1 step
-    for got, want in zip(steps, report["steps"]):
+    for got, want in zip(steps, report["steps"], strict=True):
         assert got == want
         # and each row's parts make up its window (the DataFrame carries the figures, not copies of a sum)
         assert sum(got[p] for p in PARTS) == got["step_time_ns"]
@@ -94,7 +94,7 @@ def test_sql_over_the_canonical_tables(fixture_job):
            if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")]
     df = fixture_job.sql("SELECT kind, count(*) AS n FROM gpu_activities GROUP BY kind ORDER BY kind")
     assert isinstance(df, pl.DataFrame)
-    by_kind = dict(zip(df["kind"], df["n"]))
+    by_kind = dict(zip(df["kind"], df["n"], strict=True))
     assert by_kind == {"kernel": sum(e["cat"] == "kernel" for e in gpu),
                        "memcpy": sum(e["cat"] == "gpu_memcpy" for e in gpu),
                        "memset": sum(e["cat"] == "gpu_memset" for e in gpu)}

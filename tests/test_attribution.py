@@ -70,7 +70,8 @@ def test_activity_attribution_golden():
     }
     for i, (layer, phase, stage, region, linked) in want.items():
         r = got[i]
-        assert (r["layer"], r["phase"], r["stage"], r["region"], r["linked"]) == (layer, phase, stage, region, linked), i
+        row = (r["layer"], r["phase"], r["stage"], r["region"], r["linked"])
+        assert row == (layer, phase, stage, region, linked), i
         assert r["step"] == 1
 
 
@@ -111,7 +112,8 @@ def h200():
 
 def test_h200_layers_phases_and_stages(h200):
     rows = [r for r in h200["layers"] if r["region"] == "layer"]
-    assert {(r["layer"], r["phase"]) for r in rows} == {(l, p) for l in range(4) for p in ("forward", "backward")}
+    assert {(r["layer"], r["phase"]) for r in rows} == \
+        {(layer, p) for layer in range(4) for p in ("forward", "backward")}
     six = {"attention", "router", "dispatch", "experts", "shared_expert", "combine"}
     for step in (1, 2, 3):
         for layer in range(4):
@@ -152,7 +154,8 @@ def test_paired_fixture_attributes_as_planted_in_both_formats(tmp_path, naming):
     want = collections.Counter()
     for x in s.expected["stages"]:
         stage = STAGE_OF_DEEPSEEK.get(x["stage"], x["stage"]) if naming == "deepseek" else x["stage"]
-        want[(x["rank"], x["step"], x["layer"], {"fwd": "forward", "bwd": "backward"}[x["phase"]], stage)] += x["n_activities"]
+        phase = {"fwd": "forward", "bwd": "backward"}[x["phase"]]
+        want[(x["rank"], x["step"], x["layer"], phase, stage)] += x["n_activities"]
     docs = {}
     for fmt in ("kineto", "nsys"):
         doc = docs[fmt] = run_analyze([str(paths[fmt])], AnalyzeOptions())

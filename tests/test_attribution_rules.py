@@ -42,7 +42,8 @@ def _profile():
         cpu.append(dict(id=50 + i, tid=2, start_ns=s, end_ns=s + 20, name="aten::mm", kind="op"))
     launch_ops = {61: (1, 115, 30), 62: (1, 215, 31), 63: (1, 315, 32), 64: (1, 415, 33),
                   65: (2, 1152, 50), 66: (2, 1252, 51), 67: (2, 2502, 52), 68: (1, 2015, 40), 69: (1, 2115, 41)}
-    launches = [dict(id=i, tid=t, start_ns=s, end_ns=s + 2, correlation=i, op_id=op) for i, (t, s, op) in launch_ops.items()]
+    launches = [dict(id=i, tid=t, start_ns=s, end_ns=s + 2, correlation=i, op_id=op)
+                for i, (t, s, op) in launch_ops.items()]
     gpu = [dict(id=100 + i, stream=7, start_ns=20_000 + 100 * i, end_ns=20_050 + 100 * i, name=f"k{i}",
                 correlation=i, launch_id=i) for i in launch_ops]
     return make_profile(cpu, launches, gpu)

@@ -37,7 +37,8 @@ def hand_doc() -> dict:
                 "phase": "forward", "stage": stage, "activities": 1}
     return {
         "schema": "traceview.report/1", "tool": {"name": "traceview", "version": "0"},
-        "inputs": [{"rank": 0, "file": "r0.json", "format": "kineto"}, {"rank": 1, "file": "r1.json", "format": "kineto"}],
+        "inputs": [{"rank": 0, "file": "r0.json", "format": "kineto"},
+                   {"rank": 1, "file": "r1.json", "format": "kineto"}],
         "world_size": 2, "steps_source": "hand",
         "summary": bd(110_000_000, 70_000_000, 21_000_000, 1_500_000, 17_500_000, ranks=2, steps=1, overlap_ratio=0.0),
         "per_rank": [{**r0, "rank": 0, "steps": 1, "overlap_ratio": 0.0},
@@ -154,7 +155,8 @@ def test_cli_exit_codes(tmp_path):
     idle = sorted(100 * s["idle_ns"] / s["window_ns"] for s in exp["steps"])
     median = idle[len(idle) // 2] if len(idle) % 2 else (idle[len(idle) // 2 - 1] + idle[len(idle) // 2]) / 2
     trace = GEN / "tiny_breakdown.json"
-    ok = tv("analyze", trace, "-f", "json", "--budget", write(tmp_path, f"max_idle_pct = {median + 5:.3f}\n", "ok.toml"))
+    ok = tv("analyze", trace, "-f", "json", "--budget",
+            write(tmp_path, f"max_idle_pct = {median + 5:.3f}\n", "ok.toml"))
     assert ok.returncode == 0, ok.stderr
     assert json.loads(ok.stdout)["budget"]["violations"] == []
     bad = tv("analyze", trace, "-f", "markdown", "--budget",

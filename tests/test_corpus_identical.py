@@ -4,9 +4,8 @@ regenerates the manifest (TRACEVIEW_REGOLD=1) in a commit that says which and wh
 themselves are checked by the other tests (this is a snapshot, not a proof)."""
 import os
 
-import pytest
-
 import corpus_reports as cr
+import pytest
 
 
 @pytest.mark.skipif(not cr.TRACES.exists(), reason="the shared corpus is not beside the checkout")

@@ -81,7 +81,8 @@ def test_items_sum_exactly_for_any_units(seed):
     def units():
         out = {}
         for _ in range(rng.randint(1, 40)):
-            key = (rng.randint(0, 3), rng.choice(["forward", "backward"]), rng.choice(stages), "layer") + rng.choice(fams)
+            key = (rng.randint(0, 3), rng.choice(["forward", "backward"]), rng.choice(stages), "layer") \
+                + rng.choice(fams)
             out[key] = {p: rng.randint(0, 200_000) for p in PARTS}
             out[key]["overlapped_comm_ns"] = rng.randint(0, 50_000)
             out[key]["count"] = rng.randint(0, 4)

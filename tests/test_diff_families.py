@@ -33,7 +33,8 @@ GOLDEN = [
     # nvjet fp8 (`qq` inputs, seen under aten::_scaled_mm)
     ("nvjet_sm90_qqtst_128x128_128x6_1x2_h_bz_ovscale_TNT", "gemm:nvjet fp8"),
     # CUTLASS: SIMT sgemm is an fp32 GEMM family; s1688 tensor-op with fp32 operands is TF32 (hta_nccl_parser_config)
-    ("void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)",
+    ("void cutlass::Kernel<cutlass_80_simt_sgemm_128x32_8x5_nn_align1>"
+     "(cutlass_80_simt_sgemm_128x32_8x5_nn_align1::Params)",
      "gemm:cutlass-simt fp32"),
     ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4>"
      "(cutlass_80_tensorop_s1688gemm_256x64_16x4_nn_align4::Params)", "gemm:cutlass tf32"),
@@ -42,7 +43,8 @@ GOLDEN = [
     ("cutlass3x_sm90_tensorop_gemm_e4m3_e4m3_f32_bf16_bf16_128x128x128_1x1x1_0_tnn_align16_warpspecialized_cooperative_"
      "fp8_fastaccum_epi_tma", "gemm:cutlass fp8"),
     ("void cutlass::device_kernel<cutlass::gemm::kernel::GemmUniversal<cute::tuple<int, int, int, int>, "
-     "cutlass::gemm::collective::CollectiveMma<cutlass::float_e4m3_t, cutlass::bfloat16_t>>>(Params)", "gemm:cutlass fp8"),
+     "cutlass::gemm::collective::CollectiveMma<cutlass::float_e4m3_t, cutlass::bfloat16_t>>>(Params)",
+     "gemm:cutlass fp8"),
     ("volta_s884gemm_fp16_128x128_ldg8_f2f_nn", "gemm:tensorop fp16"),
     # cuBLAS legacy and MAGMA fp32 GEMMs with C++ signatures (hta_trace_filter, hta_df_index_resolver)
     ("void sgemm_largek_lds64<true, true, 6, 3, 4, 5, 2, 66>(float*, float const*, float const*, int, int, int, int, "
@@ -60,15 +62,18 @@ GOLDEN = [
     # cuDNN implicit-GEMM convolutions are convolutions, with the MMA type (hta_alexnet, hta_nccl_parser_config)
     ("sm80_xmma_fprop_implicit_gemm_indexed_tf32f32_tf32f32_f32_nhwckrsc_nchw_tilesize128x128x16_stage4_warpsize2x2x1_g1_"
      "tensor16x8x8_alignc4_execute_kernel_cudnn", "conv:xmma-fprop tf32"),
-    ("void cutlass_cudnn_infer::Kernel<cutlass_tensorop_s1688dgrad_optimized_tf32_128x128_16x4_nhwc_unity_stride_align4>"
-     "(cutlass_tensorop_s1688dgrad_optimized_tf32_128x128_16x4_nhwc_unity_stride_align4::Params)", "conv:cutlass-dgrad tf32"),
+    ("void cutlass_cudnn_infer::Kernel<"
+     "cutlass_tensorop_s1688dgrad_optimized_tf32_128x128_16x4_nhwc_unity_stride_align4>"
+     "(cutlass_tensorop_s1688dgrad_optimized_tf32_128x128_16x4_nhwc_unity_stride_align4::Params)",
+     "conv:cutlass-dgrad tf32"),
     ("volta_h884gemm_64x64_ldg8_nn", "gemm:tensorop fp16"),
     ("ampere_bf16_s16816gemm_bf16_128x128_ldg8_f2f_stages_64x3_tn", "gemm:tensorop bf16"),
     ("void cutlass::Kernel2<cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8>"
      "(cutlass_80_wmma_tensorop_bf16_s161616gemm_bf16_32x32_128x2_tn_align8::Params)", "gemm:cutlass bf16"),
     ("Cijk_Alik_Bljk_BBS_BH_Bias_HA_S_SAV_UserArgs_MT64x32x256_MI16x16x1_SN_LDSB1_AFC1", "gemm:tensile bf16"),
     ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false, float, "
-     "__nv_bfloat16, __nv_bfloat16, true, false, false>(cublasLt::cublasSplitKParams<float>)", "gemm:splitk-reduce bf16"),
+     "__nv_bfloat16, __nv_bfloat16, true, false, false>(cublasLt::cublasSplitKParams<float>)",
+     "gemm:splitk-reduce bf16"),
     # the same work as cuBLAS picks another tile: one family
     # (checked below: every nvjet tst name maps to one key)
     # collectives
@@ -77,7 +82,8 @@ GOLDEN = [
     ("ncclDevKernel_AllReduce_Sum_bf16_RING_LL(ncclDevKernelArgsStorage<4096ul>)", "nccl:AllReduce bf16"),
     ("ncclKernel_AllReduce_RING_LL_Sum_float(ncclDevComm*, unsigned long, ncclWork*)", "nccl:AllReduce fp32"),
     ("ncclDevKernel_Generic(ncclDevKernelArgsStorage<4096ul>)", "nccl:Generic"),
-    ("void dpsk::ep::internode::dispatch<false, 8, 4, 24>(int4*, float*, long*, int*, void*, int, int)", "deepep:dispatch"),
+    ("void dpsk::ep::internode::dispatch<false, 8, 4, 24>(int4*, float*, long*, int*, void*, int, int)",
+     "deepep:dispatch"),
     ("void dpsk::ep::internode::combine<nv_bfloat16, 8, 4>(int4*, float*, int4 const*, int*, void*, int, int)",
      "deepep:combine"),
     # attention
@@ -123,7 +129,7 @@ def test_golden(name, key):
 
 
 def test_tiles_and_layouts_collapse():
-    tiles = ["nvjet_sm90_tst_%s_64x4_%s_%s_bz_coopA_%s" % (t, c, o, lay)
+    tiles = [f"nvjet_sm90_tst_{t}_64x4_{c}_{o}_bz_coopA_{lay}"
              for t in ("128x256", "256x128", "192x192", "64x8") for c in ("1x2", "2x1", "4x1")
              for o in ("h", "v") for lay in ("NNT", "TNT", "NTN")]
     assert {family(n).key for n in tiles} == {"gemm:nvjet bf16"}
@@ -131,6 +137,8 @@ def test_tiles_and_layouts_collapse():
 
 def test_dtype_is_kept():
     # bf16 -> fp32 is a cause: the same library with another dtype is another family
-    assert family("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTT").key != family("nvjet_sss_128x64_64x4_1x2_h_bz_NTT").key
+    assert family("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTT").key != \
+        family("nvjet_sss_128x64_64x4_1x2_h_bz_NTT").key
     assert family("nvjet_sss_128x64_64x4_1x2_h_bz_NTT").dtype == "fp32"
-    assert family("ampere_sgemm_128x64_nn").category == family("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTT").category
+    assert family("ampere_sgemm_128x64_nn").category == \
+        family("nvjet_sm90_tst_128x256_64x4_1x2_h_bz_coopA_NTT").category

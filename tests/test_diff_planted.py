@@ -49,7 +49,8 @@ def diffs(written):
     opts = DiffOptions()
     res = {}
     for name, (b, n) in written.items():
-        res[name] = diff_sides(load_side("base", [str(b["kineto"])], opts), load_side("new", [str(n["kineto"])], opts), opts)
+        res[name] = diff_sides(load_side("base", [str(b["kineto"])], opts),
+                               load_side("new", [str(n["kineto"])], opts), opts)
     return res
 
 

@@ -6,7 +6,8 @@ from traceview import schema
 
 def test_tables_doc_is_current():
     assert (ROOT / "docs" / "TABLES.md").read_text() == schema.markdown_doc() + "\n", \
-        "regenerate: python -c \"from traceview import schema; open('docs/TABLES.md','w').write(schema.markdown_doc()+'\\n')\""
+        "regenerate: python -c \"from traceview import schema; " \
+        "open('docs/TABLES.md','w').write(schema.markdown_doc()+'\\n')\""
 
 
 def test_readme_starts_with_the_two_setup_commands():

@@ -4,11 +4,11 @@ import pyarrow as pa
 import pytest
 from helpers import make_profile
 
+import traceview.flops.steps  # noqa: F401  (declares the FLOPs' Python steps)
 from traceview.engine import steps
 from traceview.engine.pipeline import build, plan
 from traceview.engine.session import Session
 from traceview.engine.steps import StepError, parse_header, python_step
-import traceview.flops.steps  # noqa: F401  (declares the FLOPs' Python steps)
 
 
 def _session():

@@ -34,7 +34,8 @@ def test_gb300_record():
                          [repr(round(random.Random(i).uniform(1, 3000), i % 7)) for i in range(12)])
 def test_tflops_tokens_tflops_round_trip_is_exact(tflops):
     _, a = run("--model", "deepseek-v3", "--gpu", "GB300", "--tflops-per-gpu", tflops)
-    _, b = run("--model", "deepseek-v3", "--gpu", "GB300", "--tokens-per-second-per-gpu", a["tokens_per_second_per_gpu"])
+    _, b = run("--model", "deepseek-v3", "--gpu", "GB300",
+               "--tokens-per-second-per-gpu", a["tokens_per_second_per_gpu"])
     assert b["tflops_per_gpu"] == a["tflops_per_gpu"]
     assert float(b["tflops_per_gpu"]) == float(tflops)
     if float(tflops) > 2500:      # above the GB300 peak: an MFU above 1, which --mfu refuses
@@ -82,7 +83,8 @@ def test_peak_override_and_seq_len():
     (["--tflops-per-gpu", "1"], "--model"),
     (["--model", "deepseek-v3", "--gpu", "H200", "--step-time", "1", "--tokens-per-step", "0"],
      "--tokens-per-step must be positive"),
-    (["--model", "deepseek-v3", "--gpu", "H200", "--seq-len", "0", "--tflops-per-gpu", "5"], "--seq-len must be positive"),
+    (["--model", "deepseek-v3", "--gpu", "H200", "--seq-len", "0", "--tflops-per-gpu", "5"],
+     "--seq-len must be positive"),
 ])
 def test_bad_usage_exits_2_with_one_line(args, fragment):
     res, _ = run(*args)

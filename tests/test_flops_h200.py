@@ -3,10 +3,10 @@ model in shared/tracegen/moe_step.py): trace-based and model-based FLOPs per ste
 import json
 
 import pytest
+from flops_support import section, trace_tables
 from helpers import TRACES
 
 from traceview.flops import models
-from flops_support import section, trace_tables
 
 PATH = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
 META = json.loads((TRACES / "kineto" / "h200_moe" / "overlap.meta.json").read_text())
@@ -62,6 +62,7 @@ def test_every_counted_flop_lands_on_a_kernel_once(profile):
 
 def test_without_shapes_the_model_count_is_used(profile):
     import dataclasses
+
     import pyarrow as pa
     cr = profile.cpu_ranges
     i = cr.schema.get_field_index("input_dims")
@@ -76,8 +77,10 @@ def test_analyze_with_model_config_end_to_end():
     """`traceview analyze --model-config`: both counts, their ratio within 5 %, MFU vs the H200 bf16 peak."""
     import subprocess
     import sys
+
     from helpers import ROOT
-    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(ROOT / "fixtures" / "h200_moe_overlap.json.gz"),
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze",
+                        str(ROOT / "fixtures" / "h200_moe_overlap.json.gz"),
                         "--model-config", str(ROOT / "fixtures" / "h200_moe.model.toml"), "-f", "json"],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr

@@ -180,6 +180,7 @@ def test_h200_model_config_counts_what_torch_counted(recording):
     model's parameters, and active = all but the routed experts + top-k experts per layer."""
     from dataclasses import replace
     from pathlib import Path
+
     from tests.helpers import TRACES
     meta = json.loads((TRACES / "kineto" / recording / "overlap.meta.json").read_text())
     cfg = load_config(Path(__file__).parents[1] / "fixtures" / "h200_moe.model.toml")

@@ -93,7 +93,7 @@ def test_planted_regression_on_night_41_only(planted):
     assert [i + 1 for i, b in enumerate(bands) if b is None] == list(range(1, 8)) + list(range(42, 48))
     assert bands[40] == pytest.approx([step["from"] - step["band"], step["from"] + step["band"]], rel=1e-12)
     assert not bands[40][0] <= values[40] <= bands[40][1]
-    assert all(b[0] <= v <= b[1] for b, v in zip(bands, values) if b is not None and b is not bands[40])
+    assert all(b[0] <= v <= b[1] for b, v in zip(bands, values, strict=True) if b is not None and b is not bands[40])
     experts = [_stage_ms(d, "experts") for d in docs]
     assert moved["stage:experts"]["from"] == pytest.approx(statistics.median(experts[12:40]), rel=1e-12)
     # 8 % of a ~301 ms step on a ~144 ms stage: about +17 %
@@ -222,6 +222,7 @@ def test_html_renders_offline_in_chromium(planted, tmp_path):
     from tools import chromium
     chromium()          # skip (or, in CI, fail) when Chromium is missing
     from test_html_chromium import assert_renders_offline, open_page
+
     from traceview.history_cli import render_history
     _, folder, _ = planted
     result = open_page(render_history(build([folder]), "html"), tmp_path, "history")

@@ -92,7 +92,7 @@ def test_kernels_with_null_text_real_or_extreme_times_are_dropped_and_counted(tm
     first = count(db, f"SELECT min(start) FROM {K} WHERE typeof(start) = 'integer' AND start < 4611686018427387904 "
                       """AND typeof("end") = 'integer' AND "end" > -2305843009213693952""")
     starts = [s for s, k in zip(prof.gpu_activities.column("start_ns").to_pylist(),
-                                prof.gpu_activities.column("kind").to_pylist()) if k == "kernel"]
+                                prof.gpu_activities.column("kind").to_pylist(), strict=True) if k == "kernel"]
     assert min(starts) == first > 0
     doc = analyze_paths([db])
     steps_add_up(doc)

@@ -45,7 +45,7 @@ def shown(name: str) -> str:
         elif ch in "\t\n":
             out.append(ch)
         elif o < 0x20 or 0x7F <= o <= 0x9F:
-            out.append("\\x%02x" % o)
+            out.append(f"\\x{o:02x}")
         else:
             out.append(ch)
     return "".join(out)

@@ -37,14 +37,23 @@ HOOK = """<script>(function () {
   function add(m) {
     log.push(String(m));
     var el = document.getElementById('tv-console');
-    if (!el && document.body) { el = document.createElement('pre'); el.id = 'tv-console'; document.body.appendChild(el); }
+    if (!el && document.body) {
+      el = document.createElement('pre'); el.id = 'tv-console'; document.body.appendChild(el);
+    }
     if (el) { el.textContent = JSON.stringify(log); }
   }
-  var ce = console.error; console.error = function () { add('console.error: ' + Array.prototype.join.call(arguments, ' ')); return ce.apply(console, arguments); };
+  var ce = console.error;
+  console.error = function () {
+    add('console.error: ' + Array.prototype.join.call(arguments, ' ')); return ce.apply(console, arguments);
+  };
   window.alert = function (m) { add('alert: ' + m); };
-  window.addEventListener('error', function (e) { add('error: ' + (e.message || (e.target && e.target.outerHTML) || e)); }, true);
+  window.addEventListener('error', function (e) {
+    add('error: ' + (e.message || (e.target && e.target.outerHTML) || e));
+  }, true);
   window.addEventListener('unhandledrejection', function (e) { add('rejection: ' + e.reason); });
-  document.addEventListener('securitypolicyviolation', function (e) { add('csp: ' + e.violatedDirective + ' ' + e.blockedURI); });
+  document.addEventListener('securitypolicyviolation', function (e) {
+    add('csp: ' + e.violatedDirective + ' ' + e.blockedURI);
+  });
   window.addEventListener('load', function () { add('loaded'); });
 })();</script>"""
 
@@ -175,7 +184,8 @@ def test_h200_report_renders_offline_in_chromium(tmp_path):
 
 def test_hostile_names_do_not_inject_in_chromium(tmp_path):
     """The kernel `<img src=x onerror=alert(1)>` shows as text; no <img> element, no alert()."""
-    doc = with_issue6(analyze(GEN / "hostile_names.json"), stall_evidence=f"{HOSTILE_KERNEL} </script><script>alert(2)</script>")
+    doc = with_issue6(analyze(GEN / "hostile_names.json"),
+                      stall_evidence=f"{HOSTILE_KERNEL} </script><script>alert(2)</script>")
     result = open_page(html_report.render(doc), tmp_path, "hostile")
     p = assert_renders_offline(result, ["step_breakdown", "layer_phase", "timeline"])
     assert p.imgs == 0
@@ -211,7 +221,7 @@ def test_diff_report_renders_offline_in_chromium(tmp_path):
     (ARTIFACTS / ".gitignore").write_text("*\n")
     shot = ARTIFACTS / "html_diff_h200_moe_blocking_vs_overlap.png"
     result = open_page(page, tmp_path, "diff", screenshot=shot)
-    p = assert_renders_offline(result, ["waterfall"])
+    assert_renders_offline(result, ["waterfall"])
     bars = len(re.findall(r'role="graphics-symbol"[^>]*aria-roledescription="bar"', result["dom"]))
     assert bars == len(doc["explanation"]) + 2
     assert shot.exists()

@@ -111,7 +111,7 @@ def _check_counts(prof, db):
     for kind, table in (("kernel", "CUPTI_ACTIVITY_KIND_KERNEL"), ("memcpy", "CUPTI_ACTIVITY_KIND_MEMCPY"),
                         ("memset", "CUPTI_ACTIVITY_KIND_MEMSET")):
         want = {rank_of[p]: n for p, n in _per_pid(db, table, "globalPid").items()}
-        got = Counter(r for r, k in zip(g["rank"], g["kind"]) if k == kind)
+        got = Counter(r for r, k in zip(g["rank"], g["kind"], strict=True) if k == kind)
         assert dict(got) == want, kind
     want = {rank_of[p]: n for p, n in _per_pid(db, "CUPTI_ACTIVITY_KIND_RUNTIME", "globalTid").items() if p in rank_of}
     assert dict(Counter(prof.launches.column("rank").to_pylist())) == want
@@ -137,10 +137,10 @@ def test_a2a_two_ranks_with_sendrecv_kernels():
                              WHERE s.value LIKE 'ncclDevKernel_SendRecv%' GROUP BY p ORDER BY p"""))
     assert list(want) == [144, 145] and all(n > 0 for n in want.values())
     g = prof.gpu_activities.to_pydict()
-    got = Counter(r for r, n in zip(g["rank"], g["name"]) if n.startswith("ncclDevKernel_SendRecv"))
+    got = Counter(r for r, n in zip(g["rank"], g["name"], strict=True) if n.startswith("ncclDevKernel_SendRecv"))
     assert got == {0: want[144], 1: want[145]}
     # the memcpy names, as Kineto writes them
-    names = Counter(n for n, k in zip(g["name"], g["kind"]) if k != "kernel")
+    names = Counter(n for n, k in zip(g["name"], g["kind"], strict=True) if k != "kernel")
     assert names["Memcpy DtoD (Device -> Device)"] == _sq(A2A, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMCPY "
                                                               "WHERE copyKind = 8")[0][0]
     assert names["Memset (Device)"] == _sq(A2A, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_MEMSET")[0][0]
@@ -180,20 +180,21 @@ def test_a2a_nesting_and_op_projection_match_a_stack_sweep():
     prof = load([A2A])
     nest, owner = _stack_nesting(A2A)
     r = prof.cpu_ranges.to_pydict()
-    key = {i: (p, t, s, e) for i, p, t, s, e in zip(r["id"], r["pid"], r["tid"], r["start_ns"], r["end_ns"])}
-    got = {key[i]: (d, key.get(par)) for i, d, par in zip(r["id"], r["depth"], r["parent_id"])}
+    key = {i: (p, t, s, e)
+           for i, p, t, s, e in zip(r["id"], r["pid"], r["tid"], r["start_ns"], r["end_ns"], strict=True)}
+    got = {key[i]: (d, key.get(par)) for i, d, par in zip(r["id"], r["depth"], r["parent_id"], strict=True)}
     assert len(got) == len(nest) == 19118
     assert got == nest
-    l = prof.launches.to_pydict()
-    got_owner = {(p, c): key.get(o) for p, c, o in zip(l["pid"], l["correlation"], l["op_id"])}
+    la = prof.launches.to_pydict()
+    got_owner = {(p, c): key.get(o) for p, c, o in zip(la["pid"], la["correlation"], la["op_id"], strict=True)}
     assert got_owner == owner
     assert sum(v is not None for v in owner.values()) > 7000
     # kernels inherit launch and op from the call with their correlation id in their process
-    lid = dict(zip(zip(l["pid"], l["correlation"]), l["id"]))
+    lid = dict(zip(zip(la["pid"], la["correlation"], strict=True), la["id"], strict=True))
     g = prof.gpu_activities.to_pydict()
-    pid_of_rank = {m["rank"]: p for m, p in zip(prof.meta.to_pylist(), (144, 145))}
+    pid_of_rank = {m["rank"]: p for m, p in zip(prof.meta.to_pylist(), (144, 145), strict=True)}
     linked = 0
-    for rank, corr, launch, op in zip(g["rank"], g["correlation"], g["launch_id"], g["op_id"]):
+    for rank, corr, launch, op in zip(g["rank"], g["correlation"], g["launch_id"], g["op_id"], strict=True):
         k = (pid_of_rank[rank], corr)
         assert launch == lid.get(k)
         assert key.get(op) == owner.get(k)
@@ -225,7 +226,8 @@ def _tiny(path: Path, *, kernels=True, env_rank=True):
         CREATE TABLE CUPTI_ACTIVITY_KIND_RUNTIME (start INTEGER, end INTEGER, eventClass INTEGER,
             globalTid INTEGER, correlationId INTEGER, nameId INTEGER);
         CREATE TABLE CUPTI_ACTIVITY_KIND_MEMCPY (start INTEGER, end INTEGER, deviceId INTEGER, streamId INTEGER,
-            correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER, dstKind INTEGER);
+            correlationId INTEGER, globalPid INTEGER, bytes INTEGER, copyKind INTEGER, srcKind INTEGER,
+            dstKind INTEGER);
         CREATE TABLE CUPTI_ACTIVITY_KIND_SYNCHRONIZATION (start INTEGER, end INTEGER, deviceId INTEGER,
             streamId INTEGER, correlationId INTEGER, globalPid INTEGER, syncType INTEGER, eventId INTEGER);
         CREATE TABLE CUPTI_ACTIVITY_KIND_CUDA_EVENT (correlationId INTEGER, globalPid INTEGER, eventId INTEGER,

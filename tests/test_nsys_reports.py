@@ -83,7 +83,8 @@ def _batch_windows(db):
                        LEFT JOIN StringIds s ON s.id = n.textId
                        WHERE n.eventType = 59 AND coalesce(n.text, s.value) LIKE 'Batch %'""").fetchall()
     acts = _launched_inside(con, [(s, e, None) for s, e, _ in b])
-    return {int(name.split()[1]): max(x[1] for x in a) - min(x[0] for x in a) for (_, _, name), a in zip(b, acts) if a}
+    return {int(name.split()[1]): max(x[1] for x in a) - min(x[0] for x in a)
+            for (_, _, name), a in zip(b, acts, strict=True) if a}
 
 
 @pytest.mark.parametrize("name", [BASE, AMP])

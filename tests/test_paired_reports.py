@@ -20,7 +20,7 @@ def test_kineto_and_nsys_forms_give_identical_reports(name):
         del doc["inputs"]
     # Two facts only the Kineto form records: collective message sizes (NCCL kernel args) and
     # operand dtypes (`Input type`); an nsys export has neither (emit_nvtx names carry shapes only).
-    for ck, cn in zip(k["comm"], n["comm"]):
+    for ck, cn in zip(k["comm"], n["comm"], strict=True):
         assert cn["bytes"] in (None, ck["bytes"])
     assert n["flops"]["dtype_source"] in ("assumed", k["flops"]["dtype_source"])
     assert n["flops"]["dtype"] == k["flops"]["dtype"] == "bf16"
@@ -43,7 +43,7 @@ def test_kineto_and_nsys_forms_give_identical_reports(name):
 def test_tiny_breakdown_numbers_by_hand():
     exp = json.loads((GEN / "tiny_breakdown.expected.json").read_text())
     doc = run_analyze([str(GEN / "tiny_breakdown.sqlite")], AnalyzeOptions())
-    for e, got in zip(exp["steps"], doc["steps"]):
+    for e, got in zip(exp["steps"], doc["steps"], strict=True):
         assert got["step"] == e["step"]
         assert got["step_time_ns"] == e["window_ns"]
         for f in ("compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memory_ns", "idle_ns", "comm_ns"):

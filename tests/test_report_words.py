@@ -68,7 +68,7 @@ def text_tables(s: str) -> list[tuple[list[str], list[list[str]]]]:
             continue
         spans = [(m.start(), m.end()) for m in re.finditer(r"-+", lines[i])]
 
-        def cells(line):
+        def cells(line, spans=spans):
             return [line[a:b if k + 1 < len(spans) else None].strip() for k, (a, b) in enumerate(spans)]
         rows = []
         for line in lines[i + 1:]:
@@ -227,7 +227,7 @@ def _check_part_table(headers, rows, expect, key_cols):
         key = tuple(r[:key_cols]) if key_cols > 1 else r[0]
         exp = expect[key]
         assert abs(total - exp[0] / 1000) <= 0.5 + 1e-6, (r, exp)
-        for i, e in zip(part_cols, exp[1:]):
+        for i, e in zip(part_cols, exp[1:], strict=True):
             assert abs(_units(r[i]) - e / 1000) <= 1.0 + 1e-6, (r, exp)   # parts rounded to the total: +-1 us
         seen += 1
     return seen
@@ -264,7 +264,8 @@ def test_schema_says_what_each_aggregate_is():
               "diff family count": diff["$defs"]["family"]["properties"]["base_count"],
               "diff comm": diff["properties"]["delta"]["properties"]["comm"]}
     for name, node in fields.items():
-        assert re.search(r"\b(median|means?|totals?|one step window|one entry per)\b", node.get("description", "")), name
+        assert re.search(r"\b(median|means?|totals?|one step window|one entry per)\b",
+                         node.get("description", "")), name
     parts = rep["$defs"]["breakdown"]["properties"]
     assert all("part of the step" in parts[k]["description"] for k in ("compute_ns", "exposed_comm_ns",
                                                                          "exposed_memory_ns", "idle_ns"))

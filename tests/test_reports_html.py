@@ -112,7 +112,8 @@ def test_issue6_sections_in_html():
     page = html.render(doc)
     text = "".join(parse(page).text)
     for heading in ("Top stalls (2 of 2)", "Stragglers (ranks the others waited for)",
-                    "Collectives with the most skew (1 of 1)", "Critical path composition (mean over 4 rank-step window(s))"):
+                    "Collectives with the most skew (1 of 1)",
+                    "Critical path composition (mean over 4 rank-step window(s))"):
         assert heading in text
 
 
@@ -140,7 +141,8 @@ def test_layer_phase_totals():
     doc = analyze(corpus("kineto", "h200_moe", "overlap.json.gz"))
     vals = values(charts.layer_phase(doc))
     n = len(doc["steps"])
-    assert sum(v["ms"] for v in vals) == pytest.approx(sum(r["step_time_ns"] for r in doc["layers"]) / n / 1e6, rel=1e-6)
+    assert sum(v["ms"] for v in vals) == \
+        pytest.approx(sum(r["step_time_ns"] for r in doc["layers"]) / n / 1e6, rel=1e-6)
     layer0_fwd = [v for v in vals if v["bar"] == "layer 0 · forward"]
     assert {v["stage"] for v in layer0_fwd} >= {"attention", "router", "dispatch", "experts", "combine"}
 
@@ -207,12 +209,14 @@ def test_out_dir_bundle(tmp_path):
 
     from helpers import ROOT
     out = tmp_path / "perf"
-    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(GEN / "straggler_4rank"), "--out-dir", str(out),
+    r = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(GEN / "straggler_4rank"),
+                        "--out-dir", str(out),
                         "-f", "markdown", "-o", str(out / "summary.md")], capture_output=True, text=True, cwd=ROOT,
                        timeout=300)
     assert r.returncode == 0, r.stderr
     names = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
-    charts_ = [f"charts/{n}.{e}" for n in ("layer_phase", "step_breakdown", "stragglers", "timeline") for e in ("png", "svg")]
+    charts_ = [f"charts/{n}.{e}" for n in ("layer_phase", "step_breakdown", "stragglers", "timeline")
+               for e in ("png", "svg")]
     assert names == sorted(charts_ + ["report.html", "report.json", "report.md", "summary.md"])
     md = (out / "report.md").read_text()
     links = re.findall(r"!\[[^\]]*\]\(([^)]+)\)", md)
@@ -252,12 +256,13 @@ def test_stage_colours_fixed_whatever_the_stages_present():
     an unknown stage gets the same colour in every process (not Python's salted hash)."""
     import subprocess
     import sys
+
     from traceview.reports import palette
     doc = analyze(corpus("kineto", "h200_moe", "overlap.json.gz"))
     full = charts.layer_phase(doc).to_dict(validate=False)["encoding"]["color"]["scale"]
     doc["layers"] = [r for r in doc["layers"] if r["stage"] in ("experts", "combine")]
     part = charts.layer_phase(doc).to_dict(validate=False)["encoding"]["color"]["scale"]
-    colour = lambda sc: dict(zip(sc["domain"], sc["range"]))  # noqa: E731
+    colour = lambda sc: dict(zip(sc["domain"], sc["range"], strict=True))  # noqa: E731
     assert colour(part) == {k: colour(full)[k] for k in ("experts", "combine")}
     assert colour(full)["experts"] == "#54a24b" and "#e45756" not in colour(full).values()
     code = "from traceview.reports import palette; print(palette.fallback('my_new_stage'))"

@@ -100,7 +100,8 @@ def test_step_regex_names_other_ranges():
 def test_summary_is_the_median_step_with_its_own_parts():
     rows = [dict(rank=0, step=i, step_time_ns=t, compute_ns=c, exposed_comm_ns=e, overlapped_comm_ns=o,
                  exposed_memory_ns=0, idle_ns=t - c - e, comm_ns=e + o)
-            for i, (t, c, e, o) in enumerate([(100, 50, 10, 30), (300, 200, 20, 10), (200, 100, 0, 0), (250, 100, 30, 10)])]
+            for i, (t, c, e, o) in enumerate([(100, 50, 10, 30), (300, 200, 20, 10),
+                                              (200, 100, 0, 0), (250, 100, 30, 10)])]
     s = breakdown.summarize(rows)
     # by hand: sorted 100 (step 0), 200 (step 2), 250 (step 3), 300 (step 1): the lower middle of
     # four is step 2, with its own parts (a field-by-field median would give exposed comm 15)

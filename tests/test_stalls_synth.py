@@ -12,11 +12,11 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # `fixtures` is a top-level folder of the repository, not installed
     sys.path.insert(0, str(ROOT))
 
-from fixtures import scenarios  # noqa: E402
 from helpers import analyze_paths  # noqa: E402
+
+from fixtures import scenarios  # noqa: E402
 from fixtures.synth import STRAGGLER_4RANK  # noqa: E402
 from fixtures.synth_writers import write_nsys_per_rank  # noqa: E402
-
 
 PHASE = {"fwd": "forward", "bwd": "backward"}
 # GPU idle after each planted aten::item sync, by the simulator's rules: the sync returns 1000 ns
@@ -50,7 +50,7 @@ def test_straggler_collectives(straggler, fmt):
     mine = sorted((c for c in exp["collectives"] if c["rank"] == 0), key=lambda c: c["start_ns"])
     colls = doc["collectives"]
     assert len(colls) == len(mine) == 8
-    for c, e in zip(colls, mine):
+    for c, e in zip(colls, mine, strict=True):
         assert (c["kind"], c["ranks"], c["straggler"], c["skew_ns"]) == ("all_to_all", 4, rank, delay)
         assert c["wait_ns"] == {str(r): (0 if r == rank else delay) for r in range(4)}
         assert (c["layer"], c["phase"], c["stage"]) == (e["layer"], PHASE[e["phase"]], e["stage"])

@@ -478,9 +478,11 @@ def test_flops_kernels():
         cpu=[{"id": 1, "tid": 1, "name": "ProfilerStep#1", "start_ns": 0, "end_ns": 1000},
              op(2, "aten::linear", parent=1), op(3, "aten::addmm", parent=2), op(4, "aten::mm", parent=1),
              op(5, "aten::mm", parent=4)],
-        gpu=[{"id": 10, "start_ns": 0, "end_ns": 300, "op_id": 3}, {"id": 11, "start_ns": 300, "end_ns": 400, "op_id": 2},
+        gpu=[{"id": 10, "start_ns": 0, "end_ns": 300, "op_id": 3},
+             {"id": 11, "start_ns": 300, "end_ns": 400, "op_id": 2},
              {"id": 12, "kind": "memcpy", "start_ns": 400, "end_ns": 500, "op_id": 3},
-             {"id": 13, "start_ns": 500, "end_ns": 500, "op_id": 5}, {"id": 14, "start_ns": 600, "end_ns": 600, "op_id": 5},
+             {"id": 13, "start_ns": 500, "end_ns": 500, "op_id": 5},
+             {"id": 14, "start_ns": 600, "end_ns": 600, "op_id": 5},
              {"id": 15, "start_ns": 700, "end_ns": 800, "op_id": 4}, {"id": 16, "start_ns": 800, "end_ns": 900}])
     given = {"flops_ops": T([flops_op(2, 1000.0, True), flops_op(3, 1000.0, False), flops_op(4, None, False),
                              flops_op(5, 90.0, True)], flops=pa.float64())}
@@ -579,7 +581,8 @@ def test_every_declared_step_has_a_golden_test():
 # kernel names whose families tests/test_diff_families.py states
 GEMM = "volta_s884gemm_fp16_128x128_ldg8_f2f_nn"                                   # gemm:tensorop fp16
 SPLITK = ("void cublasLt::splitKreduce_kernel<32, 16, int, float, __nv_bfloat16, float, __nv_bfloat16, false, float, "
-          "__nv_bfloat16, __nv_bfloat16, true, false, false>(cublasLt::cublasSplitKParams<float>)")   # gemm:splitk-reduce
+          "__nv_bfloat16, __nv_bfloat16, true, false, false>"
+          "(cublasLt::cublasSplitKParams<float>)")   # gemm:splitk-reduce
 FLASH = ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<128, 128, 64, 4, false, false, cutlass::bfloat16_t>, "
          "false, true>(flash::Flash_fwd_params)")                                   # attention bf16
 ELEM = ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<c10::BFloat16>, "
@@ -595,11 +598,13 @@ INFO = [(0, SPLITK, "gemm:splitk-reduce bf16", None, None), (0, FLASH, "attentio
 
 
 def test_flops_kernel_info():
-    prof = make_profile(gpu=[{"id": 1, "name": GEMM, "start_ns": 0, "end_ns": 1}, {"id": 2, "name": SPLITK, "start_ns": 0, "end_ns": 1},
+    prof = make_profile(gpu=[{"id": 1, "name": GEMM, "start_ns": 0, "end_ns": 1},
+                             {"id": 2, "name": SPLITK, "start_ns": 0, "end_ns": 1},
                              {"id": 3, "name": FLASH, "start_ns": 0, "end_ns": 1},
                              {"id": 4, "rank": 1, "name": ELEM, "start_ns": 0, "end_ns": 1},
                              {"id": 5, "name": GEMM, "start_ns": 0, "end_ns": 1}], ranks=(0, 1))
-    given = {"flops_kernels": kernel_rows([(1, 0, 5, 1.0), (2, 0, 5, 1.0), (3, 0, 6, 1.0), (4, 1, 7, 1.0), (5, 0, 6, 1.0)])}
+    given = {"flops_kernels": kernel_rows([(1, 0, 5, 1.0), (2, 0, 5, 1.0), (3, 0, 6, 1.0), (4, 1, 7, 1.0),
+                                           (5, 0, 6, 1.0)])}
     got = run_step("flops_kernel_info", prof, given=given)
     # one row per distinct (rank, name), by rank and name; the split-K reduce is a GEMM family but not a
     # compute kernel (no category, no math type), nor is the elementwise add
@@ -611,7 +616,8 @@ def test_flops_op_kernels():
                              {"id": 2, "name": SPLITK, "start_ns": 300, "end_ns": 400},
                              {"id": 3, "name": FLASH, "start_ns": 500, "end_ns": 400}])     # reversed: 0 ns
     given = {"flops_kernels": kernel_rows([(1, 0, 5, 75.0), (2, 0, 5, 25.0), (3, 0, 6, 10.0)]),
-             "flops_kernel_info": T([dict(zip(("rank", "name", "family", "category", "kdtype"), r, strict=True)) for r in INFO])}
+             "flops_kernel_info": T([dict(zip(("rank", "name", "family", "category", "kdtype"), r, strict=True))
+                                     for r in INFO])}
     got = run_step("flops_op_kernels", prof, given=given, order_by="id")
     cols = ("id", "rank", "op_id", "name", "family", "category", "kdtype", "dur_ns", "flops")
     assert got == [dict(zip(cols, r, strict=True)) for r in [
@@ -633,7 +639,8 @@ def test_flops_op_inputs():
     prof = make_profile(cpu=[op(5, "aten::mm", types=BF), op(6, SDPA), op(7, "aten::mm", types=F32)])
     given = {
         "flops_step_ops": T([{"rank": 0, "step": s, "id": i, "name": n, "flops": f}
-                             for s, i, n, f in [(1, 5, "aten::mm", 100.0), (1, 6, SDPA, 10.0), (2, 7, "aten::mm", 8.0)]]),
+                             for s, i, n, f in [(1, 5, "aten::mm", 100.0), (1, 6, SDPA, 10.0),
+                                                (2, 7, "aten::mm", 8.0)]]),
         "flops_op_kernels": T([op_kernel(1, 5, "gemm", "fp16", 300), op_kernel(2, 5, None, None, 500),
                                op_kernel(8, 5, "gemm", "tf32", 300), op_kernel(3, 6, "attention", "bf16", 0),
                                op_kernel(4, 7, None, None, 50)])}
@@ -647,7 +654,8 @@ def test_flops_op_inputs():
 
 
 def test_flops_op_precision():
-    rows = [(1, 5, "aten::mm", 100.0, BF, "fp16"), (1, 6, SDPA, 10.0, None, "bf16"), (2, 7, "aten::mm", 8.0, F32, "tf32"),
+    rows = [(1, 5, "aten::mm", 100.0, BF, "fp16"), (1, 6, SDPA, 10.0, None, "bf16"),
+            (2, 7, "aten::mm", 8.0, F32, "tf32"),
             (2, 9, "aten::_scaled_mm", 4.0, BF, None), (2, 10, "aten::conv2d", 2.0, None, None)]
     given = {"flops_op_inputs": T([{"rank": 0, "step": s, "id": i, "name": n, "flops": f, "input_types": t,
                                     "kernel_precision": k} for s, i, n, f, t, k in rows])}
@@ -663,10 +671,13 @@ def test_flops_op_precision():
 
 def test_flops_compute_kernels():
     given = {
-        "flops_op_kernels": T([op_kernel(1, 5, "gemm", "fp16", 300, 60.0, "g"), op_kernel(2, 5, None, None, 100, 20.0, "r"),
+        "flops_op_kernels": T([op_kernel(1, 5, "gemm", "fp16", 300, 60.0, "g"),
+                               op_kernel(2, 5, None, None, 100, 20.0, "r"),
                                op_kernel(8, 5, "gemm", "fp16", 100, 20.0, "g"),
-                               op_kernel(3, 6, "attention", "bf16", 0, 5.0, "a"), op_kernel(4, 6, "attention", "bf16", 0, 5.0, "a"),
-                               op_kernel(5, 7, None, None, 50, 8.0, "e"), op_kernel(6, 11, "gemm", "bf16", 10, 1.0, "g")]),
+                               op_kernel(3, 6, "attention", "bf16", 0, 5.0, "a"),
+                               op_kernel(4, 6, "attention", "bf16", 0, 5.0, "a"),
+                               op_kernel(5, 7, None, None, 50, 8.0, "e"),
+                               op_kernel(6, 11, "gemm", "bf16", 10, 1.0, "g")]),
         "flops_op_precision": T([{"rank": 0, "step": 1, "id": i, "name": "x", "flops": f, "precision": p,
                                   "precision_source": "inputs", "kind": k, "kernel_precision": None}
                                  for i, f, p, k in [(5, 100.0, "bf16", "gemm"), (6, 10.0, "bf16", "attention"),

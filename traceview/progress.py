@@ -1,5 +1,5 @@
 """One updating progress line on stderr (ranks done / total, MB/s, time left): on a terminal only,
-never on a pipe or in CI logs unless forced (`--progress`)."""
+for jobs of several traces, never on a pipe or in CI logs unless forced (`--progress`)."""
 from __future__ import annotations
 
 import os
@@ -19,7 +19,8 @@ def wanted(stream, force: bool) -> bool:
 class Progress:
     def __init__(self, total: int, total_bytes: int, force: bool = False, stream=None, every_s: float = 0.2):
         self.stream = stream if stream is not None else sys.stderr
-        self.on = wanted(self.stream, force)
+        # a job of one trace has nothing to count: the line is for jobs of several ranks (or forced)
+        self.on = wanted(self.stream, force) and (total > 1 or force)
         self.total, self.total_bytes = total, total_bytes
         self.done = self.bytes = 0
         self.t0 = time.perf_counter()

@@ -76,7 +76,8 @@ def render(doc: DiffDocument) -> str:
     out += table(["ms per step", "base", "new", "change"], rows)
     f = d.get("flops")
     if f:
-        out += ["", f"Delivered TFLOP/s per GPU: {f['base_tflops']:.1f} → {f['new_tflops']:.1f} ({f['delta_tflops']:+.1f})."]
+        out += ["", f"Delivered TFLOP/s per GPU: {f['base_tflops']:.1f} → {f['new_tflops']:.1f} "
+                    f"({f['delta_tflops']:+.1f})."]
     out += ["", "<details><summary>Stages, collectives and kernel families</summary>", ""]
     st = [r for r in d["stages"] if r["delta_ns"]][:12]
     if st:
@@ -103,7 +104,8 @@ def render(doc: DiffDocument) -> str:
     for title, frows in (("changed", fam["changed"][:12]), ("appeared", fam["appeared"][:12]),
                         ("vanished", fam["vanished"][:12])):
         if frows:
-            out += table([f"kernel family ({title}; mean per rank-step)", "base ms", "new ms", "change ms", FAMILY_COUNT],
+            out += table([f"kernel family ({title}; mean per rank-step)", "base ms", "new ms", "change ms",
+                          FAMILY_COUNT],
                          [[esc(r["family"], 60), ms(r["base_ns"]), ms(r["new_ns"]), sms(r["delta_ns"]),
                            family_counts(r, "→")] for r in frows])
             out.append("")

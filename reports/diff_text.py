@@ -124,7 +124,8 @@ def render(doc: DiffDocument) -> str:
     if stalls:
         out += ["", "Stalls that changed (ms per median step)"]
         out += table(["cause", "where", "base", "new", "status"],
-                     [[clip(r["cause"], 16), clip(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 40), ms(r["base_ns"]),
+                     [[clip(r["cause"], 16), clip(f"{_layer(r['layer'])} {r['phase']} {r['stage']}", 40),
+                       ms(r["base_ns"]),
                        ms(r["new_ns"]), r["status"]] for r in stalls], aligns="llrrl")
     cp = d.get("critical_path")
     if cp:

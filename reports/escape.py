@@ -127,7 +127,7 @@ def neutralize(obj, fn=controls):
         return out if changed else obj
     if isinstance(obj, (list, tuple)):
         items = [neutralize(v, fn) for v in obj]
-        if all(a is b for a, b in zip(items, obj)):
+        if all(a is b for a, b in zip(items, obj, strict=False)):
             return obj
         return type(obj)(items) if isinstance(obj, list) else tuple(items)
     return obj

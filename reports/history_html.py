@@ -64,7 +64,8 @@ def headline_chart(doc: dict):
     rows = _rows(doc, metrics)
     if not rows:
         return None
-    return _panels("history_headline", metrics, "Headline metrics over the nights (grey: the noise band; red: a change)", 130), rows
+    title = "Headline metrics over the nights (grey: the noise band; red: a change)"
+    return _panels("history_headline", metrics, title, 130), rows
 
 
 def stage_chart(doc: dict):
@@ -72,7 +73,8 @@ def stage_chart(doc: dict):
     rows = _rows(doc, metrics)
     if not rows:
         return None
-    return _panels("history_stages", metrics, "Stage times over the nights (ms per step; grey: the noise band; red: a change)", 90), rows
+    title = "Stage times over the nights (ms per step; grey: the noise band; red: a change)"
+    return _panels("history_stages", metrics, title, 90), rows
 
 
 def specs(doc: dict) -> list[tuple[str, dict]]:

@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import textwrap
 
-from . import markdown as mdr
-from . import text as txt
-from .escape import md, one_line_controls as term   # control characters and line breaks as escapes
+from . import markdown as mdr, text as txt
+from .escape import md, one_line_controls as term  # control characters and line breaks as escapes
 
 
 def value(v, unit: str) -> str:
@@ -95,7 +94,8 @@ def render_text(doc: dict) -> str:
 
     def mark(v, changed):
         return v + ("*" if changed else " ")
-    rows = [[n["night"], _when(n)] + _cells(n, hm, mark) + ["yes" if n["changed"] else "", term(txt.clip(n["file"], 48))]
+    rows = [[n["night"], _when(n)] + _cells(n, hm, mark)
+            + ["yes" if n["changed"] else "", term(txt.clip(n["file"], 48))]
             for n in doc["nights"]]
     out.append("Nights (* = outside the noise band)")
     out += txt.table(["night", "captured (UTC)"] + [_SHORT.get(m["key"], m["label"]) for m in hm] + ["change", "file"],

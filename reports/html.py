@@ -180,7 +180,8 @@ def _stalls_html(doc: ReportDocument) -> list[str]:
         return ["<h2>Top stalls</h2>", "<p>No stalls found.</p>"]
     top = sorted(stalls, key=lambda s: (-(s.get("dur_ns") or 0), s.get("rank", 0), s.get("step", 0),
                                         s.get("start_ns") or 0))[:mdr.TOP]
-    opt = lambda v: "-" if v is None else v
+    def opt(v):
+        return "-" if v is None else v
     rows = [[i, opt(s.get("rank")), opt(s.get("step")), opt(s.get("layer")), opt(s.get("phase")), opt(s.get("stage")),
              opt(s.get("cause")), ms(s.get("dur_ns")), mdr._evidence(s.get("evidence"))]
             for i, s in enumerate(top, 1)]
@@ -235,7 +236,8 @@ def render(doc: Document) -> str:
         cards.append(("delivered per GPU", f"{f['delivered_tflops_per_gpu']:,.1f} TFLOP/s",
                       f"{f.get('method')}-based FLOPs"))
         cards.append(("MFU", pc(f.get("mfu")),
-                      f"of {f['peak_tflops']:,.1f} TFLOP/s ({f.get('gpu') or f.get('gpu_name')}, {f.get('dtype')} dense)"
+                      f"of {f['peak_tflops']:,.1f} TFLOP/s "
+                      f"({f.get('gpu') or f.get('gpu_name')}, {f.get('dtype')} dense)"
                       if f.get("peak_tflops") else "peak unknown"))
         if f.get("mfu_precision_weighted") is not None or f.get("mfu_dense_bf16") is not None:
             cards.append(("MFU by denominator", f"{pc(f.get('mfu_dense_bf16'))} bf16 · "
@@ -256,7 +258,8 @@ def render(doc: Document) -> str:
             + [ms(r["overlapped_comm_ns"]), f"{100 * r['overlap_ratio']:.1f}%"]
             for r in sorted(doc["per_rank"], key=lambda r: r["rank"])]
     if len(rows) > 1:
-        rows.append([f"job (rank {s.get('rank')}, step {s.get('step')})", ms(s["step_time_ns"])] + [cell(s, k) for _, k in mdr.PARTS]
+        rows.append([f"job (rank {s.get('rank')}, step {s.get('step')})", ms(s["step_time_ns"])]
+                    + [cell(s, k) for _, k in mdr.PARTS]
                     + [ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
     body += ["<h2>Step breakdown (each rank's median step; job: the median rank's; ms and % of the step)</h2>",
              _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",

@@ -33,9 +33,9 @@ def table(headers: list[str], rows: list[list], aligns: str | None = None) -> li
 
     def line(vals):
         return "| " + " | ".join(v.ljust(w) if a == "l" else v.rjust(w)
-                                 for v, w, a in zip(vals, widths, aligns)) + " |"
+                                 for v, w, a in zip(vals, widths, aligns, strict=False)) + " |"
     sep = "|" + "|".join(("-" * (w + 1) + ":") if a == "r" else (":" + "-" * (w + 1))
-                         for w, a in zip(widths, aligns)) + "|"
+                         for w, a in zip(widths, aligns, strict=False)) + "|"
     return [line(cells[0]), sep] + [line(r) for r in cells[1:]]
 
 
@@ -90,7 +90,8 @@ def breakdown_lines(doc: ReportDocument) -> list[str]:
             for r in sorted(doc["per_rank"], key=lambda r: r["rank"])]
     if len(rows) > 1:
         s = doc["summary"]
-        rows.append([f"**job** (rank {s.get('rank')}, step {s.get('step')})", ms(s["step_time_ns"])] + [cell(s, k) for _, k in PARTS]
+        rows.append([f"**job** (rank {s.get('rank')}, step {s.get('step')})", ms(s["step_time_ns"])]
+                    + [cell(s, k) for _, k in PARTS]
                     + [ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
     return ["### Step breakdown (each rank's median step; job: the median rank's; ms and % of the step)", ""] + table(
         ["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm", "overlap"],
@@ -305,7 +306,8 @@ def precision_lines(f: Flops) -> list[str]:
     ach = f.get("achievable") or []
     if ach:
         lines += [f"Achievable in this trace ({md(f.get('achievable_definition') or '')}): " + "; ".join(
-            f"{a['kind']} {a['precision']} {tflops(a['tflops'])} TFLOP/s ({a['kernels']} kernels)" for a in ach) + ".", ""]
+            f"{a['kind']} {a['precision']} {tflops(a['tflops'])} TFLOP/s ({a['kernels']} kernels)"
+            for a in ach) + ".", ""]
     fams = (f.get("by_family") or [])[:8]
     if fams:
         frows = [[md(printable(r["family"]), 60), r["precision"], f"{r['flops_per_step'] / 1e12:,.2f}",

@@ -23,7 +23,8 @@ def breakdown_lines(doc: ReportDocument) -> list[str]:
                  ms(r["exposed_memory_ns"]), ms(r["idle_ns"]), ms(r["overlapped_comm_ns"]),
                  f"{100 * r['overlap_ratio']:.1f}%"] for r in doc["per_rank"]]
         s = doc["summary"]
-        rows.append([f"job: rank {s.get('rank')} step {s.get('step')}", ms(s["step_time_ns"]), ms(s["compute_ns"]), ms(s["exposed_comm_ns"]),
+        rows.append([f"job: rank {s.get('rank')} step {s.get('step')}", ms(s["step_time_ns"]), ms(s["compute_ns"]),
+                     ms(s["exposed_comm_ns"]),
                      ms(s["exposed_memory_ns"]), ms(s["idle_ns"]), ms(s["overlapped_comm_ns"]),
                      f"{100 * s['overlap_ratio']:.1f}%"])
         return (["Step breakdown per rank (each rank's median step, ms; job: the median rank's median step)"] + table(
@@ -76,7 +77,8 @@ def attribution_sentence(a: Attribution) -> str:
     s = (f"Attribution: {100 * a['in_layers_share']:.1f}% of GPU busy time in layers"
          + (f" ({100 * a['inferred_layer_share']:.1f}% with layer numbers inferred from repeating annotation blocks)"
             if a.get("inferred_layer_share") else "")
-         + (f", {100 * a['layer_unknown_share']:.1f}% in a stage of an unknown layer" if a.get("layer_unknown_share") else "")
+         + (f", {100 * a['layer_unknown_share']:.1f}% in a stage of an unknown layer"
+            if a.get("layer_unknown_share") else "")
          + f", {100 * a['outside_layers_share']:.1f}% outside them (embedding, head, loss, optimizer), "
          f"{a['unattributed_count']} activities unattributed ({100 * a['unattributed_share']:.1f}%)"
          + (f"; backward linked to forward ops: {100 * linked:.1f}%" if linked is not None else ""))
@@ -100,7 +102,8 @@ def group_layers(doc: ReportDocument) -> list[dict]:
         g = groups.setdefault(key, {"label": layer_label(r), "phase": r["phase"], "stages": {},
                                     **{f: 0.0 for f in ("step_time_ns", "compute_ns", "exposed_comm_ns",
                                                         "overlapped_comm_ns", "idle_ns", "exposed_memory_ns")}})
-        for f in ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "idle_ns", "exposed_memory_ns"):
+        for f in ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "idle_ns",
+                  "exposed_memory_ns"):
             g[f] += r[f] / n
         g["stages"][r["stage"]] = g["stages"].get(r["stage"], 0) + r["step_time_ns"]
     out = []
@@ -167,7 +170,8 @@ def flops_lines(doc: ReportDocument) -> list[str]:
     lines += precision_lines(f, "  ")
     if f.get("model_params"):
         mp = f["model_params"]
-        lines.append(f"  model {f.get('model')}: {mp['total'] / 1e9:,.2f}B parameters, {mp['active'] / 1e9:,.2f}B active "
+        lines.append(f"  model {f.get('model')}: {mp['total'] / 1e9:,.2f}B parameters, "
+                     f"{mp['active'] / 1e9:,.2f}B active "
                      f"({mp['active_excl_embedding'] / 1e9:,.2f}B without the embedding table)")
     trace_fps, model_fps = f.get("trace_flops_per_step"), f.get("model_flops_per_step")
     if trace_fps and model_fps:
@@ -175,7 +179,7 @@ def flops_lines(doc: ReportDocument) -> list[str]:
                      f" TFLOP per step (ratio {f['trace_to_model_ratio']:.3f})")
     groups = sorted(f.get("by_group", []), key=lambda g: -g["flops_per_step"])[:8]
     if groups:
-        rows = [[("layer %s" % g["layer"]) if g["layer"] is not None else "outside", g["phase"], g["stage"],
+        rows = [[(f"layer {g['layer']}") if g["layer"] is not None else "outside", g["phase"], g["stage"],
                  f"{g['flops_per_step'] / 1e12:,.2f}", ms(g["compute_ns_per_step"]),
                  f"{g['achieved_tflops']:,.0f}" if g.get("achieved_tflops") else "-"] for g in groups]
         lines.append(f"  by group ({mean_label(_n_windows(doc))})")
@@ -242,6 +246,6 @@ def render(doc: ReportDocument) -> str:
              + stall_lines(doc) + top_kernel_lines(doc))
     for w in doc.get("warnings", []):
         lines += textwrap.wrap(f"warning: {clip(w, 300)}", 100)
-    for s in doc.get("skipped_ranks", []):
-        lines += textwrap.wrap(f"skipped: {clip(s['file'], 200)}: {clip(s['reason'], 200)}", 100)
+    for sk in doc.get("skipped_ranks", []):
+        lines += textwrap.wrap(f"skipped: {clip(sk['file'], 200)}: {clip(sk['reason'], 200)}", 100)
     return "\n".join(lines).rstrip() + "\n"

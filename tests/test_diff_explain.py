@@ -28,7 +28,8 @@ def side(units: dict, syncs: dict | None = None, label="s", steps=None) -> Side:
     for k, v in full.items():
         fam_time[k[4]] = fam_time.get(k[4], 0.0) + v["busy_ns"]
     return Side(label=label, paths=[label], doc=doc, step_time_ns=T, samples=samples,
-                median_set=median_set(doc["summary"]), units=full, syncs={Where(*k): v for k, v in (syncs or {}).items()}, family_time=fam_time,
+                median_set=median_set(doc["summary"]), units=full,
+                syncs={Where(*k): v for k, v in (syncs or {}).items()}, family_time=fam_time,
                 family_count={k[4]: v["count"] for k, v in full.items()}, noise=spread(samples))
 
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 
@@ -44,7 +44,7 @@ def _preset_names() -> list[str]:
     return list(PRESETS)
 
 
-def render(doc: dict, fmt: str) -> str:
+def render(doc: Any, fmt: str) -> str:
     from .reports import render as render_any
     return render_any(doc, fmt)
 
@@ -98,11 +98,11 @@ def analyze(
             check_out_dir(out_dir, (staged,) if staged else ())
         if staged is None:
             check_out(out)
-        fields = dict(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
+        fields: dict[str, Any] = dict(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
                       model=model, model_config=model_config, tokens_per_step=tokens_per_step,
                       peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys, whole_trace=whole_trace)
 
-        def compute(inputs: list[str]) -> dict:   # the analysis engine is imported only when it runs
+        def compute(inputs: list[str]) -> Any:   # the analysis engine is imported only when it runs
             from .document.options import AnalyzeOptions
             from .runs import run_analyze
             return run_analyze(inputs, AnalyzeOptions(**fields))
@@ -110,7 +110,7 @@ def analyze(
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
         with configured(rs) as state:
             from .job_cache import analyze as analyze_job
-            doc = analyze_job([str(p) for p in paths], fields, compute)
+            doc: Any = analyze_job([str(p) for p in paths], fields, compute)
         if state.skipped:
             doc["skipped_ranks"] = state.skipped
         text = render(doc, fmt)

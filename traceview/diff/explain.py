@@ -179,7 +179,8 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
             cause("memory", (stage, region, fam), family=fam).add(
                 key, d, parts=("exposed_memory_ns", "compute_ns", "exposed_comm_ns"))
         if abs(ds) >= SYNC_EPS and (d["idle_ns"] > 0) == (ds > 0) and d["idle_ns"]:
-            cause("host_sync", (stage, region), sign=1 if ds > 0 else -1).add(key, d, parts=("idle_ns",), with_extra=False)
+            cause("host_sync", (stage, region), sign=1 if ds > 0 else -1).add(key, d, parts=("idle_ns",),
+                                                                               with_extra=False)
         elif d["idle_ns"]:
             pool.append((key, d["idle_ns"]))
 
@@ -220,7 +221,7 @@ def explain(base: Side, new: Side, threshold: float, top: int = 8,
         left = total
         if cands and sum(weights) > 0:
             wsum = sum(weights)
-            for c, w, cap in zip(cands, weights, caps):
+            for c, w, cap in zip(cands, weights, caps, strict=False):
                 share = sign * min(abs(total) * w / wsum, cap)
                 left -= share
                 c.parts["idle_ns"] += share

@@ -141,7 +141,8 @@ _rule(r"deep_gemm::(?:\w+::)*(?:sm\d+_)?(mx)?(fp8|bf16|fp4|tf32|w4a8|nvfp4)_\w*?
       "gemm:deepgemm", lambda m, n: _DEEPGEMM_T[m.group(2)])
 _rule(r"^nvjet_(?:sm\d+a?_)?([a-z]{3,6})_", "gemm:nvjet", lambda m, n: _NVJET_T.get(m.group(1)[0]))
 # cuDNN's xmma/CUTLASS implicit-GEMM convolutions (before the GEMM rules: their names say "gemm" too)
-_rule(r"xmma_(fprop|dgrad|wgrad)_implicit_gemm(?:_indexed)?_([a-z0-9]+)_([a-z0-9]+)_", lambda m, n: f"conv:xmma-{m.group(1)}",
+_rule(r"xmma_(fprop|dgrad|wgrad)_implicit_gemm(?:_indexed)?_([a-z0-9]+)_([a-z0-9]+)_",
+      lambda m, n: f"conv:xmma-{m.group(1)}",
       lambda m, n: _xmma_dtype(m.group(2), m.group(3)))
 _rule(r"cutlass\w*?_tensorop_([shi])(\d{3,6})(fprop|dgrad|wgrad)", lambda m, n: f"conv:cutlass-{m.group(3)}",
       lambda m, n: _tensorop_dtype(m.group(1), m.group(2), n))
@@ -197,7 +198,8 @@ _rule(r"cub::|rocprim::", "cub", "")
 
 
 _XMMA_TOK = re.compile(r"bf16|tf32|f16|f32|f64|e4m3|e5m2|i8|s8|i32|s32")
-_DEEPGEMM_T: dict[str, str] = {"fp8": "fp8", "bf16": "bf16", "fp4": "fp4", "nvfp4": "fp4", "tf32": "tf32", "w4a8": "fp8"}
+_DEEPGEMM_T: dict[str, str] = {"fp8": "fp8", "bf16": "bf16", "fp4": "fp4", "nvfp4": "fp4", "tf32": "tf32",
+                               "w4a8": "fp8"}
 # GEMM dtype words, most specific math first: an fp8/fp4/tf32 GEMM names its bf16/fp32 output types too
 _GEMM_DTYPE_WORDS = [
     (re.compile(r"e2m1|nvfp4|mxfp4|\bfp4\b|_fp4_|float_e2m1"), "fp4"),

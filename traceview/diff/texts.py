@@ -46,9 +46,11 @@ def describe(c, base, new, strag) -> str:
         names_old = ", ".join(old)
         rtxt = f", {ratio:.1f}x the time of the {names_old} family before" if ratio else ""
         if dts and dts != odts:
-            head = f"{what} in {cont(loc)} now run as {'/'.join(sorted(str(t) for t in dts))} kernels ({names_new}{rtxt})"
+            types_now = "/".join(sorted(str(t) for t in dts))
+            head = f"{what} in {cont(loc)} now run as {types_now} kernels ({names_new}{rtxt})"
         else:
-            head = f"{what} in {cont(loc)} now run as {names_new} instead of {names_old}" + (f" ({rtxt[2:]})" if rtxt else "")
+            head = (f"{what} in {cont(loc)} now run as {names_new} instead of {names_old}"
+                    + (f" ({rtxt[2:]})" if rtxt else ""))
         return f"{amount}: {head}{tail}"
     if k == "kernels":
         fam = c.info["family"]

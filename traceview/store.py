@@ -108,18 +108,25 @@ class Store:
                 fcntl.flock(f.fileno(), fcntl.LOCK_UN)
 
     # -- read ------------------------------------------------------------------------------------
-    def lookup(self, path: Path) -> Stored | None:
-        """The stored tables of `path`, or None when absent, stale, of another version or damaged."""
+    def _current(self, path: Path) -> tuple[Path, dict] | None:
+        """(entry folder, manifest) of `path` when the manifest is of this version and describes the
+        trace as it is now, else None (the Parquet files are checked when they are read)."""
         entry = self.entries / self.key(path)
         try:
             man = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
         except (OSError, ValueError):
             return None
         if not isinstance(man, dict) or man.get("store_schema_version") != STORE_SCHEMA_VERSION \
-                or man.get("traceview_version") != _version():
+                or man.get("traceview_version") != _version() or not self._source_matches(path, man, entry):
             return None
-        if not self._source_matches(path, man, entry):
+        return entry, man
+
+    def lookup(self, path: Path) -> Stored | None:
+        """The stored tables of `path`, or None when absent, stale, of another version or damaged."""
+        current = self._current(path)
+        if current is None:
             return None
+        entry, man = current
         tables = {}
         try:
             for name, parts in man["tables"].items():
@@ -145,15 +152,8 @@ class Store:
     def source_hash(self, path: Path) -> str | None:
         """The content hash of `path` when the store holds its current tables (by the manifest;
         the Parquet files are checked when they are read), else None."""
-        entry = self.entries / self.key(path)
-        try:
-            man = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        if not isinstance(man, dict) or man.get("store_schema_version") != STORE_SCHEMA_VERSION \
-                or man.get("traceview_version") != _version() or not self._source_matches(path, man, entry):
-            return None
-        return man["source"].get("hash")
+        current = self._current(path)
+        return None if current is None else current[1]["source"].get("hash")
 
     # -- finished documents of a whole job -------------------------------------------------------
     def get_document(self, key: str) -> dict | None:

@@ -6,12 +6,14 @@ tests/test_corpus_identical.py renders the same cases and compares with the comm
 (TRACEVIEW_REGOLD=1) in the commit that says why."""
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-TRACES = HERE.parent.parent / "shared" / "traces"
+BESIDE = HERE.parent.parent          # the folder holding the checkout and ../shared
+TRACES = BESIDE / "shared" / "traces"
 MANIFEST = HERE / "golden" / "corpus_reports.sha256"
 FORMATS = ("json", "markdown", "text", "html")
 
@@ -38,14 +40,27 @@ DIFFS = (("kineto/h200_moe/blocking.json.gz", "kineto/h200_moe/overlap.json.gz")
 
 def render_all(dump: Path | None = None) -> dict[str, str]:
     """file name -> sha256 of each report (a refused input records its one-line error instead);
-    with `dump`, each report is also written there (to diff against another commit's)."""
+    with `dump`, each report is also written there (to diff against another commit's).
+
+    Warnings and errors name the input as given, so the cases are run from the folder beside the
+    checkout with paths `shared/traces/...`: the same text wherever the checkout lies (CI clones
+    it elsewhere than /work, and the text renderer wraps a warning by its length)."""
+    with contextlib.chdir(BESIDE):
+        return _render_all(dump)
+
+
+def _rel(p: Path) -> str:
+    return str(p.relative_to(BESIDE))
+
+
+def _render_all(dump: Path | None) -> dict[str, str]:
     from traceview.errors import TraceError
     from traceview.reports import render, render_diff
     from traceview.runs import AnalyzeOptions, run_analyze
     out: dict[str, str] = {}
     for name, paths in cases():
         try:
-            doc = run_analyze([str(p) for p in paths], AnalyzeOptions())
+            doc = run_analyze([_rel(p) for p in paths], AnalyzeOptions())
         except TraceError as e:
             out[f"{name}.error"] = _keep(dump, f"{name}.error", str(e))
             continue
@@ -55,7 +70,7 @@ def render_all(dump: Path | None = None) -> dict[str, str]:
     for a, b in DIFFS:
         if not (TRACES / a).exists() or not (TRACES / b).exists():
             continue
-        doc = run_diff([str(TRACES / a)], [str(TRACES / b)], DiffOptions())
+        doc = run_diff([_rel(TRACES / a)], [_rel(TRACES / b)], DiffOptions())
         for fmt in FORMATS:
             out[f"diff/{a}..{b}.{fmt}"] = _keep(dump, f"diff/{a}..{b}.{fmt}", render_diff(doc, fmt))
     return out
@@ -82,7 +97,7 @@ def write_manifest(sums: dict[str, str], path: Path = MANIFEST) -> None:
 
 if __name__ == "__main__":
     # python tests/corpus_reports.py [MANIFEST [DUMP_DIR]]
-    dump_dir = Path(sys.argv[2]) if len(sys.argv) > 2 else None
+    dump_dir = Path(sys.argv[2]).resolve() if len(sys.argv) > 2 else None
     if dump_dir is not None:
         dump_dir.mkdir(parents=True, exist_ok=True)
-    write_manifest(render_all(dump_dir), Path(sys.argv[1]) if len(sys.argv) > 1 else MANIFEST)
+    write_manifest(render_all(dump_dir), Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else MANIFEST)

@@ -61,7 +61,8 @@ LAYER_OF: dict[str, str] = {
     "traceview.executors": "ingest",          # where the per-rank parse runs (in process, a pool, Dask)
     "traceview.progress": "base",
     "traceview.run_options": "entry",         # the CLI options of store and executors
-    "traceview.job_cache": "entry",           # the kept document of a job, around the analysis call
+    "traceview.job_cache": "entry",
+    "traceview.mapped": "entry",              # a job's per-rank work on the workers, the per-job work here           # the kept document of a job, around the analysis call
     # tables: the canonical tables (schema) and the loaded job holding them (Profile); ingest
     # produces them, the engine and the metrics read them
     "traceview.schema": "tables",

@@ -50,6 +50,8 @@ class RunState:
     skipped: list[dict] = field(default_factory=list)    # {"file":, "reason":}
     client: Any = None                                  # dask.distributed.Client when connected
     stats: dict = field(default_factory=dict)            # what the last map did (for bench/tests)
+    pool: Any = None                                    # the process pool of mapped rounds (map_tasks)
+    cleanups: list = field(default_factory=list)         # called when the run ends (scratch folders)
 
 
 _STATE: RunState | None = None
@@ -85,6 +87,10 @@ def configured(settings: RunSettings) -> Iterator[RunState]:
         yield state
     finally:
         _STATE = previous
+        if state.pool is not None:
+            state.pool.shutdown(wait=True, cancel_futures=True)
+        for undo in reversed(state.cleanups):
+            undo()
         if state.client is not None:
             state.client.close()
 
@@ -172,9 +178,10 @@ def _reread() -> bool:
     return bounded_read.ceiling_was_set()
 
 
-def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path, Any]]:
+def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False) -> list[tuple[Path, Any]]:
     """(file, Stored) for each file, in file order, under the configured run (files set aside as bad
-    are left out, with the state's `skipped` saying why)."""
+    are left out, with the state's `skipped` saying why). `light`: only each file's meta table,
+    warnings and largest id (Store.lookup_light), for a mapped run whose workers read the tables."""
     state = current()
     assert state is not None
     from .store import Store
@@ -186,7 +193,7 @@ def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path,
     t0 = time.perf_counter()
     misses = []
     for i, f in enumerate(files):
-        hit = store.lookup(f) if store is not None and not _reread() else None
+        hit = (store.lookup_light(f) if light else store.lookup(f)) if store is not None and not _reread() else None
         if hit is not None:
             results[i] = hit
             progress.advance(_size(f))
@@ -209,7 +216,7 @@ def read_all(files: list[Path], nsys_bin: str | None, parse) -> list[tuple[Path,
                 raise TraceError(files[i], value)
             bad[i] = value
         elif kind == "stored":
-            got = store.lookup(files[i]) if store is not None else None
+            got = (store.lookup_light(files[i]) if light else store.lookup(files[i])) if store is not None else None
             if got is None:
                 raise TraceError(files[i], "its stored tables could not be read back from the store "
                                            f"{s.store}")
@@ -253,7 +260,7 @@ def _size(f: Path) -> int:
 def _pool(n: int) -> ProcessPoolExecutor:
     import multiprocessing as mp
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["traceview.load", "traceview.parsers.kineto", "traceview.store"])
+    ctx.set_forkserver_preload(["traceview.load", "traceview.parsers.kineto", "traceview.store", "traceview.mapped"])
     return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
 
 
@@ -310,3 +317,38 @@ def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> Non
     except BaseException:
         client.cancel(futs)
         raise
+
+
+# -- rounds of per-rank tasks (mapped.py) --------------------------------------------------------
+
+def parallel(state: RunState) -> int:
+    """How many tasks run at once under `state`: the Dask cluster's, else --jobs."""
+    return 0 if state.client is not None else max(1, state.settings.jobs)
+
+
+def map_tasks(fn, args: list[tuple]) -> list:
+    """fn(*a) for each a, results in order, on the configured executor: the run's process pool
+    (kept for the whole run, so a job's rounds start no new processes), Dask, or this process
+    (--jobs 1). A pool that breaks (a worker died) runs the round once more in a fresh pool."""
+    state = current()
+    assert state is not None
+    if state.client is not None:
+        cols = list(zip(*args, strict=True))
+        futs = state.client.map(fn, *cols, pure=False, retries=1,
+                                key=[f"traceview-{fn.__name__}-{i}-{os.getpid()}-{time.time_ns()}" for i in range(len(args))])
+        return state.client.gather(futs)
+    if state.settings.jobs <= 1 or len(args) <= 1:
+        return [fn(*a) for a in args]
+    for attempt in (1, 2):
+        if state.pool is None:
+            state.pool = _pool(state.settings.jobs)
+        try:
+            futs = [state.pool.submit(fn, *a) for a in args]
+            return [f.result() for f in futs]
+        except BrokenProcessPool:
+            state.pool.shutdown(wait=True, cancel_futures=True)
+            state.pool = None
+            if attempt == 2:
+                raise TraceError(None, "a worker process died twice while analyzing the job's ranks "
+                                       "(out of memory or killed)") from None
+    raise AssertionError("unreachable")

@@ -118,9 +118,21 @@ def load(paths: list[str | Path], nsys_bin: str | None = None) -> Profile:
     """Read every file and merge them into one job, assigning ranks where files do not record them."""
     files = expand(paths)
     files, profiles = read_ranks(files, nsys_bin)
+    return join(files, place(files, profiles))
+
+
+def place(files: list[Path], profiles: list[Profile]) -> list[Profile]:
+    """The ranks of a job's files: numbers assigned where files record none (by file name or order),
+    renumbered where several files numbered their processes alike. Works on whole profiles and on
+    the meta-only ones of a mapped run (mapped.py) alike."""
     if len(profiles) > 1 or any(-1 in p.ranks for p in profiles):
         profiles = _assign_ranks(files, profiles)
         profiles = _separate_pid_order_ranks(files, profiles)
+    return profiles
+
+
+def join(files: list[Path], profiles: list[Profile]) -> Profile:
+    """The placed profiles as one job (ids renumbered), its ranks checked and world size filled."""
     prof = merge(profiles)
     ranks = prof.ranks
     if len(set(ranks)) != len(ranks):

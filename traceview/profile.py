@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -25,6 +26,8 @@ class Profile:
     syncs: pa.Table
     meta: pa.Table
     warnings: list[str] = field(default_factory=list)
+    # a mapped job's builder of per-rank steps on workers (traceview/mapped.py; engine/pipeline.py calls it)
+    remote: Any = field(default=None, repr=False, compare=False)
 
     def tables(self) -> dict[str, pa.Table]:
         return {name: getattr(self, name) for name in schema.TABLES}

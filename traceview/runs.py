@@ -11,7 +11,9 @@ from .document.assemble import assemble
 from .document.options import AnalyzeOptions, DiffOptions, check_options
 from .document.types import DiffDocument, ReportDocument
 from .engine.session import Session
-from .load import load
+from . import mapped
+from .load import expand, load
+from .profile import Profile
 
 __all__ = ["AnalyzeOptions", "DiffOptions", "run_job", "run_analyze", "load_side", "run_diff"]
 
@@ -22,9 +24,19 @@ def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Ses
     check_options(opts, session.con)
     rules = load_rules(opts.config, session.con)
     budget = load_budget(opts.budget) if opts.budget is not None else None   # a bad file fails before the work
-    profile = load([*paths], nsys_bin=opts.nsys)
+    profile = _load(paths, opts.nsys)
     session.attach(profile)
     return assemble(profile, opts, session, rules, budget), session
+
+
+def _load(paths: list[str], nsys_bin: str | None) -> Profile:
+    """The job: its per-rank work on the workers when the run has several (mapped.py), else loaded here."""
+    files = expand([*paths])
+    if mapped.eligible(files):
+        prof = mapped.load_job(files, nsys_bin)
+        if prof is not None:
+            return prof
+    return load([*paths], nsys_bin=nsys_bin)
 
 
 def run_analyze(paths: list[str], opts: AnalyzeOptions) -> ReportDocument:

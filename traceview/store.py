@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.compute  # noqa: F401  (pa.compute)
 import pyarrow.parquet as pq
 
 from . import schema
@@ -77,6 +78,7 @@ class Stored:
     """One trace file's tables and warnings, as parsed (before ranks are assigned across files)."""
     tables: dict[str, pa.Table]
     warnings: list[str]
+    max_id: int | None = None        # lookup_light: the largest row id (the other tables are left empty)
 
 
 class Store:
@@ -148,6 +150,32 @@ class Store:
         warnings = [w.replace(as_given, str(path)) if as_given and as_given != str(path) else w
                     for w in man.get("warnings", [])]
         return Stored(tables, warnings)
+
+    def lookup_light(self, path: Path) -> Stored | None:
+        """The stored meta table and warnings of `path` with its other tables empty, and the largest
+        row id it holds (`Stored.max_id`), reading only the meta and id columns: what the parent of a
+        mapped run needs to place the trace in its job (the worker that reads the tables checks them)."""
+        current = self._current(path)
+        if current is None:
+            return None
+        entry, man = current
+        tables = {name: schema.empty(name) for name in schema.TABLES}
+        max_id = -1
+        try:
+            meta = [pq.read_table(entry / part["file"]) for part in man["tables"]["meta"]]
+            tables["meta"] = _restore("meta", meta)
+            for name in ("gpu_activities", "cpu_ranges", "launches", "syncs"):
+                for part in man["tables"][name]:
+                    if part["rows"]:
+                        ids = pq.read_table(entry / part["file"], columns=["id"]).column("id")
+                        m = pa.compute.max(ids).as_py()
+                        max_id = max(max_id, -1 if m is None else m)
+        except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
+            return None
+        as_given = man.get("path_as_given")
+        warnings = [w.replace(as_given, str(path)) if as_given and as_given != str(path) else w
+                    for w in man.get("warnings", [])]
+        return Stored(tables, warnings, max_id)
 
     def source_hash(self, path: Path) -> str | None:
         """The content hash of `path` when the store holds its current tables (by the manifest;

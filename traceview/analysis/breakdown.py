@@ -5,7 +5,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from ..engine.pipeline import build
+from ..engine.pipeline import build, prefetch
 from ..engine.session import Session
 from ..engine.steps import python_step
 
@@ -54,9 +54,11 @@ def step_params(opts: Options) -> dict:
             else list(DEFAULT_STEP_REGEXES)}
 
 
-def prepare(session: Session, opts: Options) -> dict:
+def prepare(session: Session, opts: Options, also: tuple[str, ...] = (), also_params=None) -> dict:
     """Choose the step rule (step_source), then build activity_class, step_ranges and the windows
-    with it. Returns step info."""
+    with it. Returns step info. `also`: more per-rank steps that will be built (with the step
+    parameters and `also_params`, a dict or a function of the step parameters giving one), asked
+    for at once with these (on a mapped job: one round)."""
     params = step_params(opts)
     build(session, ["step_source"], params)
     tried = session.rows("SELECT step_regex, ranks FROM step_source ORDER BY regex_index")
@@ -67,6 +69,9 @@ def prepare(session: Session, opts: Options) -> dict:
                   whole_trace=source is None,
                   comm_op_regex=_alt(DEFAULT_COMM_OP_REGEX, opts.comm_regex),
                   comm_kernel_regex=_alt(DEFAULT_COMM_KERNEL_REGEX, opts.comm_regex))
+    more = also_params(params) if callable(also_params) else also_params
+    prefetch(session, ["activity_class", "step_ranges", "windows", "step_ranges_matched", *also],
+             {**params, **(more or {})})
     build(session, ["activity_class", "step_ranges", "windows"], params)
     n = session.rows("SELECT count(*) AS n FROM windows")[0]["n"]
     return {"step_regex": source, "whole_trace": source is None, "steps": n, "params": params,

@@ -11,11 +11,26 @@ from ..analysis.analyze import flops_sections, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
 from ..engine.session import Session
+from ..flops import steps as _flops_steps  # noqa: F401  (declares the FLOPs Python steps prefetched below)
 from ..profile import Profile
 from .options import AnalyzeOptions
 from .types import ReportDocument
 
 SCHEMA = "traceview.report/1"
+RANK_STEPS = ("breakdown", "activity_attribution", "layer_times", "attribution_groups", "comm_ops",
+              "comm_exposure", "coll_instances", "cp_host_syncs", "cp_preds", "segments",
+              "flops_shapes", "flops_ops", "flops_embedding_tokens", "flops_steps", "flops_step_tokens",
+              "flops_op_precision", "flops_compute_kernels", "flops_kernels")
+
+
+def _more_params(step_params: dict, rules: Rules) -> dict:
+    """The parameters of RANK_STEPS beyond the step rule's: the attribution rules, and for the FLOPs
+    steps `no_step_ranges` where it is known already (a job with a step rule has step ranges; a job
+    without one decides it from step_ranges later, mfu.flops_params)."""
+    out = layers.rule_params(rules)
+    if not step_params["whole_trace"]:
+        out["no_step_ranges"] = False
+    return out
 
 
 def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Session | None = None,
@@ -27,7 +42,9 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     session = session or Session(profile)
     bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=list(opts.comm_regex) + rules.comm_regex,
                               top=opts.top, whole_trace=opts.whole_trace)
-    info = breakdown.prepare(session, bopts)
+    # the per-rank steps the sections below build are asked for with the step rule's (on a mapped
+    # job: one round of the workers)
+    info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
     layers.prepare(session, rules)
     layer_rows = layers.layer_rows(session)

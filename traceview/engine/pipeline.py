@@ -42,11 +42,45 @@ def plan(targets: Iterable[str], given: Iterable[str] = ()) -> list[Step]:
     return order
 
 
+def _remote(session):
+    """The mapped job's builder when the session's per-rank steps run on workers (traceview/mapped.py
+    attaches it to the profile; the engine only calls it), else None."""
+    profile = getattr(session, "profile", None)
+    return getattr(profile, "remote", None) if profile is not None else None
+
+
+def prefetch(session, targets: Iterable[str], params: Mapping[str, object]) -> None:
+    """Build at once the per-rank steps among `targets` and what they need whose parameters are all
+    in `params`: on a mapped job one round of the workers instead of one per later `build`; a
+    no-op otherwise (the steps are then built when asked for)."""
+    remote = _remote(session)
+    if remote is None:
+        return
+    targets = list(targets)
+    ok: set[str] = set()
+    for step in plan(targets, session.tables() - set(session.built)):
+        if step.name in session.built:
+            continue
+        if step.scope == "rank" and all(p in params for p in step.params) \
+                and all(r in ok or r in schema.TABLES or r in session.built for r in step.requires):
+            ok.add(step.name)
+    names = [t for t in targets if t in ok]
+    if names:
+        remote.build(session, names, dict(params))
+
+
 def build(session, targets: Iterable[str], params: Mapping[str, object] | None = None) -> list[str]:
-    """Materialize `targets` and what they need in `session`; returns the names built by this call."""
+    """Materialize `targets` and what they need in `session`; returns the names built by this call.
+    On a mapped job (`_remote`) the per-rank steps are built on the workers, in one round."""
     params = dict(params or {})
     built_now = []
-    for step in plan(targets, session.tables() - set(session.built)):
+    steps = plan(targets, session.tables() - set(session.built))
+    remote = _remote(session)
+    if remote is not None:
+        todo = [s.name for s in steps if s.scope == "rank" and s.name not in session.built]
+        if todo:
+            built_now += remote.build(session, todo, params)
+    for step in steps:
         done = session.built.get(step.name)
         if done is not None:   # built before: the parameters given now (if any) must be the same
             asked = {p: params[p] for p in step.params if p in params}

@@ -75,6 +75,13 @@ class Session:
         self.con.unregister("__step_result")
         self._views.add(name)
 
+    def adopt(self, name: str, table: pa.Table, params: dict) -> None:
+        """Take a step's table built elsewhere (a worker of a mapped job, traceview/mapped.py) as
+        built here with `params`."""
+        self.register(name, table)
+        self.built[name] = dict(params)
+        self.build_counts[name] = self.build_counts.get(name, 0) + 1
+
     def register(self, name: str, table: pa.Table) -> None:
         """Make an Arrow table queryable under `name` (replacing a table of that name): the rows a
         golden test gives a step."""

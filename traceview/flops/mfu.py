@@ -5,7 +5,7 @@ import math
 import statistics
 from typing import Any
 
-from ..engine.pipeline import build
+from ..engine.pipeline import build, prefetch
 from ..engine.session import Session
 from ..errors import UsageError
 from . import (
@@ -69,6 +69,8 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
         if shaped["ops"] and shaped["shaped"] == 0:
             notes.append(NO_SHAPES)
         else:
+            prefetch(session, ["flops_steps", "flops_op_precision", "flops_compute_kernels", "flops_kernels"]
+                     + (["flops_step_tokens"] if tokens_per_step is None else []), params)
             build(session, ["flops_steps"], params)
             counts = session.rows(OPS_SQL)[0]
             if counts["unknown"]:

@@ -4,7 +4,7 @@
 -- produces: layer, phase, stage, flops
 -- flops_groups: the kernel FLOPs (flops_kernels) of each (layer, phase, stage) that the
 -- attribution gives their kernels, over all ranks and steps (kernels outside every step left out).
-SELECT a.layer, a.phase, a.stage, sum(k.flops) AS flops
+SELECT a.layer, a.phase, a.stage, sum(k.flops ORDER BY k.id) AS flops
 FROM activity_attribution a
 JOIN flops_kernels k USING (id)
 WHERE a.step IS NOT NULL

@@ -1,0 +1,257 @@
+"""A job of many rank files analyzed with its per-rank work on the executor's workers (`--jobs N`,
+Dask) and its per-job work in this process: map per rank, reduce per job.
+
+1. Parse: each file is parsed on a worker into the store (executors.read_all); this process reads
+   back only each file's meta table and largest row id (Store.lookup_light).
+2. Place: ranks are assigned and row ids renumbered exactly as `load()` does for a whole job
+   (load.place / profile.merge), here on the meta-only profiles, which gives each file its rank
+   mapping and id offset.
+3. The files are cut into contiguous batches. A worker reads a batch's tables from the store,
+   places them and writes them as Arrow IPC files into a scratch folder (beside the store, which
+   Dask workers see too); this process memory-maps them as the job's canonical tables, so its
+   profile costs no copy.
+4. Per-rank steps run on the workers: `engine.pipeline.build` hands every per-rank step it needs to
+   `Remote.build`, which runs one round of batch tasks (each a session over its batch's tables and
+   the steps built before, registered as given) and adopts the steps' tables, memory-mapped, into
+   this process's session. `prefetch` asks for many at once (one round). Per-job steps and the
+   document run here over those tables. Per-rank steps are unions over ranks (the engine enforces
+   their scope; tests/test_engine_scope.py), so the tables, and so the report, are the same as a
+   run in one process: the tests compare the bytes.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow as pa
+
+from . import schema
+from .errors import TraceError
+from .profile import _ID_COLUMNS, Profile, _shift
+
+BATCH_BYTES = 256 << 20          # input bytes per batch at most (one rank per batch above it)
+BATCH_RANKS = 64                 # ranks per batch at most
+TASKS_PER_WORKER = 4             # batches per worker, for balance
+
+
+@dataclass
+class Placement:
+    path: str
+    mapping: dict[int, int]          # rank as parsed -> rank in the job
+    offset: int                      # added to every row id (profile.merge's renumbering)
+    meta: pa.Table                   # the file's rows of the job's final meta table
+
+
+@dataclass
+class Remote:
+    """This process's side of a mapped job: the scratch folder, the batches, the steps built."""
+    scratch: Path
+    batches: list[list[Placement]]
+    given: dict[str, dict] = field(default_factory=dict)      # step -> its parameters, in build order
+    rounds: int = 0
+    early: list[str] = field(default_factory=list)            # built while placing, not yet adopted
+
+    def _adopt(self, session, name: str, own: dict) -> None:
+        session.adopt(name, _concat([_read(self.scratch, b, name) for b in range(len(self.batches))]), own)
+        self.given[name] = own
+
+    def build(self, session, names: list[str], params: dict) -> list[str]:
+        """Build per-rank steps `names` (and what they need) on the workers, one round; adopt them."""
+        from . import executors
+        adopted = []
+        for name in self.early:                  # the steps built while placing (no parameters)
+            if name not in session.built:
+                self._adopt(session, name, {})
+                adopted.append(name)
+        self.early = []
+        todo = [n for n in names if n not in session.built]
+        if not todo:
+            return adopted
+        given = list(self.given.items())
+        args = [(str(self.scratch), b, given, todo, dict(params)) for b in range(len(self.batches))]
+        t0 = time.perf_counter()
+        results = executors.map_tasks(steps_task, args)
+        self.rounds += 1
+        _stat(f"round {self.rounds}: {len(args)} batches, {','.join(todo)}", t0)
+        built = results[0]["built"]
+        for r in results[1:]:
+            if r["built"] != built:
+                raise AssertionError(f"batches built different steps: {built} != {r['built']}")
+        from .engine.steps import lookup
+        for name in built:
+            step = lookup(name)
+            assert step is not None
+            self._adopt(session, name, {p: params[p] for p in step.params})
+        return adopted + built
+
+
+def eligible(files: list[Path]) -> bool:
+    from . import executors
+    state = executors.current()
+    if state is None or len(files) < 2:
+        return False
+    if state.client is not None:
+        return state.settings.store is not None       # Dask workers see the store, not a local temp folder
+    return state.settings.jobs > 1
+
+
+def load_job(files: list[Path], nsys_bin: str | None) -> Profile | None:
+    """The job's profile with its canonical tables memory-mapped from the scratch folder and
+    `profile.remote` set for the session (None when the files cannot be mapped: then load() runs)."""
+    from . import executors
+    from .load import join, parse_checked, place
+    state = executors.current()
+    assert state is not None
+    if state.settings.store is None:          # --no-store: a store of this run only, removed at its end
+        tmp = Path(tempfile.mkdtemp(prefix="traceview-run-"))
+        state.cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
+        state.settings.store = tmp
+        state.cleanups.append(lambda: setattr(state.settings, "store", None))
+    got = executors.read_all(files, nsys_bin, parse_checked, light=True)
+    if not got:
+        raise TraceError(files[0].parent, "no trace could be read (every one was skipped)")
+    if any(s.max_id is None for _, s in got):       # a trace came back by value (it changed while stored)
+        return None
+    kept = [f for f, _ in got]
+    light = [Profile(**s.tables, warnings=list(s.warnings)) for _, s in got]
+    before = [p.meta.column("rank").to_pylist() for p in light]
+    placed = place(kept, light)
+    job = join(kept, placed)                  # meta and warnings of the job; its other tables are empty
+    placements, offset = [], 0
+    for f, p, old, (_, s) in zip(kept, placed, before, got, strict=True):
+        new = p.meta.column("rank").to_pylist()
+        mapping = {a: b for a, b in zip(old, new, strict=True) if a != b}
+        mine = job.meta.filter(pa.compute.is_in(job.meta.column("rank"), pa.array(new, pa.int32())))
+        placements.append(Placement(str(f), mapping, offset, mine))
+        offset += (s.max_id if s.max_id is not None else -1) + 1
+    scratch = Path(state.settings.store) / "scratch" / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    scratch.mkdir(parents=True)
+    state.cleanups.append(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    batches = _batches(placements, executors.parallel(state))
+    root = str(state.settings.store)
+    t0 = time.perf_counter()
+    early = executors.map_tasks(place_task, [(str(scratch), b, batch, root) for b, batch in enumerate(batches)])
+    _stat(f"placed {len(placements)} files in {len(batches)} batches", t0)
+    tables = {name: _concat([_read(scratch, b, name) for b in range(len(batches))])
+              for name in schema.TABLES if name != "meta"}
+    remote = Remote(scratch, batches)
+    remote.early = early[0]
+    return Profile(**tables, meta=job.meta, warnings=job.warnings, remote=remote)
+
+
+def _stat(what: str, t0: float) -> None:
+    if os.environ.get("TRACEVIEW_BENCH_STATS"):
+        import sys
+        print(f"TRACEVIEW_MAPPED {time.perf_counter() - t0:.3f}s {what}", file=sys.stderr)
+
+
+def _batches(placements: list[Placement], workers: int) -> list[list[Placement]]:
+    """Contiguous groups of files (file order is the job's row order), about TASKS_PER_WORKER per
+    worker, at most BATCH_RANKS files and BATCH_BYTES of input each."""
+    n = len(placements)
+    per = max(1, min(BATCH_RANKS, -(-n // max(1, (workers or 8) * TASKS_PER_WORKER))))
+    out: list[list[Placement]] = []
+    cur: list[Placement] = []
+    size = 0
+    for p in placements:
+        try:
+            b = os.stat(p.path).st_size
+        except OSError:
+            b = 0
+        if cur and (len(cur) >= per or size + b > BATCH_BYTES):
+            out.append(cur)
+            cur, size = [], 0
+        cur.append(p)
+        size += b
+    if cur:
+        out.append(cur)
+    return out
+
+
+# -- the scratch folder: one Arrow IPC file per batch and table ----------------------------------
+
+def _file(scratch: Path, batch: int, name: str) -> Path:
+    return scratch / f"b{batch:05d}" / f"{name}.arrow"
+
+
+def _write(scratch: Path, batch: int, name: str, table: pa.Table) -> None:
+    f = _file(scratch, batch, name)
+    f.parent.mkdir(parents=True, exist_ok=True)
+    tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}")
+    with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    os.replace(tmp, f)
+
+
+def _read(scratch: Path, batch: int, name: str) -> pa.Table:
+    """Memory-mapped: no copy; pages are read when a query touches them."""
+    return pa.ipc.open_file(pa.memory_map(str(_file(scratch, batch, name)))).read_all()
+
+
+def _concat(tables: list[pa.Table]) -> pa.Table:
+    if len(tables) == 1:
+        return tables[0]
+    return pa.concat_tables(tables, promote_options="permissive")
+
+
+# -- the tasks (run on workers; module-level functions pickle by name) ---------------------------
+
+EARLY_STEPS = ["activity_origin"]     # per-rank steps without parameters, built while placing
+
+
+def place_task(scratch: str, batch: int, files: list[Placement], store_root: str) -> list[str]:
+    """Read a batch's files from the store, place them in the job (ranks, ids), write them, and
+    build and write EARLY_STEPS over them. Returns the steps built."""
+    from .engine.pipeline import build
+    from .engine.session import Session
+    from .store import Store
+    store = Store(Path(store_root))
+    parts: dict[str, list[pa.Table]] = {name: [] for name in schema.TABLES}
+    for p in files:
+        got = store.lookup(Path(p.path))
+        if got is None:
+            raise TraceError(p.path, f"its stored tables could not be read back from the store {store_root}")
+        prof = Profile(**got.tables, warnings=[])
+        if p.mapping:
+            prof = prof.map_ranks(p.mapping)
+        for name in schema.TABLES:
+            t = p.meta if name == "meta" else getattr(prof, name)
+            if name in _ID_COLUMNS:
+                t = _shift(t, _ID_COLUMNS[name], p.offset)
+            parts[name].append(t)
+    tables = {name: pa.concat_tables(ts) if len(ts) > 1 else ts[0] for name, ts in parts.items()}
+    for name, t in tables.items():
+        _write(Path(scratch), batch, name, t)
+    session = Session(Profile(**tables, warnings=[]))
+    built = build(session, EARLY_STEPS)
+    for name in built:
+        _write(Path(scratch), batch, name, session.table(name))
+    session.con.close()
+    return built
+
+
+def _batch_session(scratch: Path, batch: int, given: list[tuple[str, dict]]):
+    from .engine.session import Session
+    tables = {name: _read(scratch, batch, name) for name in schema.TABLES}
+    session = Session(Profile(**tables, warnings=[]))
+    for name, params in given:
+        session.adopt(name, _read(scratch, batch, name), params)
+    return session
+
+
+def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets: list[str], params: dict) -> dict:
+    """Build per-rank steps over one batch (the steps built before given) and write them."""
+    from .analysis import breakdown, layers  # noqa: F401  (they declare the Python steps)
+    from .engine.pipeline import build
+    from .flops import steps as flops_steps  # noqa: F401
+    session = _batch_session(Path(scratch), batch, given)
+    built = build(session, targets, params)
+    for name in built:
+        _write(Path(scratch), batch, name, session.table(name))
+    session.con.close()
+    return {"built": built}

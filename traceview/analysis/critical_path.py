@@ -288,23 +288,27 @@ def _by_window(table: pa.Table, sizes: list[dict]) -> dict:
     return out
 
 
-def windows_data(session: Session) -> dict:
+def windows_data(session: Session, ranks: list[int] | None = None) -> dict:
     """Everything the walks need, fetched once: per (rank, step) activities (Acts), timeline
-    segments (Segments), window bounds and host syncs."""
+    segments (Segments), window bounds and host syncs; of the ranks in `ranks` only (all when None)."""
+    p = {"ranks": ranks}
+    f = "TRUE" if ranks is None else "list_contains($ranks, rank)"
     win = {(w["rank"], w["step"]): (w["start_ns"], w["end_ns"]) for w in
-           session.rows("SELECT rank, step, start_ns, end_ns FROM windows")}
-    acts = _by_window(session.sql("SELECT * FROM cp_preds ORDER BY rank, step, end_ns, start_ns, id"),
-                      session.rows("SELECT rank, step, count(*) AS n FROM cp_preds GROUP BY ALL ORDER BY rank, step"))
-    segs = _by_window(session.sql("SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL "
-                                  "ORDER BY rank, step, t"),
-                      session.rows("SELECT rank, step, count(*) AS n FROM segments WHERE t_end IS NOT NULL "
-                                   "GROUP BY ALL ORDER BY rank, step"))
+           session.rows(f"SELECT rank, step, start_ns, end_ns FROM windows WHERE {f}", **p)}
+    acts = _by_window(session.sql(f"SELECT * FROM cp_preds WHERE {f} ORDER BY rank, step, end_ns, start_ns, id", **p),
+                      session.rows(f"SELECT rank, step, count(*) AS n FROM cp_preds WHERE {f} "
+                                   "GROUP BY ALL ORDER BY rank, step", **p))
+    segs = _by_window(session.sql(f"SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL "
+                                  f"AND {f} ORDER BY rank, step, t", **p),
+                      session.rows(f"SELECT rank, step, count(*) AS n FROM segments WHERE t_end IS NOT NULL "
+                                   f"AND {f} GROUP BY ALL ORDER BY rank, step", **p))
     syncs: dict = {}
-    for h in session.table("cp_host_syncs").to_pylist():
+    for h in session.sql(f"SELECT * FROM cp_host_syncs WHERE {f} ORDER BY rank, tid, end_ns, id", **p).to_pylist():
         e = syncs.setdefault((h["rank"], h["tid"]), ([], []))
         e[0].append(h["end_ns"])
         e[1].append(h)
-    wait_ranks = {r["rank"] for r in session.rows("SELECT DISTINCT rank FROM syncs WHERE kind = 'stream_wait_event'")}
+    wait_ranks = {r["rank"] for r in session.rows("SELECT DISTINCT rank FROM syncs WHERE kind = 'stream_wait_event' "
+                                                  f"AND {f}", **p)}
     return {"windows": win, "acts": acts, "segments": segs, "syncs": syncs,
             "wait_ranks": wait_ranks}
 

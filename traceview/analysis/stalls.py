@@ -11,12 +11,16 @@ work queued: GPU-side latency or an unrecorded dependency).
 The sum of all stalls equals the non-compute part of the critical paths (asserted).
 
 Entry point: `sections(session, doc, top=10)` (needs breakdown.prepare/step_rows and
-layers.prepare to have run in the session).
+layers.prepare to have run in the session). It is the composition of three parts that can run
+apart: `job_inputs(session)` (collectives matched across ranks: needs every rank), `rank_part(
+session, job, idle, ranks)` (the critical paths and stalls of some ranks: reads only their rows;
+a worker's session may hold just them) and `merge(job, parts, top)`.
 """
 from __future__ import annotations
 
 from bisect import bisect_right
 
+from ..engine.pipeline import build
 from ..engine.session import Session
 from . import collectives, critical_path
 
@@ -25,16 +29,18 @@ INDEPENDENT_STAGES = ("shared_expert",)  # MoE work that does not depend on the 
 CAUSES = ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance", "host_sync", "launch_bound", "idle")
 
 
-def _comm_info(session: Session, coll: dict) -> dict:
+def _comm_info(session: Session, coll: dict, ranks: list[int] | None = None) -> dict:
     out = {}
-    for r in session.rows("SELECT id, comm_kind, in_split, out_split FROM coll_instances"):
+    for r in session.rows("SELECT id, comm_kind, in_split, out_split FROM coll_instances "
+                          f"WHERE {_rank_filter(ranks)}", ranks=ranks):
         out[r["id"]] = {"kind": r["comm_kind"], "wait_until": coll["wait_until"].get(r["id"]),
                         "imbalance": collectives.imbalance_of(r["in_split"], r["out_split"])}
     return out
 
 
-def _attribution(session: Session) -> dict:
-    t = session.sql("SELECT id, layer, phase, stage FROM activity_attribution")
+def _attribution(session: Session, ranks: list[int] | None = None) -> dict:
+    t = session.sql(f"SELECT id, layer, phase, stage FROM activity_attribution WHERE {_rank_filter(ranks)}",
+                    ranks=ranks)
     cols = [t.column(n).to_pylist() for n in ("layer", "phase", "stage")]
     return dict(zip(t.column("id").to_pylist(), zip(*cols, strict=True), strict=True))
 
@@ -163,21 +169,36 @@ def a2a_exposure(paths: list[dict], data: dict, attr: dict) -> list[dict]:
     return sorted(out, key=lambda d: (d["rank"], d["step"], d["start_ns"]))
 
 
-def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
-    """critical_path, stalls, collectives, stragglers, clock (+ stall_summary, a2a) for the report."""
-    coll = collectives.match(session)
-    comm = _comm_info(session, coll)
+def job_inputs(session: Session) -> dict:
+    """The per-job part, which needs every rank: the collectives matched across ranks (with the
+    wait_until of each comm activity id and `by_id`: activity id -> its collective), stragglers,
+    clock and warnings (collectives.match). Proportional to the number of collectives; picklable."""
+    return collectives.match(session)
+
+
+def _rank_filter(ranks: list[int] | None, col: str = "rank") -> str:
+    """A WHERE condition restricting `col` to the parameter $ranks (true when ranks is None)."""
+    return "TRUE" if ranks is None else f"list_contains($ranks, {col})"
+
+
+def rank_part(session: Session, job: dict, idle: dict, ranks: list[int] | None = None) -> dict:
+    """Critical path rows, stall rows, all-to-all rows and the non-compute total of the ranks in
+    `ranks` (every rank in the session when None), read from those ranks' rows only. `job` is
+    job_inputs(); `idle`: (rank, step) -> GPU idle ns of the breakdown. The session may hold only
+    these ranks' tables (activity ids as in the whole job). Picklable output; `merge` combines parts."""
+    ranks = None if ranks is None else sorted(int(r) for r in ranks)
+    build(session, ["coll_instances"])
+    comm = _comm_info(session, job, ranks)
     critical_path.prepare(session)
-    data = critical_path.windows_data(session)
+    data = critical_path.windows_data(session, ranks)
     data["comm"] = comm
     data["sync_by_id"] = {h["id"]: h for lst in data["syncs"].values() for h in lst[1]}
-    attr = _attribution(session)
-    idle = {(r["rank"], r["step"]): r["idle_ns"] for r in (doc or {}).get("steps", [])}
+    attr = _attribution(session, ranks)
     cp, stalls, a2a = [], [], []
     non_compute = 0
     # one window at a time: its activity columns and path are dropped before the next is walked
     for w in critical_path.iter_paths(session, comm, data):
-        mine = stall_rows([w], data, attr, coll["by_id"])
+        mine = stall_rows([w], data, attr, job["by_id"])
         a2a += a2a_exposure([w], data, attr)
         stalls += mine
         comp = w["composition"]
@@ -196,13 +217,34 @@ def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
                    "gpu_idle_ns": idle.get((w["rank"], w["step"])),
                    "idle_assigned_ns": comp["host_sync_ns"] + comp["launch_bound_ns"] + comp["idle_ns"]})
         del w, mine
+    return {"ranks": ranks, "critical_path": cp, "stalls": stalls, "a2a": a2a, "non_compute_ns": non_compute}
+
+
+def merge(job: dict, parts: list[dict], top: int = 10) -> dict:
+    """The report's sections from the per-rank parts (any order; disjoint ranks) and the job part:
+    exactly what `sections` returns."""
+    def by_window(key):  # rows in (rank, step) order, each window's rows in the order its part made them
+        return sorted((r for p in parts for r in p[key]), key=lambda r: (r["rank"], r["step"]))
+    cp = by_window("critical_path")
+    stalls = by_window("stalls")
+    a2a = by_window("a2a")
     stalls.sort(key=lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
     a2a.sort(key=lambda d: (d["rank"], d["step"], d["start_ns"]))
     total = sum(s["dur_ns"] for s in stalls)
-    assert total == non_compute
+    if total != sum(p["non_compute_ns"] for p in parts):
+        raise AssertionError(f"stalls ({total}) != non-compute critical path "
+                             f"({sum(p['non_compute_ns'] for p in parts)})")
     summary = {"top": top, "total_ns": total,
                "by_cause": {c: sum(s["dur_ns"] for s in stalls if s["cause"] == c) for c in CAUSES}}
     return {"critical_path": cp, "stalls": stalls, "stall_summary": summary,
             "a2a": a2a,
-            "collectives": coll["collectives"], "stragglers": coll["stragglers"], "clock": coll["clock"],
-            "collective_warnings": coll["warnings"]}
+            "collectives": job["collectives"], "stragglers": job["stragglers"], "clock": job["clock"],
+            "collective_warnings": job["warnings"]}
+
+
+def sections(session: Session, doc: dict | None = None, top: int = 10) -> dict:
+    """critical_path, stalls, collectives, stragglers, clock (+ stall_summary, a2a) for the report:
+    merge(job_inputs, [rank_part over every rank of the session])."""
+    job = job_inputs(session)
+    idle = {(r["rank"], r["step"]): r["idle_ns"] for r in (doc or {}).get("steps", [])}
+    return merge(job, [rank_part(session, job, idle)], top)

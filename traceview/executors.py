@@ -115,19 +115,20 @@ def _connect(address: str | None, scheduler_file: str | None):
 # -- the per-rank task ---------------------------------------------------------------------------
 
 def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
-               fault: str | None = None):
+               fault: str | None = None, light: bool = False):
     """Parse one trace (in whichever process runs it). Returns (kind, value, peak RSS KiB of the
-    process that ran it): ("stored", None) when its tables went to the store, ("tables", Stored)
-    when they come back by value, ("bad", message) for bad input."""
+    process that ran it): ("stored", None) when its tables went to the store (`light`: ("stored",
+    its meta, warnings and largest id), as Store.lookup_light), ("tables", Stored) when they come
+    back by value, ("bad", message) for bad input."""
     import resource
-    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault)
+    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault, light)
     return kind, value, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
-           fault: str | None):
+           fault: str | None, light: bool = False):
     from .parsers import bounded_read
-    from .store import Store, Stored, file_hash
+    from .store import Store, Stored, file_hash, light as light_of
     if max_input is not None:
         bounded_read.set_max_input_size(max_input)
     p = Path(path)
@@ -138,13 +139,15 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
             return "tables", Stored(prof.tables(), list(prof.warnings))
         store = Store(Path(store_root))
         with store.lock(p):
-            if not _reread() and store.lookup(p) is not None:        # another run stored it meanwhile
-                return "stored", None
+            if not _reread() and (hit := (store.lookup_light(p) if light else store.lookup(p))) is not None:
+                return "stored", hit if light else None         # another run stored it meanwhile
             before = p.stat()
             content_hash = file_hash(p)
             prof = parse(p, nsys_bin)
             got = Stored(prof.tables(), list(prof.warnings))
-            return ("stored", None) if store.put(p, got, before, content_hash) else ("tables", got)
+            if store.put(p, got, before, content_hash):
+                return "stored", light_of(got) if light else None
+            return "tables", got
     except TraceError as e:
         return "bad", e.problem
 
@@ -216,7 +219,7 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
                 raise TraceError(files[i], value)
             bad[i] = value
         elif kind == "stored":
-            got = (store.lookup_light(files[i]) if light else store.lookup(files[i])) if store is not None else None
+            got = value if value is not None else store.lookup(files[i]) if store is not None else None
             if got is None:
                 raise TraceError(files[i], "its stored tables could not be read back from the store "
                                            f"{s.store}")
@@ -226,7 +229,7 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
         progress.advance(_size(files[i]))
 
     fault = os.environ.get(FAULT_ENV)
-    args = [(parse, str(files[i]), nsys_bin, root, limit, fault) for i in misses]
+    args = [(parse, str(files[i]), nsys_bin, root, limit, fault, light) for i in misses]
     try:
         if not misses:
             pass

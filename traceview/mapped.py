@@ -90,6 +90,31 @@ class Remote:
         return adopted + built
 
 
+    def stall_parts(self, session, job: dict, idle: dict) -> list[dict]:
+        """stalls.rank_part of every batch, on the workers, each given the part of `job` and `idle`
+        that concerns its ranks (its activity ids lie in one range: ids are renumbered by file)."""
+        from . import executors
+        for name in ("coll_instances", "cp_host_syncs", "cp_preds", "activity_attribution"):
+            if name not in session.built:      # what rank_part reads, built here if the prefetch did not
+                from .engine.pipeline import build
+                build(session, [name])
+        given = list(self.given.items())
+        args = []
+        for b, batch in enumerate(self.batches):
+            lo = batch[0].offset
+            hi = self.batches[b + 1][0].offset if b + 1 < len(self.batches) else None
+            mine = (lambda i, lo=lo, hi=hi: lo <= i and (hi is None or i < hi))
+            ranks = {r for p in batch for r in p.meta.column("rank").to_pylist()}
+            part = {"by_id": {i: c for i, c in job["by_id"].items() if mine(i)},
+                    "wait_until": {i: w for i, w in job["wait_until"].items() if mine(i)}}
+            args.append((str(self.scratch), b, given, part, {k: v for k, v in idle.items() if k[0] in ranks}))
+        t0 = time.perf_counter()
+        parts = executors.map_tasks(stalls_task, args)
+        self.rounds += 1
+        _stat(f"round {self.rounds}: {len(args)} batches, critical paths and stalls", t0)
+        return parts
+
+
 def eligible(files: list[Path]) -> bool:
     from . import executors
     state = executors.current()
@@ -255,3 +280,12 @@ def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets:
         _write(Path(scratch), batch, name, session.table(name))
     session.con.close()
     return {"built": built}
+
+
+def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: dict, idle: dict) -> dict:
+    """The critical paths, stalls and all-to-alls of one batch's ranks (stalls.rank_part)."""
+    from .analysis import stalls
+    session = _batch_session(Path(scratch), batch, given)
+    part = stalls.rank_part(session, job, idle)
+    session.con.close()
+    return part

@@ -160,16 +160,18 @@ class Store:
             return None
         entry, man = current
         tables = {name: schema.empty(name) for name in schema.TABLES}
-        max_id = -1
         try:
             meta = [pq.read_table(entry / part["file"]) for part in man["tables"]["meta"]]
             tables["meta"] = _restore("meta", meta)
-            for name in ("gpu_activities", "cpu_ranges", "launches", "syncs"):
-                for part in man["tables"][name]:
-                    if part["rows"]:
-                        ids = pq.read_table(entry / part["file"], columns=["id"]).column("id")
-                        m = pa.compute.max(ids).as_py()
-                        max_id = max(max_id, -1 if m is None else m)
+            max_id = man.get("max_id")
+            if not isinstance(max_id, int):         # an entry written before the manifest kept it
+                max_id = -1
+                for name in _ID_TABLES:
+                    for part in man["tables"][name]:
+                        if part["rows"]:
+                            ids = pq.read_table(entry / part["file"], columns=["id"]).column("id")
+                            m = pa.compute.max(ids).as_py()
+                            max_id = max(max_id, -1 if m is None else m)
         except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
             return None
         as_given = man.get("path_as_given")
@@ -250,6 +252,7 @@ class Store:
                 "ranks": meta.column("rank").to_pylist(),
                 "clock_offset_ns": meta.column("clock_offset_ns").to_pylist(),
                 "warnings": list(stored.warnings),
+                "max_id": max_id(stored.tables),
                 "tables": tables,
             }
             self._write_manifest(tmp, man)
@@ -295,6 +298,27 @@ class Store:
             except (OSError, KeyError, ValueError, pa.ArrowException) as e:
                 problems.append(f"{entry}: {e}")
         return problems
+
+
+_ID_TABLES = ("gpu_activities", "cpu_ranges", "launches", "syncs")
+
+
+def max_id(tables: dict[str, pa.Table]) -> int:
+    """The largest row id over the tables with ids (-1 when they are empty): where profile.merge
+    starts the next file's ids."""
+    m = -1
+    for name in _ID_TABLES:
+        t = tables[name]
+        if t.num_rows:
+            v = pa.compute.max(t.column("id")).as_py()
+            m = max(m, -1 if v is None else v)
+    return m
+
+
+def light(stored: Stored) -> Stored:
+    """`stored` as lookup_light gives it: the meta table, warnings and largest id."""
+    return Stored({name: stored.tables[name] if name == "meta" else schema.empty(name) for name in schema.TABLES},
+                  list(stored.warnings), max_id(stored.tables))
 
 
 _ORDER = "__traceview_row"

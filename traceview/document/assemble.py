@@ -77,7 +77,11 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
         doc["warnings"].append(f"delivered {fl['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU is above the peak of "
                                f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
                                "--tokens-per-step or the model")
-    sec = stalls.sections(session, doc, top=opts.top)
+    job = stalls.job_inputs(session)
+    idle = {(r["rank"], r["step"]): r["idle_ns"] for r in doc["steps"]}
+    remote = session.profile.remote if session.profile is not None else None
+    parts = remote.stall_parts(session, job, idle) if remote is not None else [stalls.rank_part(session, job, idle)]
+    sec = stalls.merge(job, parts, opts.top)
     doc["warnings"] += sec.pop("collective_warnings")
     doc.update(sec)
     if budget is not None:

@@ -1,0 +1,73 @@
+"""A job's per-rank work on the workers (traceview/mapped.py): the same bytes as one process, in every
+format, for jobs whose ranks the traces record, whose ranks are assigned by file order, and for a
+diff; the per-rank steps are built on the workers (one round) and adopted here once each."""
+import shutil
+
+import pytest
+
+from helpers import TRACES
+from traceview import executors, mapped
+from traceview.cli import run_cli
+from traceview.load import expand, load
+from traceview.runs import AnalyzeOptions, run_job
+
+DLRM = TRACES / "kineto" / "dlrm_8rank_v100"
+NO_RANK = TRACES / "kineto" / "param_linear_2080ti" / "linear_kineto.json.gz"
+pytestmark = pytest.mark.skipif(not DLRM.exists(), reason="the shared corpus is not beside the checkout")
+
+
+def report(tmp_path, fmt, *args):
+    out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.{fmt}"
+    assert run_cli(["analyze", *map(str, args), "-f", fmt, "-o", str(out)]) == 0
+    return out.read_bytes()
+
+
+@pytest.mark.parametrize("fmt", ["json", "markdown", "text", "html"])
+def test_dlrm_on_two_workers_is_byte_identical_to_one_process(tmp_path, fmt):
+    one = report(tmp_path, fmt, DLRM, "--jobs", "1", "--no-store")
+    two = report(tmp_path, fmt, DLRM, "--jobs", "2", "--no-store")
+    assert one == two
+
+
+def test_ranks_assigned_by_file_order_are_placed_as_load_places_them(tmp_path):
+    job = tmp_path / "job"
+    job.mkdir()
+    for i in range(3):                      # no rank recorded: ranks 0, 1, 2 by file order, ids renumbered
+        shutil.copy(NO_RANK, job / f"part{i}.json.gz")
+    one = report(tmp_path, "json", job, "--jobs", "1", "--no-store")
+    two = report(tmp_path, "json", job, "--jobs", "2", "--store", tmp_path / "s")
+    assert one == two and b"assigned rank 2 by file order" in one
+
+
+def test_diff_on_two_workers_is_byte_identical(tmp_path):
+    base, new = TRACES / "kineto" / "dlrm_8rank_v100", TRACES / "kineto" / "dlrm_8rank_v100"
+    outs = []
+    for jobs in ("1", "2"):
+        out = tmp_path / f"d{jobs}.json"
+        assert run_cli(["diff", str(base), str(new), "--jobs", jobs, "--no-store", "-f", "json", "-o", str(out)]) == 0
+        outs.append(out.read_bytes())
+    assert outs[0] == outs[1]
+
+
+def test_steps_are_built_on_the_workers_and_adopted_once(tmp_path):
+    files = expand([DLRM])
+    with executors.configured(executors.RunSettings(store=tmp_path / "s", jobs=2)):
+        assert mapped.eligible(files)
+        doc, session = run_job([str(DLRM)], AnalyzeOptions())
+        remote = session.profile.remote
+        assert remote is not None and remote.rounds == 2        # the per-rank steps, the critical paths
+        assert set(session.build_counts.values()) == {1}
+        assert "cp_preds" in remote.given and "layer_times" in remote.given
+        # the canonical tables are those load() makes of the job (ranks, renumbered ids)
+        whole = load([DLRM])
+        for name in ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta"):
+            assert getattr(session.profile, name).equals(getattr(whole, name)), name
+    assert not (tmp_path / "s" / "scratch").exists() or not any((tmp_path / "s" / "scratch").iterdir())
+
+
+def test_one_process_and_a_single_file_are_not_mapped(tmp_path):
+    with executors.configured(executors.RunSettings(store=None, jobs=1)):
+        assert not mapped.eligible(expand([DLRM]))
+    with executors.configured(executors.RunSettings(store=None, jobs=2)):
+        assert not mapped.eligible([NO_RANK])
+        assert mapped.eligible(expand([DLRM]))

@@ -288,4 +288,16 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
     session = _batch_session(Path(scratch), batch, given)
     part = stalls.rank_part(session, job, idle)
     session.con.close()
-    return part
+    return _share_strings(part, {})
+
+
+def _share_strings(obj, memo: dict):
+    """`obj` with equal strings made one object, so that its pickle (and the rows unpickled in the
+    parent) holds each name once."""
+    if isinstance(obj, str):
+        return memo.setdefault(obj, obj)
+    if isinstance(obj, dict):
+        return {k: _share_strings(v, memo) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_share_strings(v, memo) for v in obj]
+    return obj

@@ -38,6 +38,7 @@ class Session:
         self._registered: set[str] = set()
         self.built: dict[str, dict] = {}          # step -> the parameters it was built with (engine/pipeline.py)
         self.build_counts: dict[str, int] = {}    # step -> times materialized (a test holds it at 1)
+        self._strings: dict[str, str] = {}         # rows(): one object per distinct string
         if profile is not None:
             self.attach(profile)
 
@@ -99,4 +100,16 @@ class Session:
         return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
 
     def rows(self, sql: str, **params) -> list[dict]:
-        return self.sql(sql, **params).to_pylist()
+        """The rows as dicts; equal strings are one object (a name repeated over a large job's rows
+        is held once, not once per row)."""
+        t = self.sql(sql, **params)
+        names = t.column_names
+        memo = self._strings
+        cols = []
+        for col in t.columns:
+            vals = col.to_pylist()
+            if pa.types.is_string(col.type) or pa.types.is_large_string(col.type):
+                vals = [v if v is None else memo.setdefault(v, v) for v in vals]
+            cols.append(vals)
+        return [dict(zip(names, vs, strict=True)) for vs in zip(*cols, strict=True)] if cols else \
+            [{} for _ in range(t.num_rows)]

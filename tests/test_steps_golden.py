@@ -523,6 +523,15 @@ def test_flops_steps():
                    {"rank": 1, "step": 4, "flops": 5.0, "ops": 1}]
 
 
+def test_flops_steps_sum_exactly_whatever_the_row_order():
+    """1e16 + 1 - 1e16 is 0.0 summed left to right in floats and 1.0 exactly: the step gives 1.0 in
+    every order of its rows (so one process and the workers of a mapped job give the same float)."""
+    for terms in ([1e16, 1.0, -1e16], [1.0, 1e16, -1e16], [-1e16, 1e16, 1.0]):
+        given = {"flops_step_ops": T([{"rank": 0, "step": 1, "id": i, "name": "aten::mm", "flops": f}
+                                      for i, f in enumerate(terms)])}
+        assert run_step("flops_steps", given=given) == [{"rank": 0, "step": 1, "flops": 1.0, "ops": 3}]
+
+
 def test_flops_embedding_tokens():
     emb = "aten::embedding"
     prof = make_profile(cpu=[

@@ -1,7 +1,7 @@
 """The FLOPs engine steps written in Python: the shape -> FLOP formulas (trace_flops.FORMULAS), the
 token count of an embedding call's shapes, the kernel-name families and the precision rules
 (precision.py): functions of a name or a shape string, applied per row or per distinct value. What
-joins, nests, splits and sums is SQL (traceview/sql/flops_*.sql)."""
+joins, nests and splits is SQL (traceview/sql/flops_*.sql); the FLOPs sums are exact (math.fsum)."""
 from __future__ import annotations
 
 import json
@@ -94,3 +94,35 @@ def flops_op_precision(session, params) -> pa.Table:
                      "precision_source": pa.array([d[1] for d in decided], pa.string()),
                      "kind": pa.array([op_kind(n) for n in names], pa.string()),
                      "kernel_precision": pa.array(kp, pa.string())})
+
+
+def _exact_sums(table: pa.Table) -> pa.Table:
+    """`table` with its list column `terms` replaced by `flops`, each list's exact sum (math.fsum:
+    correctly rounded, so the same float whatever order the rows come in, on one process or on the
+    workers of a mapped job; null where the list holds no number, as SQL's sum)."""
+    import math
+    sums = []
+    for terms in table.column("terms").to_pylist():
+        vals = [v for v in terms if v is not None]
+        sums.append(math.fsum(vals) if vals else None)
+    i = table.column_names.index("terms")
+    return table.set_column(i, "flops", pa.array(sums, pa.float64()))
+
+
+@python_step("flops_steps", scope="rank", requires=("flops_step_ops",), params=(),
+             produces=("rank", "step", "flops", "ops"))
+def flops_steps(session, params) -> pa.Table:
+    """Per rank and step, the FLOPs of its counted ops (their exact sum) and how many there are."""
+    return _exact_sums(session.sql("SELECT rank, step, list(flops) AS terms, count(*) AS ops FROM flops_step_ops "
+                                   "GROUP BY rank, step ORDER BY rank, step"))
+
+
+@python_step("flops_groups", scope="job", requires=("flops_kernels", "activity_attribution"), params=(),
+             produces=("layer", "phase", "stage", "flops"))
+def flops_groups(session, params) -> pa.Table:
+    """The kernel FLOPs (flops_kernels, exact sums) of each (layer, phase, stage) that the
+    attribution gives their kernels, over all ranks and steps (kernels outside every step left out)."""
+    return _exact_sums(session.sql("SELECT a.layer, a.phase, a.stage, list(k.flops) AS terms "
+                                   "FROM activity_attribution a JOIN flops_kernels k USING (id) "
+                                   "WHERE a.step IS NOT NULL GROUP BY a.layer, a.phase, a.stage "
+                                   "ORDER BY a.layer NULLS LAST, a.phase, a.stage"))

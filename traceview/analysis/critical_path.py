@@ -20,58 +20,172 @@ split sizes are uneven, else exposed), time with nothing running keeps the gap's
 """
 from __future__ import annotations
 
+from array import array
 from bisect import bisect_right
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..engine.pipeline import build
 from ..engine.session import Session
+from ..engine.steps import lookup
 
 CATEGORIES = ("compute_ns", "all_to_all_ns", "other_comm_ns", "launch_bound_ns", "host_sync_ns", "idle_ns")
 IMBALANCE_MIN = 1.05  # max/mean split size above which part of an exposed all-to-all is imbalance
-_ACT_COLUMNS = ("id", "rank", "stream", "start_ns", "end_ns", "class", "kind", "name", "tid",
+NULL = -(2 ** 63)     # a null time / id in the integer columns (below every real value)
+CHUNK_ROWS = 250_000  # the GPU activities of the ranks fetched together (a rank is never cut)
+_ROW_COLUMNS = ("id", "rank", "stream", "start_ns", "end_ns", "class", "kind", "name", "tid",
                 "origin_start_ns", "origin_end_ns", "prev_id", "prev_end_ns", "wait_src_id", "wait_src_end_ns",
                 "sync_id", "sync_end_ns")
+# shadowed by a rank filter in the per-chunk query (cp_preds' inputs and the attribution)
+_CHUNK_INPUTS = ("activity_class", "syncs", "launches", "cp_host_syncs", "windows", "activity_origin",
+                 "activity_attribution")
 
 
 def prepare(session: Session) -> None:
-    build(session, ["cp_host_syncs", "cp_preds"])
+    """Build what the per-chunk critical-path query reads (cp_preds itself is never materialized
+    for every rank at once: `iter_paths` runs its SQL per chunk of ranks)."""
+    build(session, ["cp_host_syncs", "activity_class", "windows", "activity_origin"])
+
+
+def _ints(col, null: int = NULL) -> array:
+    """An integer Arrow column as array('q') (8 bytes a value, no Python objects), nulls as `null`."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if col.type != pa.int64():
+        col = col.cast(pa.int64())
+    if col.null_count:
+        col = pc.fill_null(col, null)
+    out = array("q")
+    if len(col):
+        out.frombytes(memoryview(col.buffers()[1])[col.offset * 8:(col.offset + len(col)) * 8])
+    return out
+
+
+def _shared_strings(col) -> list:
+    """A string column as a list whose equal values are one object (a window's class or stage
+    repeats a few values over hundreds of thousands of rows)."""
+    enc = col.dictionary_encode() if len(col) else None
+    if enc is None:
+        return []
+    if isinstance(enc, pa.ChunkedArray):
+        enc = enc.combine_chunks() if enc.num_chunks != 1 else enc.chunk(0)
+    values = enc.dictionary.to_pylist() + [None]
+    idx = _ints(enc.indices, -1)
+    return [values[i] for i in idx]
+
+
+class _Columns:
+    """A chunk's activity rows (sorted by rank, step, end, start, id) as Python columns, converted
+    once: integers as array('q') (nulls NULL), strings as lists of shared objects, attr the
+    (layer, phase, stage) tuples (one object per distinct value)."""
+
+    INTS = {"id": "id", "stream": "stream", "tid": "tid", "start": "start_ns", "end": "end_ns",
+            "ostart": "origin_start_ns", "oend": "origin_end_ns", "prev_id": "prev_id", "prev_end": "prev_end_ns",
+            "wsrc_id": "wait_src_id", "wsrc_end": "wait_src_end_ns"}
+
+    def __init__(self, table: pa.Table):
+        self.table = table
+        for attr, col in self.INTS.items():
+            setattr(self, attr, _ints(table.column(col)))
+        self.cls = _shared_strings(table.column("class"))
+        self.name = _shared_strings(table.column("name"))
+        memo: dict = {}
+        layer = table.column("layer").to_pylist()
+        self.attr = [memo.setdefault(t, t) for t in zip(layer, _shared_strings(table.column("phase")),
+                                                         _shared_strings(table.column("stage")), strict=True)]
 
 
 class Acts:
-    """One window's activities (cp_preds rows) as column lists in (end, start, id) order; `pos`
-    maps an activity id to its index. Rows as dicts only on request (`get`, `row`): a window of a
-    large export holds hundreds of thousands of activities."""
+    """One window's activities as columns in (end, start, id) order (k: the index of an activity):
+    integer columns as array('q') with nulls as NULL, prev_k / wsrc_k the index of the stream
+    predecessor / wait source in this window (-1: none here), cls the class, attr the (layer,
+    phase, stage) of each activity (one tuple object per distinct value). Rows as dicts only on
+    request (`row`, `get`), from the Arrow slice: a window of a large export holds hundreds of
+    thousands of activities."""
 
-    def __init__(self, table: pa.Table | None = None):
-        cols = {n: (table.column(n).to_pylist() if table is not None else []) for n in _ACT_COLUMNS}
-        self.cols = cols
-        self.id, self.rank, self.stream = cols["id"], cols["rank"], cols["stream"]
-        self.start, self.end, self.cls = cols["start_ns"], cols["end_ns"], cols["class"]
-        self.tid, self.ostart, self.oend = cols["tid"], cols["origin_start_ns"], cols["origin_end_ns"]
-        self.pos = {i: k for k, i in enumerate(self.id)}
+    def __init__(self, table: pa.Table | None = None, cols: _Columns | None = None, lo: int = 0,
+                 hi: int | None = None, rank: int | None = None):
+        """From the rows of one window (`table`: cp_preds rows with layer, phase, stage; the rows of
+        the chunk `cols` from lo to hi; or nothing)."""
+        if cols is None and table is not None and table.num_rows:
+            cols, lo, hi, rank = _Columns(table), 0, table.num_rows, table.column("rank")[0].as_py()
+        self.rank = rank
+        if cols is None or hi is None or hi <= lo:
+            e = array("q")
+            self.id = self.stream = self.start = self.end = self.tid = e
+            self.ostart = self.oend = self.prev_k = self.prev_end = self.wsrc_k = self.wsrc_end = e
+            self.cls, self.attr, self._name, self.table = [], [], [], None
+            self._pos: dict | None = {}
+            return
+        self.table = cols.table.slice(lo, hi - lo)
+        self.id, self.stream, self.tid = cols.id[lo:hi], cols.stream[lo:hi], cols.tid[lo:hi]
+        self.start, self.end = cols.start[lo:hi], cols.end[lo:hi]
+        self.ostart, self.oend = cols.ostart[lo:hi], cols.oend[lo:hi]
+        self.prev_end, self.wsrc_end = cols.prev_end[lo:hi], cols.wsrc_end[lo:hi]
+        self.cls, self.attr, self._name = cols.cls[lo:hi], cols.attr[lo:hi], cols.name[lo:hi]
+        pos = {v: k for k, v in enumerate(self.id)}
+        get = pos.get
+        self.prev_k = array("q", [get(i, -1) for i in cols.prev_id[lo:hi]])
+        self.wsrc_k = array("q", [get(i, -1) for i in cols.wsrc_id[lo:hi]])
+        self._pos = None   # built again on request (`index`): the walk needs none
 
     def __len__(self) -> int:
         return len(self.id)
 
+    def name(self, k: int) -> str | None:
+        return self._name[k]
+
     def row(self, k: int) -> dict:
-        return {n: v[k] for n, v in self.cols.items()}
+        return {n: self.table.column(n)[k].as_py() for n in _ROW_COLUMNS}
+
+    def index(self, i) -> int | None:
+        """k of activity id i (None when it is not in the window)."""
+        if self._pos is None:
+            self._pos = {v: k for k, v in enumerate(self.id)}
+        return self._pos.get(i)
 
     def get(self, i) -> dict | None:
-        k = self.pos.get(i)
+        k = self.index(i)
         return None if k is None else self.row(k)
 
 
 class Segments:
-    """One window's timeline segments (`segments` rows) as column lists, sorted by start:
+    """One window's timeline segments (`segments` rows) as array('q') columns, sorted by start:
     t, t_end and the number of compute (c), comm (m) and memory (x) activities running."""
 
     def __init__(self, table: pa.Table | None = None):
-        col = (lambda n: table.column(n).to_pylist()) if table is not None else (lambda n: [])
+        col = (lambda n: _ints(table.column(n))) if table is not None else (lambda n: array("q"))
         self.t, self.e, self.c, self.m, self.x = (col(n) for n in ("t", "t_end", "c", "m", "x"))
 
     def __len__(self) -> int:
         return len(self.t)
+
+
+class Path:
+    """One window's critical path as columns, in time order: start, end, k (the activity's index in
+    the window's Acts; -1 for none), category, cause (None on compute) and extra (the host syncs'
+    ids of a host_sync gap, or a note). Iterating gives the segments as dicts {start, end,
+    category, cause, id, extra}."""
+
+    def __init__(self, acts: Acts):
+        self.acts = acts
+        self.start, self.end, self.k = array("q"), array("q"), array("q")
+        self.category: list = []
+        self.cause: list = []
+        self.extra: list = []
+
+    def __len__(self) -> int:
+        return len(self.start)
+
+    def id(self, j: int):
+        k = self.k[j]
+        return self.acts.id[k] if k >= 0 else None
+
+    def __iter__(self):
+        for j in range(len(self.start)):
+            yield {"start": self.start[j], "end": self.end[j], "category": self.category[j],
+                   "cause": self.cause[j], "id": self.id(j), "extra": self.extra[j]}
 
 
 def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
@@ -85,92 +199,105 @@ def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     n = len(acts)
     if n == 0:
         return [(ws, we, None, "idle", [])]
-    pos, start, end, ostart, oend = acts.pos, acts.start, acts.end, acts.ostart, acts.oend
-    ids, prev_id, prev_end = acts.id, acts.cols["prev_id"], acts.cols["prev_end_ns"]
-    wsrc_id, wsrc_end = acts.cols["wait_src_id"], acts.cols["wait_src_end_ns"]
+    start, end, ostart, oend, ids = acts.start, acts.end, acts.ostart, acts.oend, acts.id
+    prev_k, prev_end, wsrc_k, wsrc_end = acts.prev_k, acts.prev_end, acts.wsrc_k, acts.wsrc_end
     last = n - 1  # the activity ending last (earliest start, then lowest id, among ties)
     while last > 0 and end[last - 1] == end[n - 1]:
         last -= 1
     # (start, end, k, cause, syncs): see above
     pieces: list[tuple[int, int, int | None, str | None, list[dict] | None]] = []
+    append = pieces.append
     t, seen = we, bytearray(n)
     if ws < end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
-        pieces.append((end[last], we, None, "idle", []))
+        append((end[last], we, None, "idle", []))
         t = end[last]
     cur: int | None = last
     while t > ws:
         if cur is None or seen[cur]:
-            pieces.append((ws, t, None, "idle", []))
+            append((ws, t, None, "idle", []))
             break
         seen[cur] = 1
-        s, e = max(start[cur], ws), min(end[cur], t)
+        s, e = start[cur], end[cur]
+        if s < ws:
+            s = ws
+        if e > t:
+            e = t
         if e > s:
-            pieces.append((s, e, cur, None, None))
-        t = min(t, max(s, ws))
+            append((s, e, cur, None, None))
+        if s < t:
+            t = s
         if t <= ws:
             break
-        cands = []
-        for pe, pi in ((prev_end[cur], prev_id[cur]), (wsrc_end[cur], wsrc_id[cur])):
-            if pe is not None:
-                k = pos.get(pi)
-                if k is not None:
-                    cands.append((min(pe, t), pi, k))
+        # candidates (time, id, k): the stream predecessor and the wait source, where in the window
+        best = None
+        pk = prev_k[cur]
+        if pk >= 0:
+            pe = prev_end[cur]
+            best = (pe if pe < t else t, ids[pk], pk)
+        wk = wsrc_k[cur]
+        if wk >= 0:
+            pe = wsrc_end[cur]
+            c2 = (pe if pe < t else t, ids[wk], wk)
+            if best is None or c2 > best:
+                best = c2
         if infer_waits:  # no stream-wait records: the other stream's work that ended last before cur
-            lo = max([ws - 1] + [c[0] for c in cands])
+            lo = ws - 1 if best is None or best[0] < ws - 1 else best[0]
             inf = _inferred(acts, cur, lo, t, launched_before=ostart[cur])
             if inf is not None:
-                cands.append((end[inf], ids[inf], inf))
-        g, _, pred = max(cands) if cands else (None, None, None)
-        g_eff = ws if g is None else max(g, ws)
+                c2 = (end[inf], ids[inf], inf)
+                if best is None or c2 > best:
+                    best = c2
+        g, pred = (None, None) if best is None else (best[0], best[2])
+        g_eff = ws if g is None or g < ws else g
         if g_eff < t:
-            le = oend[cur]
-            if le is not None and le > g_eff:
+            if oend[cur] > g_eff:  # (a null launch end is NULL, below every time)
                 found = _syncs_in(syncs_by_tid, acts, cur, g_eff, ostart[cur])
-                pieces.append((g_eff, t, cur, "host_sync" if found else "launch_bound", found))
+                append((g_eff, t, cur, "host_sync" if found else "launch_bound", found))
             else:
                 inf = _inferred(acts, cur, g_eff, t)
                 if inf is not None:
                     if end[inf] < t:
-                        pieces.append((end[inf], t, cur, "idle", []))
+                        append((end[inf], t, cur, "idle", []))
                     t, cur = end[inf], inf
                     continue
-                pieces.append((g_eff, t, cur, "idle", []))
+                append((g_eff, t, cur, "idle", []))
             t = g_eff
-        cur = pred if pred is not None and g is not None and g > ws - 1 else None
+        cur = pred if pred is not None and g > ws - 1 else None
         if cur is None and t > ws:
             # no recorded predecessor inside the window: the latest activity that ended by now
             inf = _inferred(acts, None, ws - 1, t)
             if inf is None:
-                pieces.append((ws, t, None, "idle", []))
+                append((ws, t, None, "idle", []))
                 break
             if end[inf] < t:
-                pieces.append((end[inf], t, None, "idle", []))
+                append((end[inf], t, None, "idle", []))
             t, cur = end[inf], inf
     pieces.reverse()
     return pieces
 
 
-def _inferred(acts: Acts, cur: int | None, lo: int, hi: int, launched_before: int | None = None) -> int | None:
-    """The activity (another stream than cur's; launched before `launched_before` if given) that
-    ended last within (lo, hi]."""
+def _inferred(acts: Acts, cur: int | None, lo: int, hi: int, launched_before: int = NULL) -> int | None:
+    """The activity (another stream than cur's; launched before `launched_before` unless that is
+    NULL) that ended last within (lo, hi]."""
     ends = acts.end
     i = bisect_right(ends, hi) - 1
     if cur is None:
         return i if i >= 0 and ends[i] > lo else None
     stream, ostart, cs = acts.stream, acts.ostart, acts.stream[cur]
     while i >= 0 and ends[i] > lo:
-        if i != cur and stream[i] != cs and (launched_before is None or ostart[i] is None
-                                             or ostart[i] < launched_before):
+        # a null launch start (NULL) is below every launch: it passes the test, as it always did
+        if i != cur and stream[i] != cs and (launched_before == NULL or ostart[i] < launched_before):
             return i
         i -= 1
     return None
 
 
-def _syncs_in(syncs_by_tid: dict | None, acts: Acts, cur: int, lo: int, hi: int | None) -> list[dict]:
+def _syncs_in(syncs_by_tid: dict | None, acts: Acts, cur: int, lo: int, hi: int) -> list[dict]:
     """Host syncs on the launching thread that returned after the GPU was ready (lo) and before the launch."""
-    if not syncs_by_tid or hi is None:
+    if not syncs_by_tid or hi == NULL:
         return []
-    lst = syncs_by_tid.get((acts.rank[cur], acts.tid[cur]))
+    tid = acts.tid[cur]
+    lst = syncs_by_tid.get((acts.rank, None if tid == NULL else tid))
     if not lst:
         return []
     ends = lst[0]
@@ -182,32 +309,36 @@ def _syncs_in(syncs_by_tid: dict | None, acts: Acts, cur: int, lo: int, hi: int 
     return out[::-1]
 
 
-def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> list[dict]:
-    """Path segments: {start, end, category, cause, id, extra} in time order, adjacent equal ones
-    merged; compute segments carry no id (they merge across activities: only their sums are used).
+def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> Path:
+    """The path (`Path`, in time order, adjacent equal segments merged); compute segments carry no
+    activity (k -1: they merge across activities, only their sums are used).
     comm: id -> {"kind", "wait_until", "imbalance"} for communication activities."""
-    out: list[dict] = []
+    out = Path(acts)
     ids, cls = acts.id, acts.cls
-    comm_list = [(acts.start[k], i, acts.end[k]) for k, i in enumerate(ids) if cls[k] == "comm" and i in comm]
+    p_start, p_end, p_k, p_cat, p_cause, p_extra = out.start, out.end, out.k, out.category, out.cause, out.extra
+    comm_list = [(acts.start[k], i, acts.end[k], k) for k, i in enumerate(ids) if cls[k] == "comm" and i in comm]
 
     def add(a, b, category, cause, ref, extra=None):
         if b <= a:
             return
-        if out:
-            last = out[-1]
-            if last["end"] == a and last["category"] == category and last["cause"] == cause \
-                    and last["id"] == ref and last["extra"] == extra:
-                last["end"] = b
-                return
-        out.append({"start": a, "end": b, "category": category, "cause": cause, "id": ref, "extra": extra})
+        if p_end and p_end[-1] == a and p_cat[-1] == category and p_cause[-1] == cause \
+                and p_k[-1] == ref and p_extra[-1] == extra:
+            p_end[-1] = b
+            return
+        p_start.append(a)
+        p_end.append(b)
+        p_k.append(ref)
+        p_cat.append(category)
+        p_cause.append(cause)
+        p_extra.append(extra)
 
-    def comm_part(a, b, cid):
-        info = comm[cid]
+    def comm_part(a, b, ck):
+        info = comm[ids[ck]]
         cat = "all_to_all_ns" if info["kind"] == "all_to_all" else "other_comm_ns"
         wu = info.get("wait_until")
         if wu is not None and wu > a:
             m = min(b, wu)
-            add(a, m, cat, "peer_wait", cid)
+            add(a, m, cat, "peer_wait", ck)
             a = m
         if b <= a:
             return
@@ -215,14 +346,15 @@ def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> list[d
         exposed = "exposed_a2a" if info["kind"] == "all_to_all" else "exposed_comm"
         if ratio > IMBALANCE_MIN:
             imb = int(round((b - a) * (1.0 - 1.0 / ratio)))
-            add(a, a + imb, cat, "imbalance", cid)
+            add(a, a + imb, cat, "imbalance", ck)
             a += imb
-        add(a, b, cat, exposed, cid)
+        add(a, b, cat, exposed, ck)
 
     st, se, sc, sm, sx = segs.t, segs.e, segs.c, segs.m, segs.x
     nseg, j = len(st), 0
     for ps, pe, k, cause, syncs in pieces:
-        ref = ids[k] if k is not None else None
+        ref = k if k is not None else -1
+        is_comm = k is not None and cls[k] == "comm" and ids[k] in comm
         while j < nseg and se[j] <= ps:
             j += 1
         q, a = j, ps
@@ -237,22 +369,21 @@ def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> list[d
                     q += 1
             gap, gcause = cause is not None, cause
             if not gap:
-                kc = cls[k]
-                if kc == "memory" and c == 0 and m > 0:  # a copy beside a collective: comm time
+                if cls[k] == "memory" and c == 0 and m > 0:  # a copy beside a collective: comm time
                     gap, gcause = True, "idle"
-                elif kc != "comm" or ref not in comm:
-                    add(a, b, "compute_ns", None, None)
+                elif not is_comm:
+                    add(a, b, "compute_ns", None, -1)
                 elif c > 0:
-                    add(a, b, "compute_ns", None, None, "overlapped comm")
+                    add(a, b, "compute_ns", None, -1, "overlapped comm")
                 else:
-                    comm_part(a, b, ref)
+                    comm_part(a, b, k)
             if gap:
                 if c > 0 or (x > 0 and m == 0):
-                    add(a, b, "compute_ns", None, None, "other stream")
+                    add(a, b, "compute_ns", None, -1, "other stream")
                 elif m > 0:
                     running = [r for r in comm_list if r[0] <= a and r[2] >= b]
                     if running:
-                        comm_part(a, b, max(running)[1])
+                        comm_part(a, b, max(running)[3])
                     else:
                         add(a, b, "other_comm_ns", "exposed_comm", ref)
                 else:
@@ -263,13 +394,19 @@ def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> list[d
     return out
 
 
-def composition(path: list[dict], ws: int, we: int) -> dict:
+def composition(path: Path, ws: int, we: int) -> dict:
     comp = {k: 0 for k in CATEGORIES}
-    for s in path:
-        comp[s["category"]] += s["end"] - s["start"]
-    comp["peer_wait_ns"] = sum(s["end"] - s["start"] for s in path if s["cause"] == "peer_wait")
-    comp["imbalance_ns"] = sum(s["end"] - s["start"] for s in path if s["cause"] == "imbalance")
-    comp["overlapped_comm_ns"] = sum(s["end"] - s["start"] for s in path if s.get("extra") == "overlapped comm")
+    peer = imb = overlapped = 0
+    for a, b, cat, cause, extra in zip(path.start, path.end, path.category, path.cause, path.extra, strict=True):
+        d = b - a
+        comp[cat] += d
+        if cause == "peer_wait":
+            peer += d
+        elif cause == "imbalance":
+            imb += d
+        if extra == "overlapped comm":
+            overlapped += d
+    comp["peer_wait_ns"], comp["imbalance_ns"], comp["overlapped_comm_ns"] = peer, imb, overlapped
     total = sum(comp[k] for k in CATEGORIES)
     if total != we - ws:
         raise AssertionError(f"critical path does not cover the window: {total} != {we - ws}")
@@ -277,52 +414,96 @@ def composition(path: list[dict], ws: int, we: int) -> dict:
     return comp
 
 
-def _by_window(table: pa.Table, sizes: list[dict]) -> dict:
-    """`table` (sorted by rank, step, ...) cut into one slice per (rank, step) window; the slice
-    sizes (`sizes`: rank, step, n in the same order) come from a GROUP BY in DuckDB, not from a
-    pass over the rows."""
-    out, off = {}, 0
-    for r in sizes:
-        out[(r["rank"], r["step"])] = table.slice(off, r["n"])
-        off += r["n"]
-    return out
+def _rank_filter(ranks: list[int] | None) -> str:
+    return "TRUE" if ranks is None else "list_contains($ranks, rank)"
 
 
 def windows_data(session: Session, ranks: list[int] | None = None) -> dict:
-    """Everything the walks need, fetched once: per (rank, step) activities (Acts), timeline
-    segments (Segments), window bounds and host syncs; of the ranks in `ranks` only (all when None)."""
-    p = {"ranks": ranks}
-    f = "TRUE" if ranks is None else "list_contains($ranks, rank)"
+    """What the walks need besides each chunk's rows, for the ranks in `ranks` (all when None):
+    window bounds, the ranks whose traces record stream waits, and the chunks of ranks whose
+    activities are fetched together (at most CHUNK_ROWS activities, or one rank)."""
+    f, p = _rank_filter(ranks), {"ranks": ranks}
     win = {(w["rank"], w["step"]): (w["start_ns"], w["end_ns"]) for w in
            session.rows(f"SELECT rank, step, start_ns, end_ns FROM windows WHERE {f}", **p)}
-    acts = _by_window(session.sql(f"SELECT * FROM cp_preds WHERE {f} ORDER BY rank, step, end_ns, start_ns, id", **p),
-                      session.rows(f"SELECT rank, step, count(*) AS n FROM cp_preds WHERE {f} "
-                                   "GROUP BY ALL ORDER BY rank, step", **p))
-    segs = _by_window(session.sql(f"SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL "
-                                  f"AND {f} ORDER BY rank, step, t", **p),
-                      session.rows(f"SELECT rank, step, count(*) AS n FROM segments WHERE t_end IS NOT NULL "
-                                   f"AND {f} GROUP BY ALL ORDER BY rank, step", **p))
+    wait_ranks = {r["rank"] for r in session.rows("SELECT DISTINCT rank FROM syncs WHERE kind = 'stream_wait_event' "
+                                                  f"AND {f}", **p)}
+    chunks: list[list[int]] = []
+    n = 0
+    for r in session.rows(f"SELECT rank, count(*) AS n FROM activity_class WHERE {f} GROUP BY rank ORDER BY rank", **p):
+        if not chunks or n + r["n"] > CHUNK_ROWS:
+            chunks.append([])
+            n = 0
+        chunks[-1].append(r["rank"])
+        n += r["n"]
+    rest = sorted({r for r, _ in win} - {r for c in chunks for r in c})
+    if rest:  # windows of ranks without GPU activity
+        chunks.append(rest)
+    return {"windows": win, "wait_ranks": wait_ranks, "chunks": chunks}
+
+
+def _chunk_sql() -> str:
+    """cp_preds (its step's SQL) over the ranks $ranks only, each input shadowed by its rows of
+    those ranks, with the attribution, in (rank, step, end, start, id) order."""
+    shadows = ",\n".join(f"{n} AS (SELECT * FROM temp.main.{n} WHERE list_contains($ranks, rank))"
+                          for n in _CHUNK_INPUTS)
+    return f"""WITH {shadows},
+cp AS (
+{lookup("cp_preds").sql}
+)
+SELECT n.*, a.layer, a.phase, a.stage
+FROM cp n LEFT JOIN activity_attribution a ON a.id = n.id
+ORDER BY n.rank, n.step, n.end_ns, n.start_ns, n.id"""
+
+
+def _bounds(table: pa.Table) -> dict:
+    """(rank, step) -> (first row, end row) of each window in `table` (sorted by rank, step)."""
+    n = table.num_rows
+    if not n:
+        return {}
+    r, st = table.column("rank"), table.column("step")
+    change = pc.or_(pc.not_equal(r.slice(1), r.slice(0, n - 1)), pc.not_equal(st.slice(1), st.slice(0, n - 1)))
+    starts = [0] + [i + 1 for i in pc.indices_nonzero(change).to_pylist()]
+    keys = zip(r.take(starts).to_pylist(), st.take(starts).to_pylist(), strict=True)
+    ends = starts[1:] + [n]
+    return {key: (starts[i], ends[i]) for i, key in enumerate(keys)}
+
+
+def _chunk(session: Session, ranks: list[int]) -> dict:
+    """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
+    host syncs."""
+    acts = session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table()
+    segs = session.sql("SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL "
+                       "AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
     syncs: dict = {}
-    for h in session.sql(f"SELECT * FROM cp_host_syncs WHERE {f} ORDER BY rank, tid, end_ns, id", **p).to_pylist():
+    for h in session.rows("SELECT * FROM cp_host_syncs WHERE list_contains($ranks, rank) "
+                          "ORDER BY rank, tid, end_ns, id", ranks=ranks):
         e = syncs.setdefault((h["rank"], h["tid"]), ([], []))
         e[0].append(h["end_ns"])
         e[1].append(h)
-    wait_ranks = {r["rank"] for r in session.rows("SELECT DISTINCT rank FROM syncs WHERE kind = 'stream_wait_event' "
-                                                  f"AND {f}", **p)}
-    return {"windows": win, "acts": acts, "segments": segs, "syncs": syncs,
-            "wait_ranks": wait_ranks}
+    return {"acts": _Columns(acts), "act_bounds": _bounds(acts),
+            "segments": {k: segs.slice(a, b - a) for k, (a, b) in _bounds(segs).items()}, "syncs": syncs}
 
 
-def iter_paths(session: Session, comm: dict, data: dict | None = None):
+def iter_paths(session: Session, comm: dict, data: dict | None = None, ranks: list[int] | None = None):
     """Critical path of each (rank, step) window in order, one at a time: {rank, step, start_ns,
-    end_ns, composition, path, acts (Acts), segments (Segments)}. A window's columns are built when
-    it is walked, so only one window's Python objects live at once."""
-    data = data or windows_data(session)
-    for (rank, step), (ws, we) in sorted(data["windows"].items()):
-        acts = Acts(data["acts"].get((rank, step)))
-        segs = Segments(data["segments"].get((rank, step)))
-        pieces = walk(acts, ws, we, data["syncs"], infer_waits=rank not in data["wait_ranks"])
-        path = split(pieces, segs, acts, comm)
-        del pieces
-        yield {"rank": rank, "step": step, "start_ns": ws, "end_ns": we,
-               "composition": composition(path, ws, we), "path": path, "acts": acts, "segments": segs}
+    end_ns, composition, path (Path), acts (Acts), segments (Segments), syncs (host sync id ->
+    row)}. Activities are fetched a chunk of ranks at a time and a window's columns are built when
+    it is walked, so only one window's Python objects (and one chunk's Arrow rows) live at once."""
+    data = data or windows_data(session, ranks)
+    win = data["windows"]
+    for chunk_ranks in data["chunks"]:
+        chunk = _chunk(session, chunk_ranks)
+        sync_by_id = {h["id"]: h for lst in chunk["syncs"].values() for h in lst[1]}
+        mine = set(chunk_ranks)
+        for (rank, step), (ws, we) in sorted(kv for kv in win.items() if kv[0][0] in mine):
+            lo, hi = chunk["act_bounds"].get((rank, step), (0, 0))
+            acts = Acts(cols=chunk["acts"], lo=lo, hi=hi, rank=rank)
+            segs = Segments(chunk["segments"].pop((rank, step), None))
+            pieces = walk(acts, ws, we, chunk["syncs"], infer_waits=rank not in data["wait_ranks"])
+            path = split(pieces, segs, acts, comm)
+            del pieces
+            yield {"rank": rank, "step": step, "start_ns": ws, "end_ns": we,
+                   "composition": composition(path, ws, we), "path": path, "acts": acts, "segments": segs,
+                   "syncs": sync_by_id}
+            del acts, segs, path  # before the next window is built
+        del chunk, sync_by_id

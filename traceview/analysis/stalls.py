@@ -50,22 +50,23 @@ def _overlap_compute(segs: critical_path.Segments, a: int, b: int) -> int:
     st, se, sc = segs.t, segs.e, segs.c
     i = max(0, bisect_right(st, a) - 1)
     tot = 0
-    while i < len(st) and st[i] < b:
+    n = len(st)
+    while i < n and st[i] < b:
         if sc[i] > 0 and se[i] > a:
             tot += min(b, se[i]) - max(a, st[i])
         i += 1
     return tot
 
 
-def _independent(w: dict, attr: dict) -> dict:
-    """(layer, phase) -> compute activities of stages that do not depend on the dispatch."""
+def _independent(w: dict) -> dict:
+    """(layer, phase) -> indices (k) of the compute activities of stages that do not depend on the
+    dispatch."""
     if "_indep" not in w:
         out: dict = {}
         acts = w["acts"]
-        for k, (i, c) in enumerate(zip(acts.id, acts.cls, strict=True)):
-            t = attr.get(i) if c == "compute" else None
-            if t and t[0] is not None and t[2] in INDEPENDENT_STAGES:
-                out.setdefault(t[:2], []).append(acts.row(k))
+        for k, (c, t) in enumerate(zip(acts.cls, acts.attr, strict=True)):
+            if c == "compute" and t[0] is not None and t[2] in INDEPENDENT_STAGES:
+                out.setdefault(t[:2], []).append(k)
         w["_indep"] = out
     return w["_indep"]
 
@@ -81,32 +82,45 @@ def _group_key(seg: dict, rank: int, step: int, attr: tuple) -> tuple:
     return (rank, step, cause) + attr
 
 
-def _evidence(cause: str, segs: list[dict], w: dict, data: dict, attr: dict, coll_by_id: dict) -> dict:
-    acts = w["acts"]
-    ref = acts.get(segs[0]["id"])
-    ev: dict = {"activity": ref["name"] if ref else None, "pieces": len(segs)}
+_BY_ACTIVITY = frozenset(COMM_CAUSES + ("host_sync",))   # causes grouped per activity (else per layer/phase/stage)
+_NO_ATTR = (None, None, None)
+
+
+def _nz(x: int) -> int:
+    """A launch time of the integer columns, null (NULL) read as 0."""
+    return 0 if x == critical_path.NULL else x
+
+
+def _evidence(cause: str, js: list[int], w: dict, coll_by_id: dict) -> dict:
+    """Evidence of one stall: the path segments js (indices into the window's Path) of one group."""
+    acts, path = w["acts"], w["path"]
+    k = path.k[js[0]]
+    ref = k if k >= 0 else None
+    ev: dict = {"activity": acts.name(k) if ref is not None else None, "pieces": len(js)}
     if cause in COMM_CAUSES and ref is not None:
-        hidden = _overlap_compute(w["segments"], ref["start_ns"], ref["end_ns"])
-        ev.update(comm_dur_ns=ref["end_ns"] - ref["start_ns"], hidden_ns=hidden,
-                  hidden_share=hidden / max(1, ref["end_ns"] - ref["start_ns"]))
-        c = coll_by_id.get(ref["id"])
+        a, b, rid = acts.start[k], acts.end[k], acts.id[k]
+        hidden = _overlap_compute(w["segments"], a, b)
+        ev.update(comm_dur_ns=b - a, hidden_ns=hidden, hidden_share=hidden / max(1, b - a))
+        c = coll_by_id.get(rid)
         if c is not None:
             ev.update(collective={"kind": c["kind"], "group": c["group"], "index": c["index"]},
                       straggler=c["straggler"], skew_ns=c["skew_ns"], wait_ns=c["wait_ns"].get(str(w["rank"])))
             if cause == "imbalance" and c.get("imbalance"):
                 ev.update(splits=c["imbalance"]["splits"], max_over_mean=c["imbalance"]["max_over_mean"])
         if cause in ("exposed_a2a", "exposed_comm"):
-            layer, phase, _ = attr.get(ref["id"], (None, None, None))
-            indep = [a for a in _independent(w, attr).get((layer, phase), [])
-                     if (a["origin_start_ns"] or 0) >= (ref["origin_start_ns"] or 0)]
-            work = sum(a["end_ns"] - a["start_ns"] for a in indep)
-            after = sum(a["end_ns"] - max(a["start_ns"], ref["end_ns"]) for a in indep if a["end_ns"] > ref["end_ns"])
+            layer, phase, _ = acts.attr[k]
+            o0 = _nz(acts.ostart[k])
+            indep = [i for i in _independent(w).get((layer, phase), []) if _nz(acts.ostart[i]) >= o0]
+            starts, ends = acts.start, acts.end
+            work = sum(ends[i] - starts[i] for i in indep)
+            after = sum(ends[i] - max(starts[i], b) for i in indep if ends[i] > b)
             ev.update(independent_work_ns=work, independent_work_available=work > 0,
                       independent_work_after_ns=after,
-                      independent_stages=sorted({attr[a["id"]][2] for a in indep}))
+                      independent_stages=sorted({acts.attr[i][2] for i in indep}))
     elif cause == "host_sync":
-        ids = segs[0]["extra"] or ()
-        calls = [data["sync_by_id"][i] for i in ids if i in data["sync_by_id"]]
+        ids = path.extra[js[0]] or ()
+        sync_by_id = w["syncs"]
+        calls = [sync_by_id[i] for i in ids if i in sync_by_id]
         if calls:
             main = max(calls, key=lambda h: (h["dur_ns"], h["end_ns"]))
             ops = _ops(main)
@@ -115,57 +129,84 @@ def _evidence(cause: str, segs: list[dict], w: dict, data: dict, attr: dict, col
                       calls=[{"name": h["name"], "dur_ns": h["dur_ns"], "ops": _ops(h)} for h in calls])
         ev["resumed_by"] = ev.pop("activity")
     elif cause in ("launch_bound", "idle"):
-        gaps = [s["end"] - s["start"] for s in segs]
+        ps, pe = path.start, path.end
+        gaps = [pe[j] - ps[j] for j in js]
         ev.update(gaps=len(gaps), max_gap_ns=max(gaps), mean_gap_ns=sum(gaps) // len(gaps),
-                  activities=len({s["id"] for s in segs}), last_start_ns=segs[-1]["start"])
+                  activities=len({path.k[j] for j in js}), last_start_ns=ps[js[-1]])
         ev.pop("activity")
         if cause == "launch_bound" and ref is not None:
-            ev["thread"] = ref["tid"]
-        late = [coll_by_id[i] for i in dict.fromkeys(x["id"] for x in segs) if i in coll_by_id
-                and coll_by_id[i]["straggler"] == w["rank"] and coll_by_id[i]["skew_ns"] > 0]
+            tid = acts.tid[k]
+            ev["thread"] = None if tid == critical_path.NULL else tid
+        rank = w["rank"]
+        late = []
+        for kk in dict.fromkeys(path.k[j] for j in js):
+            c = coll_by_id.get(acts.id[kk]) if kk >= 0 else None
+            if c is not None and c["straggler"] == rank and c["skew_ns"] > 0:
+                late.append(c)
         if late:  # the gap delayed this rank's arrival at a collective where it was the last rank
             ev["late_to_collectives"] = [{"kind": c["kind"], "group": c["group"], "index": c["index"],
                                           "skew_ns": c["skew_ns"]} for c in late]
     return ev
 
 
-def stall_rows(paths: list[dict], data: dict, attr: dict, coll_by_id: dict) -> list[dict]:
+def _window_stalls(w: dict, coll_by_id: dict) -> list[dict]:
+    """The stall rows of one window (its path's non-compute segments grouped), sorted."""
+    path, attr = w["path"], w["acts"].attr
+    rank, step = w["rank"], w["step"]
+    groups: dict = {}
+    pk, pc_ = path.k, path.cause
+    for j in range(len(pk)):
+        cause = pc_[j]
+        if cause is None:
+            continue
+        k = pk[j]
+        if cause in _BY_ACTIVITY:
+            key = (cause, k)
+        else:
+            key = (cause,) + (attr[k] if k >= 0 else _NO_ATTR)
+        lst = groups.get(key)
+        if lst is None:
+            groups[key] = [j]
+        else:
+            lst.append(j)
     out = []
-    for w in paths:
-        groups: dict = {}
-        for seg in w["path"]:
-            if seg["cause"] is None:
-                continue
-            a = attr.get(seg["id"], (None, None, None))
-            groups.setdefault(_group_key(seg, w["rank"], w["step"], a), []).append(seg)
-        for key, segs in groups.items():
-            cause = key[2]
-            a = attr.get(segs[0]["id"], (None, None, None))
-            out.append({"rank": w["rank"], "step": w["step"], "layer": a[0], "phase": a[1], "stage": a[2],
-                        "cause": cause, "start_ns": segs[0]["start"],
-                        "dur_ns": sum(s["end"] - s["start"] for s in segs),
-                        "evidence": _evidence(cause, segs, w, data, attr, coll_by_id)})
+    ps, pe = path.start, path.end
+    for key, js in groups.items():
+        cause = key[0]
+        k = pk[js[0]]
+        a = attr[k] if k >= 0 else _NO_ATTR
+        out.append({"rank": rank, "step": step, "layer": a[0], "phase": a[1], "stage": a[2],
+                    "cause": cause, "start_ns": ps[js[0]],
+                    "dur_ns": sum(pe[j] - ps[j] for j in js),
+                    "evidence": _evidence(cause, js, w, coll_by_id)})
     out.sort(key=lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
     return out
 
 
-def a2a_exposure(paths: list[dict], data: dict, attr: dict) -> list[dict]:
+def stall_rows(paths: list[dict], coll_by_id: dict) -> list[dict]:
+    out = [row for w in paths for row in _window_stalls(w, coll_by_id)]
+    out.sort(key=lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
+    return out
+
+
+def a2a_exposure(paths: list[dict], comm: dict) -> list[dict]:
     """Per all-to-all in a window: duration, time hidden by compute, exposed time on the critical path."""
     out = []
     for w in paths:
+        acts, path = w["acts"], w["path"]
         on_path: dict = {}
-        for s in w["path"]:
-            if s["category"] == "all_to_all_ns":
-                on_path[s["id"]] = on_path.get(s["id"], 0) + s["end"] - s["start"]
-        acts, comm = w["acts"], data["comm"]
+        for k, cat, a, b in zip(path.k, path.category, path.start, path.end, strict=True):
+            if cat == "all_to_all_ns":
+                on_path[k] = on_path.get(k, 0) + b - a
         for k, i in enumerate(acts.id):
-            if i not in comm or comm[i]["kind"] != "all_to_all":
+            info = comm.get(i)
+            if info is None or info["kind"] != "all_to_all":
                 continue
-            layer, phase, stage = attr.get(i, (None, None, None))
+            layer, phase, stage = acts.attr[k]
             a, b = acts.start[k], acts.end[k]
             out.append({"rank": w["rank"], "step": w["step"], "layer": layer, "phase": phase, "stage": stage,
                         "start_ns": a, "dur_ns": b - a, "hidden_ns": _overlap_compute(w["segments"], a, b),
-                        "exposed_on_path_ns": on_path.get(i, 0)})
+                        "exposed_on_path_ns": on_path.get(k, 0)})
     return sorted(out, key=lambda d: (d["rank"], d["step"], d["start_ns"]))
 
 
@@ -191,15 +232,12 @@ def rank_part(session: Session, job: dict, idle: dict, ranks: list[int] | None =
     comm = _comm_info(session, job, ranks)
     critical_path.prepare(session)
     data = critical_path.windows_data(session, ranks)
-    data["comm"] = comm
-    data["sync_by_id"] = {h["id"]: h for lst in data["syncs"].values() for h in lst[1]}
-    attr = _attribution(session, ranks)
     cp, stalls, a2a = [], [], []
     non_compute = 0
     # one window at a time: its activity columns and path are dropped before the next is walked
     for w in critical_path.iter_paths(session, comm, data):
-        mine = stall_rows([w], data, attr, job["by_id"])
-        a2a += a2a_exposure([w], data, attr)
+        mine = _window_stalls(w, job["by_id"])
+        a2a += a2a_exposure([w], comm)
         stalls += mine
         comp = w["composition"]
         nc = comp["window_ns"] - comp["compute_ns"]

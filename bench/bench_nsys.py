@@ -191,7 +191,7 @@ def vs_read_once(src: Path, scales: list[int], repeat: int, workdir: Path) -> No
         db = scaled_copy(src, scale, workdir) if scale > 1 else src
         size = db.stat().st_size / 2**20
         n_gpu = gpu_count(db)
-        cmds = {"analyze": [sys.executable, "-m", "traceview", "analyze", "-f", "json", str(db)],
+        cmds = {"analyze": [sys.executable, "-m", "traceview", "analyze", "--no-store", "-f", "json", str(db)],
                 "read-once": [sys.executable, "-c", READ_ONCE, str(db), ",".join(USED)],
                 "imports": [sys.executable, "-c", IMPORTS]}
         runs: dict[str, list[dict]] = {k: [] for k in cmds}

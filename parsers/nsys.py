@@ -57,7 +57,13 @@ def sniff(path) -> bool:
 def read(path, nsys_bin=None) -> Profile:
     """Parse one Nsight Systems SQLite export or report (all processes with GPU activity)."""
     path = Path(path)
-    db = nsys_export.to_sqlite(path, nsys_bin) if path.name.lower().endswith(REPORT_SUFFIXES) else path
+    if path.name.lower().endswith(REPORT_SUFFIXES):
+        with nsys_export.exported(path, nsys_bin) as db:
+            return _read_db(db, path)
+    return _read_db(path, path)
+
+
+def _read_db(db: Path, path: Path) -> Profile:
     if not db.is_file():
         raise TraceError(path, "no such file")
     if not nsys_export.is_sqlite(db):

@@ -121,6 +121,7 @@ def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, m
 def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
            fault: str | None):
     from .parsers import bounded_read
+    from .parsers.nsys_store import exports_in
     from .store import Store, Stored, file_hash
     if max_input is not None:
         bounded_read.set_max_input_size(max_input)
@@ -136,7 +137,8 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
                 return "stored", None
             before = p.stat()
             content_hash = file_hash(p)
-            prof = parse(p, nsys_bin)
+            with exports_in(store):                 # an nsys report's SQLite export lies in the store
+                prof = parse(p, nsys_bin)
             got = Stored(prof.tables(), list(prof.warnings))
             return ("stored", None) if store.put(p, got, before, content_hash) else ("tables", got)
     except TraceError as e:

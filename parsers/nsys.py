@@ -280,6 +280,7 @@ class _Reader:
                    COALESCE(src_kind, -1), COALESCE(dst_kind, -1), bytes, NULL, NULL FROM mc
             UNION ALL SELECT 'memset', start_ns, end_ns, device, stream, correlation, {pid}, COALESCE(mem_kind, -1),
                    -1, -1, bytes, NULL, NULL FROM ms""")
+        self.drop("k", "mc", "ms")  # each table is held once: the Arrow rows go as soon as they are copied
         x("""CREATE TEMP TABLE gname AS
             SELECT kind, a, b, c, CASE kind
                 WHEN 'kernel' THEN COALESCE(d.value, s.value,
@@ -300,9 +301,15 @@ class _Reader:
         x(f"""CREATE TEMP TABLE l0 AS
             SELECT (row_number() OVER (ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215, rt.correlation)
                     - 1)::BIGINT AS id, r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}""")
-        cpu_ranges = self.ranges(self.one("SELECT max(end_ns) FROM gpu0")[0])
+        x("""CREATE TEMP TABLE lname AS
+            SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
+                                               '_v[0-9]{4,}$', '') AS name
+            FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
+        last = self.one("SELECT (SELECT max(end_ns) FROM gpu0), (SELECT max(end_ns) FROM rt)")
+        self.drop("rt")
+        cpu_ranges = schema.conform("cpu_ranges", self.ranges(*last))
         launches = self.launches()
-        self.drop("calls", "pp", "l0", "rt", "k", "mc", "ms")
+        self.drop("calls", "pp", "l0", "lname")
         syncs, meta = self.syncs(), self.meta(ranks)
         names = self.q("SELECT kind, a, b, c, name FROM gname")
         self.drop("gname")
@@ -321,11 +328,11 @@ class _Reader:
         gpu = gpu.append_column("name", pc.take(names.column("name"), gpu.column("gi"))).drop_columns(["gi"])
         del names
         return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
-                       cpu_ranges=schema.conform("cpu_ranges", cpu_ranges),
+                       cpu_ranges=cpu_ranges,
                        launches=schema.conform("launches", launches),
                        syncs=schema.conform("syncs", syncs), meta=meta, warnings=self.warnings)
 
-    def ranges(self, last_gpu) -> pa.Table:
+    def ranges(self, last_gpu, last_call) -> pa.Table:
         """cpu_ranges, and the nesting sweep over ranges and calls (tables sw, pp) that launches() uses."""
         x, t = self.db.execute, self.event_types_used
         pp, se, dc = t["NvtxPushPopRange"], t["NvtxStartEndRange"], t["NvtxDomainCreate"]
@@ -337,7 +344,8 @@ class _Reader:
               GROUP BY ALL""")
         n_open, n_other, end = self.one(f"""
             SELECT count(*) FILTER (n.end_ns IS NULL), count(*) FILTER ({pid} NOT IN (SELECT pid FROM ranks)),
-                   greatest(max(n.end_ns), max(n.start_ns), {int(last_gpu or 0)}, (SELECT max(end_ns) FROM rt))
+                   greatest(max(n.end_ns), max(n.start_ns), {int(last_gpu or 0)},
+                            {"NULL" if last_call is None else int(last_call)}::BIGINT)
             FROM nv n WHERE {rngs}""")
         if n_open:
             self.warn(f"{n_open} NVTX ranges were never closed; clipped to the end of the capture ({end} ns)")
@@ -348,6 +356,8 @@ class _Reader:
                    n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
             WHERE {rngs}""")
+        self.drop("nv")
+        self.nv = self.nv.select(["text", "has_text", "text_id"])  # what the names need; the rest goes
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
         # running sum is the open-range count. Ends at t come before starts at t (end exclusive), the
         # end of a zero-length range after its start, and a call after everything at its time.
@@ -380,7 +390,7 @@ class _Reader:
                    nest.depth, nest.parent_id, r0.pos
             FROM r0 LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = r0.domain_id
             ORDER BY id""")
-        self.drop("r0", "nest", "nv")
+        self.drop("r0", "nest")
         raw = pc.take(self.nv_names(), rows.column("pos"))
         self.nv = None
         rows = rows.drop_columns(["pos"])
@@ -423,10 +433,6 @@ class _Reader:
                 SELECT c.id, CASE WHEN p.end_ns > c.t THEN p.id END AS op_id
                 FROM calls c
                 ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.run - 1 AND p.start_ns <= c.t) o USING (id)""")
-        x("""CREATE TEMP TABLE lname AS
-            SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
-                                               '_v[0-9]{4,}$', '') AS name
-            FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
         return self.q("""
             SELECT l.id, l.rank, l.pid, l.gtid & 16777215 AS tid, l.start_ns, l.end_ns, n.name,
                    COALESCE(l.table_api, a.v, CASE WHEN n.name LIKE 'cuda%' THEN 'runtime'

@@ -308,6 +308,27 @@ def test_tiny_export_unknown_strings_and_loader_rank(tmp_path):
     assert {"<unknown string 4>", "<unknown string 6>"} <= names
 
 
+def test_tiny_export_nvtx_names_without_string_table_or_text_column(tmp_path):
+    """NVTX names are resolved as the rows are read: with no StringIds table every registered name is
+    unknown (its id said); with no text column every name comes from StringIds, '' without an id."""
+    db = _tiny(tmp_path / "nostrings.sqlite")
+    con = sqlite3.connect(db)
+    con.execute("DROP TABLE StringIds")
+    con.commit()
+    con.close()
+    r = load([db]).cpu_ranges
+    by_start = dict(zip(r.column("start_ns").to_pylist(), r.column("name").to_pylist(), strict=True))
+    assert by_start[200] == "<unknown string 4>" and by_start[100] == "aten::mm" and by_start[1000] == "C"
+    db = _tiny(tmp_path / "notext.sqlite")
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE NVTX_EVENTS DROP COLUMN text")
+    con.commit()
+    con.close()
+    r = load([db]).cpu_ranges
+    by_start = dict(zip(r.column("start_ns").to_pylist(), r.column("name").to_pylist(), strict=True))
+    assert by_start[200] == "nccl:all_to_all" and by_start[100] == "" and by_start[400] == ""
+
+
 def test_event_stream_by_event_sync_id_where_recorded(tmp_path):
     db = _tiny(tmp_path / "syncid.sqlite")
     con = sqlite3.connect(db)

@@ -57,7 +57,13 @@ def sniff(path) -> bool:
 def read(path, nsys_bin=None) -> Profile:
     """Parse one Nsight Systems SQLite export or report (all processes with GPU activity)."""
     path = Path(path)
-    db = nsys_export.to_sqlite(path, nsys_bin) if path.name.lower().endswith(REPORT_SUFFIXES) else path
+    if path.name.lower().endswith(REPORT_SUFFIXES):
+        with nsys_export.exported(path, nsys_bin) as db:
+            return _read_db(db, path)
+    return _read_db(path, path)
+
+
+def _read_db(db: Path, path: Path) -> Profile:
     if not db.is_file():
         raise TraceError(path, "no such file")
     if not nsys_export.is_sqlite(db):
@@ -94,6 +100,7 @@ class _Reader:
         self.src, self.path = src, path
         self.warnings: list[str] = []
         self.db = duckdb.connect()
+        self.db.execute("SET enable_progress_bar = false")  # a long query writes nothing on stderr
         self.registered: set[str] = set()
 
     def warn(self, msg: str) -> None:
@@ -146,12 +153,12 @@ class _Reader:
         self.reg("rt", self.timed("CUDA API calls", pa.concat_tables([
             s.table(t, {**api, "table_api": f"={v} TEXT"}, need=("start", "end", "globalTid"))
             for t, v in api_tables])))
-        text = "text" in s.cols("NVTX_EVENTS")
+        self.strs = s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
+                            need=("id", "value"))
+        self.reg("strs", self.strs)
         nv = s.table("NVTX_EVENTS", {
             "start_ns": "start TIME", "end_ns": "end TIME", "event_type": "eventType", "gtid": "globalTid",
-            "text_id": "textId", "domain_id": "domainId",
-            "text": "=IFNULL(CAST(text AS TEXT), '') TEXT" if text else "='' TEXT",
-            "has_text": "=(text IS NOT NULL) INTEGER" if text else "=0 INTEGER", "rn": "=rowid INTEGER"},
+            "domain_id": "domainId", "name": f"={self.nvtx_name_sql()} TEXT", "rn": "=rowid INTEGER"},
             "WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES),
             need=("start", "eventType", "globalTid"))
         ranges = pc.is_in(nv.column("event_type"), pa.array([types["NvtxPushPopRange"], types["NvtxStartEndRange"]]))
@@ -164,10 +171,18 @@ class _Reader:
             **_GPU, "sync_type": "syncType", "event_id": "eventId", "event_sync_id": "eventSyncId"}, need=_NEED_GPU)))
         self.reg("ce", s.table("CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"correlation": "correlationId", "gpid": "globalPid",
                                "event_id": "eventId", "stream": "streamId", "event_sync_id": "eventSyncId"}))
-        self.strs = s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
-                            need=("id", "value"))
-        self.reg("strs", self.strs)
         self.event_types_used = types
+
+    def nvtx_name_sql(self) -> str:
+        """SQLite expression of an NVTX_EVENTS row's name: its inline text, else its StringIds entry
+        (looked up in SQLite, by the table's key, for the rows that have no text), else ''."""
+        have, strs = self.src.cols("NVTX_EVENTS"), "StringIds" in self.src.tables
+        tid = 'CAST("textId" AS INTEGER)'
+        found = f'(SELECT IFNULL(CAST(value AS TEXT), \'\') FROM StringIds WHERE id = {tid} LIMIT 1)' if strs \
+            else "NULL"
+        by_id = (f"CASE WHEN \"textId\" IS NULL THEN '' ELSE COALESCE({found}, '<unknown string ' || {tid} || '>') END"
+                 if "textId" in have else "''")
+        return f'CASE WHEN "text" IS NOT NULL THEN CAST("text" AS TEXT) ELSE {by_id} END' if "text" in have else by_id
 
     def timed(self, label: str, t: pa.Table) -> pa.Table:
         """Rows whose start or end is missing, not an integer or impossible are dropped, counted."""
@@ -274,6 +289,7 @@ class _Reader:
                    COALESCE(src_kind, -1), COALESCE(dst_kind, -1), bytes, NULL, NULL FROM mc
             UNION ALL SELECT 'memset', start_ns, end_ns, device, stream, correlation, {pid}, COALESCE(mem_kind, -1),
                    -1, -1, bytes, NULL, NULL FROM ms""")
+        self.drop("k", "mc", "ms")  # each table is held once: the Arrow rows go as soon as they are copied
         x("""CREATE TEMP TABLE gname AS
             SELECT kind, a, b, c, CASE kind
                 WHEN 'kernel' THEN COALESCE(d.value, s.value,
@@ -294,9 +310,15 @@ class _Reader:
         x(f"""CREATE TEMP TABLE l0 AS
             SELECT (row_number() OVER (ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215, rt.correlation)
                     - 1)::BIGINT AS id, r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}""")
-        cpu_ranges = self.ranges(self.one("SELECT max(end_ns) FROM gpu0")[0])
+        x("""CREATE TEMP TABLE lname AS
+            SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
+                                               '_v[0-9]{4,}$', '') AS name
+            FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
+        last = self.one("SELECT (SELECT max(end_ns) FROM gpu0), (SELECT max(end_ns) FROM rt)")
+        self.drop("rt")
+        cpu_ranges = schema.conform("cpu_ranges", self.ranges(*last))
         launches = self.launches()
-        self.drop("calls", "pp", "l0", "rt", "k", "mc", "ms")
+        self.drop("calls", "pp", "l0", "lname")
         syncs, meta = self.syncs(), self.meta(ranks)
         names = self.q("SELECT kind, a, b, c, name FROM gname")
         self.drop("gname")
@@ -315,23 +337,21 @@ class _Reader:
         gpu = gpu.append_column("name", pc.take(names.column("name"), gpu.column("gi"))).drop_columns(["gi"])
         del names
         return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
-                       cpu_ranges=schema.conform("cpu_ranges", cpu_ranges),
+                       cpu_ranges=cpu_ranges,
                        launches=schema.conform("launches", launches),
                        syncs=schema.conform("syncs", syncs), meta=meta, warnings=self.warnings)
 
-    def ranges(self, last_gpu) -> pa.Table:
+    def ranges(self, last_gpu, last_call) -> pa.Table:
         """cpu_ranges, and the nesting sweep over ranges and calls (tables sw, pp) that launches() uses."""
         x, t = self.db.execute, self.event_types_used
         pp, se, dc = t["NvtxPushPopRange"], t["NvtxStartEndRange"], t["NvtxDomainCreate"]
         pid, rngs = _PID.format(c="n.gtid"), f"n.event_type IN ({pp}, {se}) AND n.start_ns IS NOT NULL"
-        name = """CASE WHEN n.has_text::BOOLEAN THEN n.text WHEN n.text_id IS NULL THEN ''
-                       ELSE COALESCE(s.value, '<unknown string ' || n.text_id || '>') END"""
-        x(f"""CREATE TEMP TABLE dom AS SELECT n.domain_id, any_value({name}) AS name FROM nv n
-              LEFT JOIN strs s ON s.id = n.text_id WHERE n.event_type = {dc} AND n.domain_id IS NOT NULL
-              GROUP BY ALL""")
+        x(f"""CREATE TEMP TABLE dom AS SELECT n.domain_id, any_value(n.name) AS name FROM nv n
+              WHERE n.event_type = {dc} AND n.domain_id IS NOT NULL GROUP BY ALL""")
         n_open, n_other, end = self.one(f"""
             SELECT count(*) FILTER (n.end_ns IS NULL), count(*) FILTER ({pid} NOT IN (SELECT pid FROM ranks)),
-                   greatest(max(n.end_ns), max(n.start_ns), {int(last_gpu or 0)}, (SELECT max(end_ns) FROM rt))
+                   greatest(max(n.end_ns), max(n.start_ns), {int(last_gpu or 0)},
+                            {"NULL" if last_call is None else int(last_call)}::BIGINT)
             FROM nv n WHERE {rngs}""")
         if n_open:
             self.warn(f"{n_open} NVTX ranges were never closed; clipped to the end of the capture ({end} ns)")
@@ -342,6 +362,8 @@ class _Reader:
                    n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
             WHERE {rngs}""")
+        self.drop("nv")
+        self.nv = self.nv.select(["name"])  # what the ranges need of it; the rest goes
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
         # running sum is the open-range count. Ends at t come before starts at t (end exclusive), the
         # end of a zero-length range after its start, and a call after everything at its time.
@@ -374,8 +396,8 @@ class _Reader:
                    nest.depth, nest.parent_id, r0.pos
             FROM r0 LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = r0.domain_id
             ORDER BY id""")
-        self.drop("r0", "nest", "nv")
-        raw = pc.take(self.nv_names(), rows.column("pos"))
+        self.drop("r0", "nest")
+        raw = pc.take(self.nv.column("name"), rows.column("pos"))
         self.nv = None
         rows = rows.drop_columns(["pos"])
         self.reg("nm", pa.table({"raw": raw}))
@@ -399,15 +421,6 @@ class _Reader:
             rows = rows.append_column(f, parsed.column(f))
         return rows
 
-    def nv_names(self) -> pa.ChunkedArray:
-        """The name of each NVTX_EVENTS row, in row order: its inline text, else its StringIds entry."""
-        nv, strs = self.nv, self.strs
-        tid = nv.column("text_id")
-        found = pc.take(strs.column("value"), pc.index_in(tid, value_set=strs.column("id")))
-        unknown = pc.binary_join_element_wise("<unknown string ", pc.cast(tid, pa.string()), ">", "")
-        by_id = pc.if_else(pc.is_null(tid), "", pc.coalesce(found, unknown))
-        return pc.if_else(pc.cast(nv.column("has_text"), pa.bool_()), nv.column("text"), by_id)
-
     def launches(self) -> pa.Table:
         x = self.db.execute
         # innermost open push/pop range at the call: the open-range count at its start gives the depth,
@@ -417,10 +430,6 @@ class _Reader:
                 SELECT c.id, CASE WHEN p.end_ns > c.t THEN p.id END AS op_id
                 FROM calls c
                 ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.run - 1 AND p.start_ns <= c.t) o USING (id)""")
-        x("""CREATE TEMP TABLE lname AS
-            SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
-                                               '_v[0-9]{4,}$', '') AS name
-            FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
         return self.q("""
             SELECT l.id, l.rank, l.pid, l.gtid & 16777215 AS tid, l.start_ns, l.end_ns, n.name,
                    COALESCE(l.table_api, a.v, CASE WHEN n.name LIKE 'cuda%' THEN 'runtime'

@@ -1,25 +1,27 @@
 """Access to Nsight Systems SQLite exports: reading one as Arrow tables (`Export`), and making
-one from a report (.nsys-rep, .qdrep) by running `nsys export` (`to_sqlite`).
+one from a report (.nsys-rep, .qdrep) by running `nsys export` (`exported`).
 
-The export is cached and reused while the report is unchanged (same size and mtime):
-- beside the report, in `<report folder>/.traceview-cache/` (a subfolder, so that loading the
-  folder does not pick the export up as a second trace), when that folder is writable;
-- else in `$XDG_CACHE_HOME/traceview/nsys/` (default `~/.cache/traceview/nsys/`).
+Where the export of a report lies:
+- with a store (`nsys_store.exports_in(store)`, which the per-rank task sets under the store's lock on that
+  report): in the store, `DIR/exports/<key>.<stamp>.sqlite` (`Store.export_path`), reused while the
+  report is unchanged (same size and mtime); exports of earlier versions of it are removed;
+- without one (`--no-store`, or `load()` outside a configured run): in a temporary folder, removed
+  as soon as the report is read.
 `nsys` writes to a temporary file that is renamed into place only after a successful export,
-so an interrupted or failed export never leaves a half-written cache file.
+so an interrupted or failed export never leaves a half-written file.
 """
 from __future__ import annotations
 
 import glob
-import hashlib
 import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import tempfile
 import urllib.parse
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,6 +29,7 @@ from adbc_driver_sqlite import dbapi
 
 from traceview.errors import TraceError, UsageError
 
+from . import nsys_store
 from .bounded_read import open_regular
 
 SQLITE_MAGIC = b"SQLite format 3\x00"
@@ -34,7 +37,6 @@ EXPORT_TIMEOUT_S = 600  # default limit on one `nsys export`; TRACEVIEW_NSYS_TIM
 TIMEOUT_ENV = "TRACEVIEW_NSYS_TIMEOUT"
 # Timestamps outside [-2^61, 2^62] ns are impossible (and their differences could overflow int64).
 MIN_TIME_NS, MAX_TIME_NS = -(1 << 61), 1 << 62
-_CACHE_SUBDIR = ".traceview-cache"
 # Places Nsight Systems installs itself when it is not on PATH.
 _NSYS_GLOBS = (
     "/opt/nvidia/nsight-systems*/*/bin/nsys",
@@ -80,44 +82,6 @@ def nsys_version(nsys: str) -> str | None:
     return m.group(1) if m else None
 
 
-def cache_path(report: Path) -> Path:
-    """Where the export of `report` is (or will be) cached. The name encodes size and mtime."""
-    st = report.stat()
-    key = hashlib.sha1(f"{report.resolve()}\0{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
-    name = f"{report.name}.{key}.sqlite"
-    beside = report.resolve().parent / _CACHE_SUBDIR
-    if _writable_dir(beside):
-        return beside / name
-    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "traceview" / "nsys"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        pass
-    if not _writable_dir(base):
-        raise TraceError(report, f"no writable cache folder for the SQLite export (tried {beside} and {base})")
-    return base / name
-
-
-def _writable_dir(d: Path) -> bool:
-    """True if `d` is (or can be made as) a folder we may write in. Honours the permission bits
-    even for root, so a read-only corpus folder stays untouched."""
-    try:
-        if not d.is_dir():
-            if not _may_write(d.parent):
-                return False
-            d.mkdir(exist_ok=True)
-        return _may_write(d)
-    except OSError:
-        return False
-
-
-def _may_write(d: Path) -> bool:
-    if not os.access(d, os.W_OK | os.X_OK):
-        return False
-    # root passes os.access everywhere: also require some write permission bit on the folder
-    return os.geteuid() != 0 or bool(d.stat().st_mode & (stat.S_IWUSR | stat.S_IWGRP | stat.S_IWOTH))
-
-
 def is_sqlite(path: Path) -> bool:
     try:
         with open_regular(path) as f:
@@ -126,14 +90,28 @@ def is_sqlite(path: Path) -> bool:
         return False
 
 
-def to_sqlite(report: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
-    """The SQLite export of an Nsight Systems report: from the cache, or made now with `nsys export`."""
+@contextmanager
+def exported(report: Path, nsys_bin: str | os.PathLike | None = None) -> Iterator[Path]:
+    """The SQLite export of an Nsight Systems report while inside: the store's (reused, or made now
+    with `nsys export`) under `exports_in`, else made in a temporary folder removed on leaving."""
     report = Path(report)
     if not report.is_file():
         raise TraceError(report, "no such file")
-    out = cache_path(report)
-    if out.is_file() and is_sqlite(out):
-        return out
+    store = nsys_store.current()
+    if store is not None:
+        out = store.export_path(report)
+        if not (out.is_file() and is_sqlite(out)):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            to_sqlite(report, out, nsys_bin)
+        _drop_stale(out, store.export_prefix(report))
+        yield out
+        return
+    with tempfile.TemporaryDirectory(prefix="traceview-nsys-") as tmp:
+        yield to_sqlite(report, Path(tmp) / "export.sqlite", nsys_bin)
+
+
+def to_sqlite(report: Path, out: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
+    """Export `report` with `nsys export` to `out` (written whole or not at all); returns `out`."""
     nsys = find_nsys(report, nsys_bin)
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp.sqlite")
     cmd = [nsys, "export", "--type", "sqlite", "--force-overwrite", "true", "--quiet", "true",
@@ -160,7 +138,6 @@ def to_sqlite(report: Path, nsys_bin: str | os.PathLike | None = None) -> Path:
                 leftover.unlink()
             except FileNotFoundError:
                 pass
-    _drop_stale(out, report)
     return out
 
 
@@ -196,11 +173,11 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
-def _drop_stale(out: Path, report: Path) -> None:
-    """Remove exports of earlier versions of the same report (same name, other size/mtime key)."""
-    pat = re.compile(re.escape(report.name) + r"\.[0-9a-f]{16}\.sqlite")
+def _drop_stale(out: Path, prefix: str) -> None:
+    """Remove the other files of the same report in the exports folder: exports of its earlier
+    versions, and temporary files an export that was killed left (the caller holds the lock)."""
     for f in out.parent.iterdir():
-        if f != out and pat.fullmatch(f.name):
+        if f != out and (f.name.startswith(prefix) or f.name.startswith("." + prefix)):
             try:
                 f.unlink()
             except OSError:

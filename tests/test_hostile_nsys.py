@@ -176,8 +176,8 @@ def test_hung_nsys_export_is_stopped_at_the_time_limit(tmp_path):
             time.sleep(0.1)
         else:
             pytest.fail(f"process {pid} of the stopped export still runs")
-    cache = tmp_path / ".traceview-cache"
-    assert not cache.exists() or not list(cache.iterdir())  # no half-written export left
+    exports = Path(os.environ["TRACEVIEW_CACHE_DIR"]) / "exports"      # the store's (a temporary folder)
+    assert not exports.exists() or not list(exports.iterdir())  # no half-written export left
     r = tv("analyze", rep, "--nsys", fake, env={"TRACEVIEW_NSYS_TIMEOUT": "soon"})
     assert r.returncode == 2 and "TRACEVIEW_NSYS_TIMEOUT='soon'" in r.stderr and len(r.stderr.splitlines()) == 1
 

@@ -7,6 +7,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -46,12 +47,6 @@ def _corpus_files():
             pytest.fail(f"trace corpus missing: {CORPUS}")
         return []
     return sorted(p for p in CORPUS.iterdir() if p.is_file())
-
-
-@pytest.fixture(autouse=True)
-def _private_cache(tmp_path, monkeypatch):
-    # exports of read-only corpus reports go to $XDG_CACHE_HOME/traceview: keep them per test
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg-cache"))
 
 
 def _one_line(e: TraceError):
@@ -313,6 +308,27 @@ def test_tiny_export_unknown_strings_and_loader_rank(tmp_path):
     assert {"<unknown string 4>", "<unknown string 6>"} <= names
 
 
+def test_tiny_export_nvtx_names_without_string_table_or_text_column(tmp_path):
+    """NVTX names are resolved as the rows are read: with no StringIds table every registered name is
+    unknown (its id said); with no text column every name comes from StringIds, '' without an id."""
+    db = _tiny(tmp_path / "nostrings.sqlite")
+    con = sqlite3.connect(db)
+    con.execute("DROP TABLE StringIds")
+    con.commit()
+    con.close()
+    r = load([db]).cpu_ranges
+    by_start = dict(zip(r.column("start_ns").to_pylist(), r.column("name").to_pylist(), strict=True))
+    assert by_start[200] == "<unknown string 4>" and by_start[100] == "aten::mm" and by_start[1000] == "C"
+    db = _tiny(tmp_path / "notext.sqlite")
+    con = sqlite3.connect(db)
+    con.execute("ALTER TABLE NVTX_EVENTS DROP COLUMN text")
+    con.commit()
+    con.close()
+    r = load([db]).cpu_ranges
+    by_start = dict(zip(r.column("start_ns").to_pylist(), r.column("name").to_pylist(), strict=True))
+    assert by_start[200] == "nccl:all_to_all" and by_start[100] == "" and by_start[400] == ""
+
+
 def test_event_stream_by_event_sync_id_where_recorded(tmp_path):
     db = _tiny(tmp_path / "syncid.sqlite")
     con = sqlite3.connect(db)
@@ -361,39 +377,71 @@ def test_not_sqlite_and_truncated_files_are_one_line_errors(tmp_path):
 
 
 # --------------------------------------------------------------------- .nsys-rep via real nsys
-def test_report_conversion_by_real_nsys_and_cache_reuse(tmp_path):
+@pytest.fixture
+def private_tmp(tmp_path, monkeypatch):
+    """The temporary folder of tempfile (where exports go without a store), empty, for one test."""
+    tmp = tmp_path / "tmpdir"
+    tmp.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp))
+    return tmp
+
+
+def test_report_conversion_by_real_nsys_outside_a_store_leaves_nothing(tmp_path, private_tmp):
     _nsys_or_fail()
-    rep = tmp_path / NVTX_ONLY_REP.name
-    shutil.copyfile(NVTX_ONLY_REP, rep)  # a writable folder: the cache goes beside the report
-    with pytest.raises(TraceError) as e:
-        load([rep])
+    rep = tmp_path / "r" / NVTX_ONLY_REP.name
+    rep.parent.mkdir()
+    shutil.copyfile(NVTX_ONLY_REP, rep)
+    seen = []
+    real = nsys._read_db
+
+    def spy(db, path):  # the export exists while it is read, in the temporary folder
+        seen.append((db, nsys_export.is_sqlite(db),
+                     _sq(db, "SELECT count(*) FROM NVTX_EVENTS") if nsys_export.is_sqlite(db) else None))
+        return real(db, path)
+
+    nsys._read_db, saved = spy, nsys._read_db
+    try:
+        with pytest.raises(TraceError) as e:
+            load([rep])
+    finally:
+        nsys._read_db = saved
     assert e.value.problem == nsys.NO_KERNELS  # converted for real, then refused for its content
-    cached = list((tmp_path / ".traceview-cache").iterdir())
-    assert len(cached) == 1 and cached[0].name.endswith(".sqlite") and nsys_export.is_sqlite(cached[0])
+    (db, ok, n_nvtx), = seen
     # the export holds what the corpus's own export of that report holds
+    assert ok and n_nvtx == _sq(CORPUS / "h200_moe_nvtx_only_2022.4.sqlite", "SELECT count(*) FROM NVTX_EVENTS")
+    assert str(db).startswith(str(private_tmp))
+    assert list(private_tmp.iterdir()) == [] and list(rep.parent.iterdir()) == [rep]  # removed, nothing beside
+
+
+def test_report_export_lies_in_the_store_and_is_reused(tmp_path):
+    from traceview import executors
+    from traceview.store import Store
+    _nsys_or_fail()
+    rep = tmp_path / "r" / NVTX_ONLY_REP.name
+    rep.parent.mkdir()
+    shutil.copyfile(NVTX_ONLY_REP, rep)
+    root = tmp_path / "store"
+
+    def refused(**kw):
+        with executors.configured(executors.RunSettings(store=root, jobs=1)), pytest.raises(TraceError) as e:
+            load([rep], **kw)
+        assert e.value.problem == nsys.NO_KERNELS
+
+    refused()
+    cached = list((root / "exports").iterdir())
+    assert cached == [Store(root).export_path(rep)] and nsys_export.is_sqlite(cached[0])
     assert _sq(cached[0], "SELECT count(*) FROM NVTX_EVENTS") == _sq(CORPUS / "h200_moe_nvtx_only_2022.4.sqlite",
                                                                      "SELECT count(*) FROM NVTX_EVENTS")
+    assert list(rep.parent.iterdir()) == [rep]
     mtime = cached[0].stat().st_mtime_ns
-    # second load: the cached export is reused (nsys is not even looked for: a bogus --nsys is fine)
-    with pytest.raises(TraceError) as e:
-        load([rep], nsys_bin=str(tmp_path / "no-such-nsys"))
-    assert e.value.problem == nsys.NO_KERNELS
-    assert cached[0].stat().st_mtime_ns == mtime and list((tmp_path / ".traceview-cache").iterdir()) == cached
+    # second load: the stored export is reused (nsys is not even looked for: a bogus --nsys is fine)
+    refused(nsys_bin=str(tmp_path / "no-such-nsys"))
+    assert cached[0].stat().st_mtime_ns == mtime and list((root / "exports").iterdir()) == cached
     # a changed report is exported again and the stale export removed
     os.utime(rep, ns=(mtime, mtime - 10**9))
-    with pytest.raises(TraceError):
-        load([rep])
-    again = list((tmp_path / ".traceview-cache").iterdir())
-    assert len(again) == 1 and again[0] != cached[0]
-
-
-def test_report_from_read_only_folder_is_cached_in_the_user_cache(tmp_path):
-    _nsys_or_fail()
-    with pytest.raises(TraceError) as e:
-        load([NVTX_ONLY_REP])
-    assert e.value.problem == nsys.NO_KERNELS
-    assert not (CORPUS / ".traceview-cache").exists()
-    assert len(list((tmp_path / "xdg-cache" / "traceview" / "nsys").glob("*.sqlite"))) == 1
+    refused()
+    again = list((root / "exports").iterdir())
+    assert len(again) == 1 and again[0] != cached[0] and again == [Store(root).export_path(rep)]
 
 
 def test_report_newer_than_nsys_says_so_and_leaves_no_file(tmp_path):
@@ -407,7 +455,7 @@ def test_report_newer_than_nsys_says_so_and_leaves_no_file(tmp_path):
     msg = _one_line(e.value)
     have = ".".join(map(str, _nsys_version(exe)))
     assert "written by Nsight Systems 2024.6.2.25, newer than the installed nsys " + have in msg
-    assert list((tmp_path / ".traceview-cache").iterdir()) == []  # no half-written export
+    assert list(tmp_path.iterdir()) == [rep]  # no half-written export
 
 
 def test_missing_nsys_explains_how_to_proceed(tmp_path, monkeypatch):
@@ -422,7 +470,7 @@ def test_missing_nsys_explains_how_to_proceed(tmp_path, monkeypatch):
         load([rep])
     msg = _one_line(e.value)
     assert "not installed" in msg and "install Nsight Systems" in msg and ".sqlite" in msg
-    assert list((tmp_path / ".traceview-cache").iterdir()) == []
+    assert list(tmp_path.iterdir()) == [rep]
 
 
 def test_kernels_ending_before_they_start_become_zero_length(tmp_path):

@@ -4,8 +4,9 @@ before/after pair for diff), and the copies launched inside MPI calls (nsys's `M
 communication (the V100 Jacobi rank). Every expected number is computed straight from the SQLite
 export with SQL of its own, not from traceview.
 
-The reports are copied into a temporary folder first, and the export cache goes beside the copy
-(or $XDG_CACHE_HOME, also temporary): nothing is written under ../shared."""
+The reports are copied into a temporary folder first and exported there once (by the real nsys) for
+the independent figures; analyze, outside a store, exports to a temporary folder of its own: nothing
+is written under ../shared."""
 import os
 import shutil
 import sqlite3
@@ -32,22 +33,20 @@ def reports(tmp_path_factory):
     if not REPORTS.is_dir():
         pytest.skip(f"reports missing: {REPORTS}")
     root = tmp_path_factory.mktemp("nsys_reports")
-    old = os.environ.get("XDG_CACHE_HOME")
-    os.environ["XDG_CACHE_HOME"] = str(root / "xdg-cache")
     for name in (BASE, AMP, JACOBI):
         shutil.copy(REPORTS / name, root / name)
-    yield root
-    if old is None:
-        os.environ.pop("XDG_CACHE_HOME", None)
-    else:
-        os.environ["XDG_CACHE_HOME"] = old
+    return root
+
+
+_EXPORTS: dict = {}
 
 
 def _export(report):
-    from traceview.parsers.nsys_export import cache_path, to_sqlite
-    out = to_sqlite(report)          # the cached export (made by analyze, or now)
-    assert out == cache_path(report) and str(out).startswith(str(report.parent)) or "xdg-cache" in str(out)
-    return out
+    """The report's SQLite export, made once by `nsys export` beside the copy (for the expected figures)."""
+    from traceview.parsers.nsys_export import to_sqlite
+    if report not in _EXPORTS:
+        _EXPORTS[report] = to_sqlite(report, report.with_name(report.name + ".expected.sqlite"))
+    return _EXPORTS[report]
 
 
 def _acts(con):

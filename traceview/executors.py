@@ -128,6 +128,7 @@ def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, m
 def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
            fault: str | None, light: bool = False):
     from .parsers import bounded_read
+    from .parsers.nsys_store import exports_in
     from .store import Store, Stored, file_hash, light as light_of
     if max_input is not None:
         bounded_read.set_max_input_size(max_input)
@@ -143,7 +144,8 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
                 return "stored", hit if light else None         # another run stored it meanwhile
             before = p.stat()
             content_hash = file_hash(p)
-            prof = parse(p, nsys_bin)
+            with exports_in(store):                 # an nsys report's SQLite export lies in the store
+                prof = parse(p, nsys_bin)
             got = Stored(prof.tables(), list(prof.warnings))
             if store.put(p, got, before, content_hash):
                 return "stored", light_of(got) if light else None

@@ -6,6 +6,7 @@ Layout (STORE_SCHEMA_VERSION 1)::
     DIR/entries/<key>/manifest.json                      source, size, mtime, content hash, format, ...
     DIR/entries/<key>/<table>/rank=<r>/part-0.parquet    one file per table and rank of that trace
     DIR/locks/<key>.lock                                 fcntl lock held while a trace is parsed and stored
+    DIR/exports/<key>.<stamp>.sqlite                     SQLite export of an Nsight Systems report (.nsys-rep)
 
 An entry is written into a temporary folder and renamed into place (atomic); the manifest records the
 size and hash of every Parquet file, so a truncated or altered entry is never read as a smaller
@@ -275,6 +276,22 @@ class Store:
             os.rename(final, old)
             shutil.rmtree(old, ignore_errors=True)
         os.rename(tmp, final)
+
+    # -- SQLite exports of Nsight Systems reports ------------------------------------------------
+    @property
+    def exports(self) -> Path:
+        return self.root / "exports"
+
+    def export_prefix(self, report: Path) -> str:
+        """The start of the name of every export of `report` (whatever its version)."""
+        return f"{self.key(report)}."
+
+    def export_path(self, report: Path) -> Path:
+        """Where the SQLite export of `report` as it is now (size, mtime) lies or will lie. It is made
+        (atomically, by the nsys parser) while the store's lock on `report` is held."""
+        st = Path(report).stat()
+        stamp = hashlib.sha256(f"{st.st_size}\0{st.st_mtime_ns}".encode()).hexdigest()[:16]
+        return self.exports / f"{self.export_prefix(report)}{stamp}.sqlite"
 
     # -- housekeeping ----------------------------------------------------------------------------
     def check(self) -> list[str]:

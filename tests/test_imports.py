@@ -57,6 +57,7 @@ LAYER_OF: dict[str, str] = {
     # ingest: what opens trace files and turns them into the canonical tables
     "traceview.parsers": "ingest",
     "traceview.load": "ingest",
+    "traceview.trace_files": "ingest",        # which files of the paths given are traces (no table library)
     "traceview.store": "ingest",
     "traceview.executors": "ingest",          # where the per-rank parse runs (in process, a pool, Dask)
     "traceview.progress": "base",

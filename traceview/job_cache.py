@@ -60,9 +60,11 @@ class Job:
     bytes when the store holds them, else rendered, and kept when the job may be)."""
 
     def __init__(self, paths: list[str], run: Callable[[list[str]], dict], doc: dict | None = None,
-                 store: Store | None = None, key: str | None = None, report: tuple[str, bytes, dict] | None = None):
+                 store: Store | None = None, key: str | None = None, report: tuple[str, bytes, dict] | None = None,
+                 shape=None):
         self._paths, self._run, self._doc = paths, run, doc
         self._store, self._key, self._report = store, key, report
+        self._shape = shape             # plain_data.scan of the document, when it was taken
         self.from_store = doc is None
 
     @property
@@ -87,7 +89,7 @@ class Job:
         doc = self.document
         if fmt == "json":
             from .reports import json_report
-            out: str | bytes = json_report.render_bytes(doc)
+            out: str | bytes = json_report.render_bytes(doc, self._shape)
         else:
             from .reports import render
             out = render(doc, fmt)
@@ -121,9 +123,12 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
     if state.skipped:                      # not the job's whole answer: nothing kept
         return Job(paths, run, doc)
     k = key(paths, fields, store)          # the traces are in the store now
-    if k is not None:
-        store.put_document(k, doc)         # (not when msgpack would not give it back exactly)
-    return Job(paths, run, doc, store, k)
+    if k is None:
+        return Job(paths, run, doc)
+    from .plain_data import scan
+    shape = scan(doc)                      # once, for the store and the JSON writer
+    store.put_document(k, doc, shape=shape)    # (not when msgpack would not give it back exactly)
+    return Job(paths, run, doc, store, k, shape=shape)
 
 
 def analyze(paths: list[str], fields: dict, run: Callable[[list[str]], dict]) -> dict:

@@ -222,14 +222,15 @@ class Store:
             return None
         return doc if isinstance(doc, dict) else None
 
-    def put_document(self, key: str, doc: dict, info: dict | None = None) -> bool:
+    def put_document(self, key: str, doc: dict, info: dict | None = None, shape=None) -> bool:
         """Keep the finished document of a job when msgpack gives it back exactly: plain data of
         exactly dict/list/str/int/float/bool/None (a tuple would come back a list, a subclass or
-        another type as something else). False, and nothing kept, otherwise."""
+        another type as something else). False, and nothing kept, otherwise. `shape`:
+        plain_data.scan(doc) when the caller has it."""
         import msgspec
 
         from .plain_data import scan
-        shape = scan(doc)
+        shape = scan(doc) if shape is None else shape
         if not shape.plain or shape.tuples or not isinstance(doc, dict):
             return False
         try:

@@ -3,7 +3,8 @@
 
     python bench/bench_ranks.py [--ranks 64 1024] [--dlrm] [--keep DIR]
 
-Each analyze runs in a child process (`traceview analyze DIR -f json`); printed per run: wall time,
+Each analyze runs in a child process (`traceview analyze DIR -f json`, as the command runs); printed
+per run: wall time, CPU time (the child and its workers: steadier than wall on a loaded machine),
 time per rank, the analyzing process's peak RSS and the largest peak RSS of its worker processes
 (getrusage RUSAGE_SELF / RUSAGE_CHILDREN), then the ratios side by side: --jobs 2 vs --jobs 1, first
 run vs from the store, and 1,024 vs 64 ranks (peak RSS, time per rank). Every run's report must be
@@ -29,7 +30,9 @@ DLRM = ROOT.parent / "shared" / "traces" / "kineto" / "dlrm_8rank_v100"
 
 _RUNNER = """
 import resource, sys, time
+from traceview import cli_common
 from traceview.cli import run_cli
+cli_common.IN_CLI = True            # as the `traceview` command runs (main() sets it)
 t = time.perf_counter()
 rc = run_cli(sys.argv[1:])
 wall = time.perf_counter() - t
@@ -39,12 +42,18 @@ print(f"BENCH {rc} {wall:.3f} {me} {kids}", file=sys.stderr)
 """
 
 
+def _children_cpu() -> float:
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
 def analyze(path: Path, out: Path, *args: str) -> dict:
     cmd = [sys.executable, "-c", _RUNNER, "analyze", str(path), "-f", "json", "-o", str(out), *args]
-    t = time.perf_counter()
+    t, c = time.perf_counter(), _children_cpu()
     import os
     p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRACEVIEW_BENCH_STATS": "1"})
-    total = time.perf_counter() - t
+    total, cpu = time.perf_counter() - t, _children_cpu() - c
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("BENCH ")]
     if p.returncode != 0 or not line or line[-1].split()[1] != "0":
         raise SystemExit(f"bench_ranks: analyze failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
@@ -52,7 +61,7 @@ def analyze(path: Path, out: Path, *args: str) -> dict:
     stats = [json.loads(ln.split(" ", 1)[1]) for ln in p.stderr.splitlines() if ln.startswith("TRACEVIEW_STATS ")]
     workers = max([st.get("worker_peak_rss_kib", 0) for st in stats] + [int(kids)])
     return {"wall_s": total, "analyze_s": float(wall), "rss_mb": int(me) / 1024, "kids_rss_mb": workers / 1024,
-            "parse_s": sum(st["seconds"] for st in stats)}
+            "parse_s": sum(st["seconds"] for st in stats), "cpu_s": cpu}
 
 
 RUNS = ("jobs1 first", "jobs2 first", "jobs2 store", "jobs1 store")
@@ -73,7 +82,8 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
         r["per_rank_ms"] = r["wall_s"] / n * 1e3
         runs[label] = r
         reports[label] = out.read_bytes()
-        print(f"  {name:10s} {label:12s} wall {r['wall_s']:8.2f} s  per rank {r['per_rank_ms']:8.1f} ms  "
+        print(f"  {name:10s} {label:12s} wall {r['wall_s']:8.2f} s  CPU {r['cpu_s']:8.2f} s  "
+              f"per rank {r['per_rank_ms']:8.1f} ms  "
               f"(ranks read/parsed {r['parse_s']:7.2f} s)  "
               f"parent peak RSS {r['rss_mb']:8.1f} MB  workers' peak RSS {r['kids_rss_mb']:7.1f} MB", flush=True)
     same = len(set(reports.values())) == 1
@@ -111,15 +121,16 @@ def growth(name: str, report: Path, store: Path) -> None:
 
 
 def ratios(name: str, runs: dict) -> None:
-    if set(runs) != set(RUNS):
-        if "jobs2 first" in runs and "jobs2 store" in runs:
-            print(f"  {name:10s} from the store vs first (--jobs 2): "
-                  f"{runs['jobs2 first']['wall_s'] / runs['jobs2 store']['wall_s']:.2f}x")
-        return
-    j1, j2 = runs["jobs1 first"], runs["jobs2 first"]
-    print(f"  {name:10s} --jobs 2 vs --jobs 1 (first run): {j1['wall_s'] / j2['wall_s']:.2f}x faster;  "
-          f"from the store vs first (--jobs 2): {j2['wall_s'] / runs['jobs2 store']['wall_s']:.2f}x, "
-          f"(--jobs 1): {j1['wall_s'] / runs['jobs1 store']['wall_s']:.2f}x")
+    def vs(a: str, b: str) -> str:
+        ra, rb = runs[a], runs[b]
+        return f"{ra['wall_s'] / rb['wall_s']:.2f}x wall ({ra['wall_s']:.2f} / {rb['wall_s']:.2f} s), " \
+               f"{ra['cpu_s'] / rb['cpu_s']:.2f}x CPU ({ra['cpu_s']:.2f} / {rb['cpu_s']:.2f} s)"
+    for jobs in ("1", "2"):
+        if f"jobs{jobs} first" in runs and f"jobs{jobs} store" in runs:
+            print(f"  {name:10s} first run / second from the store (--jobs {jobs}): "
+                  f"{vs(f'jobs{jobs} first', f'jobs{jobs} store')}")
+    if "jobs1 first" in runs and "jobs2 first" in runs:
+        print(f"  {name:10s} --jobs 1 / --jobs 2 (first run): {vs('jobs1 first', 'jobs2 first')}")
 
 
 def main() -> None:

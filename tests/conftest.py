@@ -15,8 +15,9 @@ def _every_report_matches_its_schema(monkeypatch):
     from reports_support import validate
 
     from traceview.reports import json_report
-    original = json_report.render
+    original, original_bytes = json_report.render, json_report.render_bytes
     monkeypatch.setattr(json_report, "render", lambda doc: original(validate(doc)))
+    monkeypatch.setattr(json_report, "render_bytes", lambda doc, *a, **k: original_bytes(validate(doc), *a, **k))
 
 
 @pytest.fixture(autouse=True)

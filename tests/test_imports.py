@@ -57,6 +57,7 @@ LAYER_OF: dict[str, str] = {
     # ingest: what opens trace files and turns them into the canonical tables
     "traceview.parsers": "ingest",
     "traceview.load": "ingest",
+    "traceview.trace_files": "ingest",        # which files of the paths given are traces (no table library)
     "traceview.store": "ingest",
     "traceview.executors": "ingest",          # where the per-rank parse runs (in process, a pool, Dask)
     "traceview.progress": "base",
@@ -92,7 +93,8 @@ LAYER_OF: dict[str, str] = {
     "traceview.trace_events": "render",
     # base: imports nothing of traceview; anything may import it
     "traceview.errors": "base",
-    "traceview.markers": "base",              # training-side markers (NVTX / record_function): no traceview import
+    "traceview.markers": "base",
+    "traceview.plain_data": "base",           # what a document holds (types, floats), for the JSON writer and the store              # training-side markers (NVTX / record_function): no traceview import
 }
 
 # Edge: (importer, imported, how): how is "module" (runs on import) or "lazy" (inside a function).

@@ -109,15 +109,15 @@ def analyze(
         from .executors import configured
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
         with configured(rs) as state:
-            from .job_cache import analyze as analyze_job
-            doc: Any = analyze_job([str(p) for p in paths], fields, compute)
+            from .job_cache import open_job    # the store may keep this job's document and report
+            job = open_job([str(p) for p in paths], fields, compute, fmt if out_dir is None else None)
         if state.skipped:
-            doc["skipped_ranks"] = state.skipped
-        text = render(doc, fmt)
+            job.document["skipped_ranks"] = state.skipped
+        text = job.render(fmt)
         if out_dir is not None:
             from .output import write_tree
             from .reports import bundle_files
-            files = bundle_files(doc)
+            files = bundle_files(job.document)
             if staged:                  # -o inside the bundle: written with it, all or nothing
                 files = [f for f in files if f[0] != staged] + [(staged, text)]
             write_tree(files, out_dir)
@@ -127,10 +127,9 @@ def analyze(
                 text = colorize(text)
         if staged is None and (out_dir is None or out is not None or fmt == "text"):
             write_output(text, out)
-        return doc
+        return job.budget_violated
 
-    doc = guarded(debug, run)
-    if doc.get("budget", {}).get("violations"):
+    if guarded(debug, run):
         raise typer.Exit(1)
 
 

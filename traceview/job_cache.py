@@ -1,7 +1,13 @@
-"""The finished document of a whole job, kept in the store: a second `analyze` of the same traces
-with the same options renders it again instead of analyzing. The key is the traceview version, the
-options, the paths as given and the content hash of every trace (from the store's manifests: a trace
-the store does not hold current means no key), and the content of every file the options name."""
+"""What the store keeps of a whole job: its finished document, and its report in each format it was
+asked for. A second `analyze` of the same traces with the same options copies the kept report out
+(the document is not even read) or renders the kept document; nothing is analyzed again.
+
+The key is the traceview version, the options, the paths as given and the content hash of every
+trace (from the store's manifests: a trace the store does not hold current means no key; a trace
+whose size and mtime are those of its manifest is not hashed again), and the content of every file
+the options name. Nothing here imports the analysis or a table library: a run served from the
+store imports only what it renders.
+"""
 from __future__ import annotations
 
 import hashlib
@@ -11,12 +17,17 @@ from typing import Callable
 
 from .store import STORE_SCHEMA_VERSION, Store
 
+# formats whose report is a function of the document and traceview's own code alone (HTML embeds
+# the chart library's bundle, which follows its installed version: it is rendered from the kept
+# document instead)
+KEPT_FORMATS = ("json", "markdown", "text")
+
 
 def key(paths: list[str], fields: dict, store: Store) -> str | None:
     """The identity of one analysis: None when some trace is not current in the store."""
     from . import __version__
-    from .load import expand
     from .parsers import bounded_read
+    from .trace_files import expand
     try:
         files = expand(list[str | Path](paths))
     except Exception:
@@ -40,25 +51,87 @@ def key(paths: list[str], fields: dict, store: Store) -> str | None:
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:40]
 
 
-def analyze(paths: list[str], fields: dict, run: Callable[[list[str]], dict]) -> dict:
-    """run(paths) -> document (the analysis with the options `fields`), or the stored document of
-    this job when there is one."""
+def _budget_violated(doc: dict) -> bool:
+    return bool((doc.get("budget") or {}).get("violations"))
+
+
+class Job:
+    """One job's analysis: its document (analyzed now or kept) and its report in a format (kept
+    bytes when the store holds them, else rendered, and kept when the job may be)."""
+
+    def __init__(self, paths: list[str], run: Callable[[list[str]], dict], doc: dict | None = None,
+                 store: Store | None = None, key: str | None = None, report: tuple[str, bytes, dict] | None = None,
+                 shape=None):
+        self._paths, self._run, self._doc = paths, run, doc
+        self._store, self._key, self._report = store, key, report
+        self._shape = shape             # plain_data.scan of the document, when it was taken
+        self.from_store = doc is None
+
+    @property
+    def document(self) -> dict:
+        if self._doc is None:
+            doc = self._store.get_document(self._key) if self._store is not None and self._key else None
+            # the kept report was there but the document is not (removed or damaged since): analyze
+            self._doc = doc if doc is not None else self._run(self._paths)
+        return self._doc
+
+    @property
+    def budget_violated(self) -> bool:
+        if self._doc is None and self._report is not None:
+            return bool(self._report[2].get("budget_violated"))
+        return _budget_violated(self.document)
+
+    def render(self, fmt: str) -> str | bytes:
+        """The report in `fmt` (json: UTF-8 bytes; the others: str), as reports.render writes it."""
+        if self._report is not None and self._report[0] == fmt:
+            data = self._report[1]
+            return data if fmt == "json" else data.decode("utf-8")
+        doc = self.document
+        if fmt == "json":
+            from .reports import json_report
+            out: str | bytes = json_report.render_bytes(doc, self._shape)
+        else:
+            from .reports import render
+            out = render(doc, fmt)
+        if self._store is not None and self._key and fmt in KEPT_FORMATS:
+            data = out if isinstance(out, bytes) else out.encode("utf-8")
+            self._store.put_kept(self._key, fmt, data, {"budget_violated": _budget_violated(doc)})
+        return out
+
+
+def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], fmt: str | None = None) -> Job:
+    """The job of `paths` analyzed with the options `fields` (run(paths) -> document), or what the
+    store keeps of it. `fmt`: the one format the caller will render; when the store keeps that
+    report of this job, the document is not read (Job.document reads it when asked)."""
     from .executors import current
     state = current()
     if state is None or state.settings.store is None:
-        return run(paths)
-    root = state.settings.store
-    store = Store(root)
+        return Job(paths, run, run(paths))
+    store = Store(state.settings.store)
     k = key(paths, fields, store)
     if k is not None:
+        if fmt in KEPT_FORMATS:
+            got = store.get_kept(k, fmt)
+            if got is not None:
+                state.stats = {**state.stats, "document_from_store": True, "report_from_store": True}
+                return Job(paths, run, None, store, k, (fmt, got[0], got[1]))
         doc = store.get_document(k)
         if doc is not None:
             state.stats = {**state.stats, "document_from_store": True}
-            return doc
+            return Job(paths, run, doc, store, k)
     doc = run(paths)
-    if state.skipped:
-        return doc
+    if state.skipped:                      # not the job's whole answer: nothing kept
+        return Job(paths, run, doc)
     k = key(paths, fields, store)          # the traces are in the store now
-    if k is not None:
-        store.put_document(k, doc)
-    return doc
+    if k is None:
+        return Job(paths, run, doc)
+    from .plain_data import scan
+    shape = scan(doc)                      # once, for the store and the JSON writer
+    store.put_document(k, doc, shape=shape)    # (not when msgpack would not give it back exactly)
+    return Job(paths, run, doc, store, k, shape=shape)
+
+
+def analyze(paths: list[str], fields: dict, run: Callable[[list[str]], dict]) -> dict:
+    """run(paths) -> document (the analysis with the options `fields`), or the stored document of
+    this job when there is one."""
+    return open_job(paths, fields, run).document

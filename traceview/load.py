@@ -8,40 +8,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from .errors import TraceError
-from .parsers.bounded_read import check_regular
 from .profile import Profile, merge
+from .trace_files import KINETO_SUFFIXES, NSYS_SUFFIXES, expand  # noqa: F401 - expand: part of this module's interface
 
-KINETO_SUFFIXES = (".json", ".json.gz")
-NSYS_SUFFIXES = (".sqlite", ".nsys-rep", ".qdrep")
 _RANK_IN_NAME = re.compile(r"(?:rank|worker)[-_]?(\d+)", re.IGNORECASE)
-
-
-def _is_trace_file(p: Path) -> bool:
-    n = p.name.lower()
-    if n.endswith(".meta.json"):
-        return False
-    return n.endswith(KINETO_SUFFIXES) or n.endswith(NSYS_SUFFIXES)
-
-
-def expand(paths: list[str | Path]) -> list[Path]:
-    """Files to read, in a stable order. A directory means every trace file in it."""
-    files: list[Path] = []
-    for raw in paths:
-        p = Path(raw)
-        if not p.exists():
-            raise TraceError(p, "no such file or directory")
-        if p.is_dir():
-            found = sorted(f for f in p.iterdir() if f.is_file() and _is_trace_file(f))
-            # prefer the SQLite export over a report when both exist for the same capture
-            stems = {f.name[: -len(".sqlite")] for f in found if f.name.endswith(".sqlite")}
-            found = [f for f in found if not (f.suffix in (".nsys-rep", ".qdrep") and f.stem in stems)]
-            if not found:
-                raise TraceError(p, "directory holds no trace files (.json, .json.gz, .sqlite, .nsys-rep)")
-            files.extend(found)
-        else:
-            check_regular(p)  # a FIFO, device or socket is refused before anything reads it
-            files.append(p)
-    return files
 
 
 def read_one(path: Path, nsys_bin: str | None = None) -> Profile:

@@ -7,6 +7,7 @@ Layout (STORE_SCHEMA_VERSION 1)::
     DIR/entries/<key>/<table>/rank=<r>/part-0.parquet    one file per table and rank of that trace
     DIR/locks/<key>.lock                                 fcntl lock held while a trace is parsed and stored
     DIR/exports/<key>.<stamp>.sqlite                     SQLite export of an Nsight Systems report (.nsys-rep)
+    DIR/jobs/<job key>.<what>.kept                       a whole job's document and rendered reports
 
 An entry is written into a temporary folder and renamed into place (atomic); the manifest records the
 size and hash of every Parquet file, so a truncated or altered entry is never read as a smaller
@@ -21,17 +22,19 @@ import json
 import os
 import shutil
 import uuid
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pyarrow as pa
-import pyarrow.compute  # noqa: F401  (pa.compute)
-import pyarrow.parquet as pq
+if TYPE_CHECKING:
+    import pyarrow as pa
 
-from . import schema
+# pyarrow is imported where the tables are read or written: a second run served from the kept
+# document of its job (job_cache) reads manifests and that document only.
 
 STORE_SCHEMA_VERSION = 1
+KEPT_FORMAT = "traceview.kept/1"
 ENV_DIR = "TRACEVIEW_CACHE_DIR"
 _CHUNK = 1 << 20
 
@@ -130,6 +133,10 @@ class Store:
         if current is None:
             return None
         entry, man = current
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        from . import schema
         tables = {}
         try:
             for name, parts in man["tables"].items():
@@ -160,6 +167,11 @@ class Store:
         if current is None:
             return None
         entry, man = current
+        import pyarrow as pa
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        from . import schema
         tables = {name: schema.empty(name) for name in schema.TABLES}
         try:
             meta = [pq.read_table(entry / part["file"]) for part in man["tables"]["meta"]]
@@ -171,7 +183,7 @@ class Store:
                     for part in man["tables"][name]:
                         if part["rows"]:
                             ids = pq.read_table(entry / part["file"], columns=["id"]).column("id")
-                            m = pa.compute.max(ids).as_py()
+                            m = pc.max(ids).as_py()
                             max_id = max(max_id, -1 if m is None else m)
         except (OSError, KeyError, TypeError, ValueError, pa.ArrowException):
             return None
@@ -186,28 +198,81 @@ class Store:
         current = self._current(path)
         return None if current is None else current[1]["source"].get("hash")
 
-    # -- finished documents of a whole job -------------------------------------------------------
-    def get_document(self, key: str) -> dict | None:
-        try:
-            got = json.loads((self.root / "jobs" / f"{key}.json").read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            return None
-        return got.get("document") if isinstance(got, dict) and got.get("key") == key else None
+    # -- what is kept of a whole job: its document and its rendered reports ----------------------
+    # DIR/jobs/<key>.<what>.kept: one header line (JSON: key, what, size and BLAKE2b of the payload,
+    # what the caller attached), then the payload; written beside and renamed into place. `what` is
+    # "document" (msgpack of the document, its dict order kept) or a report format (the bytes
+    # written out). A file whose header, size or hash does not match is not read (absent).
+    def _kept_path(self, key: str, what: str) -> Path:
+        return self.root / "jobs" / f"{key}.{what}.kept"
 
-    def put_document(self, key: str, doc: dict) -> bool:
-        """Keep the finished document of a job, when JSON gives it back exactly (else nothing)."""
+    def get_kept(self, key: str, what: str) -> tuple[bytes, dict] | None:
+        """(payload, attached info) of what is kept under `key`, or None (absent or damaged)."""
         try:
-            text = json.dumps({"key": key, "document": doc}, sort_keys=False)
-            if json.loads(text)["document"] != doc:
+            with open(self._kept_path(key, what), "rb") as f:
+                line = f.readline(4096)
+                head = json.loads(line)
+                if not isinstance(head, dict) or head.get("format") != KEPT_FORMAT or head.get("key") != key \
+                        or head.get("what") != what \
+                        or head.get("size") != os.fstat(f.fileno()).st_size - len(line):
+                    return None
+                payload = f.read()
+        except (OSError, ValueError, TypeError):
+            return None
+        if len(payload) != head["size"] or hashlib.blake2b(payload, digest_size=20).hexdigest() != head.get("blake2b"):
+            return None
+        info = head.get("info")
+        return payload, info if isinstance(info, dict) else {}
+
+    def put_kept(self, key: str, what: str, payload: bytes, info: dict | None = None) -> bool:
+        """Keep `payload` under (key, what), replacing what was there; False when it cannot be written."""
+        head = {"format": KEPT_FORMAT, "key": key, "what": what, "size": len(payload),
+                "blake2b": hashlib.blake2b(payload, digest_size=20).hexdigest(), "info": info or {}}
+        folder = self.root / "jobs"
+        tmp = folder / f".tmp-{key}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        try:
+            line = json.dumps(head, sort_keys=True).encode() + b"\n"
+            if len(line) > 4096:
                 return False
-            folder = self.root / "jobs"
             folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-            tmp.write_text(text, encoding="utf-8")
-            os.replace(tmp, folder / f"{key}.json")
+            with open(tmp, "wb") as f:
+                f.write(line)
+                f.write(payload)
+            os.replace(tmp, self._kept_path(key, what))
             return True
         except (OSError, TypeError, ValueError):
+            with suppress(OSError):
+                tmp.unlink()
             return False
+
+    def get_document(self, key: str) -> dict | None:
+        """The document kept under `key` (put_document), or None."""
+        import msgspec
+        got = self.get_kept(key, "document")
+        if got is None:
+            return None
+        try:
+            doc = msgspec.msgpack.decode(got[0])
+        except (msgspec.DecodeError, ValueError, TypeError):
+            return None
+        return doc if isinstance(doc, dict) else None
+
+    def put_document(self, key: str, doc: dict, info: dict | None = None, shape=None) -> bool:
+        """Keep the finished document of a job when msgpack gives it back exactly: plain data of
+        exactly dict/list/str/int/float/bool/None (a tuple would come back a list, a subclass or
+        another type as something else). False, and nothing kept, otherwise. `shape`:
+        plain_data.scan(doc) when the caller has it."""
+        import msgspec
+
+        from .plain_data import scan
+        shape = scan(doc) if shape is None else shape
+        if not shape.plain or shape.tuples or not isinstance(doc, dict):
+            return False
+        try:
+            payload = msgspec.msgpack.encode(doc)
+        except (msgspec.EncodeError, TypeError, ValueError, OverflowError):
+            return False
+        return self.put_kept(key, "document", payload, info)
 
     def _source_matches(self, path: Path, man: dict, entry: Path) -> bool:
         try:
@@ -236,6 +301,9 @@ class Store:
             return False
         if (after.st_size, after.st_mtime_ns) != (before.st_size, before.st_mtime_ns):
             return False
+        import pyarrow as pa
+
+        from . import schema
         self._ensure()
         key = self.key(path)
         tmp = self.entries / f".tmp-{key}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
@@ -296,9 +364,11 @@ class Store:
     # -- housekeeping ----------------------------------------------------------------------------
     def check(self) -> list[str]:
         """Problems found in the store (empty when every entry is whole): for tests and `--debug`."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
         problems: list[str] = []
         if not self.entries.exists():
-            return problems
+            return self._check_kept()
         for entry in sorted(self.entries.iterdir()):
             if entry.name.startswith("."):
                 problems.append(f"{entry}: leftover temporary folder")
@@ -314,6 +384,17 @@ class Store:
                             problems.append(f"{f}: row count differs from the manifest")
             except (OSError, KeyError, ValueError, pa.ArrowException) as e:
                 problems.append(f"{entry}: {e}")
+        return problems + self._check_kept()
+
+    def _check_kept(self) -> list[str]:
+        problems = []
+        for f in sorted((self.root / "jobs").glob("*")) if (self.root / "jobs").is_dir() else []:
+            if f.name.startswith("."):
+                problems.append(f"{f}: leftover temporary file")
+                continue
+            key, _, what = f.name.removesuffix(".kept").partition(".")
+            if not f.name.endswith(".kept") or self.get_kept(key, what) is None:
+                problems.append(f"{f}: not a whole kept file")
         return problems
 
 
@@ -323,17 +404,19 @@ _ID_TABLES = ("gpu_activities", "cpu_ranges", "launches", "syncs")
 def max_id(tables: dict[str, pa.Table]) -> int:
     """The largest row id over the tables with ids (-1 when they are empty): where profile.merge
     starts the next file's ids."""
+    import pyarrow.compute as pc
     m = -1
     for name in _ID_TABLES:
         t = tables[name]
         if t.num_rows:
-            v = pa.compute.max(t.column("id")).as_py()
+            v = pc.max(t.column("id")).as_py()
             m = max(m, -1 if v is None else v)
     return m
 
 
 def light(stored: Stored) -> Stored:
     """`stored` as lookup_light gives it: the meta table, warnings and largest id."""
+    from . import schema
     return Stored({name: stored.tables[name] if name == "meta" else schema.empty(name) for name in schema.TABLES},
                   list(stored.warnings), max_id(stored.tables))
 
@@ -345,6 +428,8 @@ def _write_partitions(entry: Path, name: str, table: pa.Table) -> list[dict]:
     """One Parquet file per rank (Hive-style folders rank=<r>); the row order of the whole table is
     kept (a multi-rank file may interleave ranks) by a row-number column when the ranks are not
     already in order."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     ranks = table.column("rank").to_pylist()
     distinct = sorted(set(ranks)) or [None]
     ordered = all(a <= b for a, b in zip(ranks, ranks[1:], strict=False))
@@ -363,6 +448,9 @@ def _write_partitions(entry: Path, name: str, table: pa.Table) -> list[dict]:
 
 
 def _restore(name: str, pieces: list[pa.Table]) -> pa.Table:
+    import pyarrow as pa
+
+    from . import schema
     t = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
     if _ORDER in t.column_names:
         import pyarrow.compute as pc

@@ -1,0 +1,192 @@
+"""What the store keeps of a whole job (traceview/job_cache.py, the document part of store.py): a
+second `analyze` of the same job with the same options copies the kept report out without
+analyzing or reading the document; another format renders the kept document; a damaged kept file
+is never served; nothing is kept for a run that skipped ranks; the document comes back exactly."""
+import math
+import os
+import shutil
+
+import pytest
+from helpers import TRACES
+
+from traceview import executors, runs, store as store_mod
+from traceview.cli import run_cli
+
+DLRM = TRACES / "kineto" / "dlrm_8rank_v100"
+
+
+@pytest.fixture
+def job(tmp_path):
+    """Two ranks of the DLRM job, copied (the tests touch and rewrite them)."""
+    d = tmp_path / "job"
+    d.mkdir()
+    for f in sorted(DLRM.iterdir())[:2]:
+        shutil.copy(f, d / f.name)
+    return d
+
+
+def analyze(tmp_path, *args, fmt="json", code=0) -> bytes:
+    out = tmp_path / f"out{len(list(tmp_path.glob('out*')))}.{fmt}"
+    assert run_cli(["analyze", *map(str, args), "-f", fmt, "-o", str(out), "--jobs", "1"]) == code
+    return out.read_bytes()
+
+
+class Counted:
+    """runs.run_analyze, counting its calls (each is a whole analysis)."""
+
+    def __init__(self, monkeypatch):
+        self.calls = 0
+        real = runs.run_analyze
+
+        def counted(*a, **k):
+            self.calls += 1
+            return real(*a, **k)
+        monkeypatch.setattr(runs, "run_analyze", counted)
+
+
+def no_document_read(monkeypatch):
+    def refuse(self, key):
+        raise AssertionError("the kept document was read")
+    monkeypatch.setattr(store_mod.Store, "get_document", refuse)
+
+
+@pytest.mark.parametrize("fmt", ["json", "text", "markdown"])
+def test_second_analyze_copies_the_kept_report_out(tmp_path, job, monkeypatch, fmt):
+    root = tmp_path / "store"
+    plain = analyze(tmp_path, job, "--no-store", fmt=fmt)
+    counted = Counted(monkeypatch)
+    first = analyze(tmp_path, job, "--store", root, fmt=fmt)
+    assert counted.calls == 1
+    kept = sorted(p.name.split(".", 1)[1] for p in (root / "jobs").iterdir())
+    assert kept == sorted(["document.kept", f"{fmt}.kept"])
+    with monkeypatch.context() as m:
+        no_document_read(m)
+        second = analyze(tmp_path, job, "--store", root, fmt=fmt)
+    assert counted.calls == 1 and first == second == plain
+    assert store_mod.Store(root).check() == []
+
+
+def test_another_format_renders_the_kept_document(tmp_path, job, monkeypatch):
+    root = tmp_path / "store"
+    analyze(tmp_path, job, "--store", root, fmt="json")
+    counted = Counted(monkeypatch)
+    for fmt in ("html", "markdown", "text"):
+        assert analyze(tmp_path, job, "--store", root, fmt=fmt) == analyze(tmp_path, job, "--no-store", fmt=fmt)
+    assert counted.calls == 3           # the three --no-store runs only
+    assert not list((root / "jobs").glob("*.html.kept"))    # HTML follows the chart library: not kept
+
+
+@pytest.mark.parametrize("damage", ["truncate", "flip", "header", "longer", "empty"])
+def test_a_damaged_kept_report_is_never_served(tmp_path, job, monkeypatch, damage):
+    root = tmp_path / "store"
+    plain = analyze(tmp_path, job, "--no-store")
+    analyze(tmp_path, job, "--store", root)
+    (kept,) = (root / "jobs").glob("*.json.kept")
+    data = kept.read_bytes()
+    head, _, payload = data.partition(b"\n")
+    bad = {"truncate": data[: len(data) - 100], "flip": head + b"\n" + payload[:500] + b"X" + payload[501:],
+           "header": data.replace(b"traceview.kept/1", b"traceview.kept/9", 1), "longer": data + b" ", "empty": b""}[damage]
+    assert bad != data
+    kept.write_bytes(bad)
+    assert store_mod.Store(root).check() != []
+    counted = Counted(monkeypatch)
+    assert analyze(tmp_path, job, "--store", root) == plain
+    assert counted.calls == 0           # rendered from the kept document, and kept again
+    assert store_mod.Store(root).check() == [] and kept.read_bytes() == data
+
+
+def test_a_damaged_kept_document_means_analyzing_again(tmp_path, job, monkeypatch):
+    root = tmp_path / "store"
+    plain = analyze(tmp_path, job, "--no-store", fmt="text")
+    analyze(tmp_path, job, "--store", root)
+    (doc,) = (root / "jobs").glob("*.document.kept")
+    b = bytearray(doc.read_bytes())
+    b[-10] ^= 0xFF
+    doc.write_bytes(bytes(b))
+    counted = Counted(monkeypatch)
+    assert analyze(tmp_path, job, "--store", root, fmt="text") == plain
+    assert counted.calls == 1 and store_mod.Store(root).check() == []
+
+
+def test_budget_exit_code_kept_with_the_report(tmp_path, job, monkeypatch):
+    root = tmp_path / "store"
+    budget = tmp_path / "budget.toml"
+    budget.write_text("max_idle_pct = 0\n")
+    plain = analyze(tmp_path, job, "--no-store", "--budget", budget, code=1)
+    counted = Counted(monkeypatch)
+    assert analyze(tmp_path, job, "--store", root, "--budget", budget, code=1) == plain
+    with monkeypatch.context() as m:
+        no_document_read(m)
+        assert analyze(tmp_path, job, "--store", root, "--budget", budget, code=1) == plain
+    budget.write_text("max_idle_pct = 100\n")      # a file the options name: part of the key
+    assert analyze(tmp_path, job, "--store", root, "--budget", budget, code=0) != plain
+    assert counted.calls == 2
+
+
+def test_touched_trace_is_served_changed_trace_is_not(tmp_path, job, monkeypatch):
+    root = tmp_path / "store"
+    first = analyze(tmp_path, job, "--store", root)
+    victim = sorted(job.iterdir())[0]
+    st = victim.stat()
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 10 ** 9))     # touched: same bytes
+    counted = Counted(monkeypatch)
+    assert analyze(tmp_path, job, "--store", root) == first and counted.calls == 0
+    victim.write_bytes(sorted(DLRM.iterdir())[2].read_bytes())         # another rank's trace under this name
+    os.utime(victim, ns=(st.st_atime_ns, st.st_mtime_ns + 2 * 10 ** 9))
+    assert analyze(tmp_path, job, "--store", root) != first and counted.calls == 1
+
+
+def test_size_or_mtime_unchanged_is_trusted_without_hashing(tmp_path, job, monkeypatch):
+    root = tmp_path / "store"
+    analyze(tmp_path, job, "--store", root)
+    hashed = []
+    real = store_mod.file_hash
+    monkeypatch.setattr(store_mod, "file_hash", lambda p: hashed.append(p) or real(p))
+    no_document_read(monkeypatch)
+    analyze(tmp_path, job, "--store", root)
+    assert hashed == []         # neither the traces nor any Parquet file is read or hashed
+
+
+def test_nothing_kept_when_ranks_were_skipped(tmp_path, job):
+    root = tmp_path / "store"
+    (job / "rank9.json").write_text("{not json")
+    assert run_cli(["analyze", str(job), "-f", "json", "-o", str(tmp_path / "a.json"), "--store", str(root),
+                    "--skip-bad-ranks", "--jobs", "1"]) == 0
+    assert not (root / "jobs").exists() or not list((root / "jobs").iterdir())
+
+
+def test_kept_document_comes_back_exactly(tmp_path):
+    s = store_mod.Store(tmp_path / "s")
+    doc = {"z": 1, "a": [1.5, math.nan, -0.0, 1e-05, 2 ** 63], "m": {"é😀": None, "b": True}, 3: "int key",
+           "nested": [[{"x": []}]]}
+    assert s.put_document("k", doc)
+    back = s.get_document("k")
+    assert list(back) == list(doc) and list(back["m"]) == list(doc["m"])        # dict order kept
+    assert back["a"][0] == 1.5 and math.isnan(back["a"][1]) and math.copysign(1, back["a"][2]) == -1
+    assert back[3] == "int key" and back["nested"] == doc["nested"] and type(back["a"][4]) is int
+    assert s.get_document("other") is None
+    # what would not come back exactly is not kept
+    assert not s.put_document("t", {"a": (1, 2)}) and s.get_document("t") is None
+    assert not s.put_document("b", {"a": 2 ** 70}) and not s.put_document("c", {"a": {1, 2}})
+
+    class Name(str):
+        pass
+    assert not s.put_document("d", {"a": Name("x")})
+    assert s.check() == []
+
+
+def test_kept_file_replaced_whole(tmp_path):
+    s = store_mod.Store(tmp_path / "s")
+    assert s.put_kept("k", "json", b"one", {"budget_violated": False})
+    assert s.put_kept("k", "json", b"two two", {"budget_violated": True})
+    assert s.get_kept("k", "json") == (b"two two", {"budget_violated": True})
+    assert s.get_kept("k", "text") is None and s.get_kept("j", "json") is None
+    assert [p.name for p in (tmp_path / "s" / "jobs").iterdir()] == ["k.json.kept"]
+
+
+def test_job_without_a_store_analyzes(tmp_path):
+    from traceview.job_cache import open_job
+    calls = []
+    with executors.configured(executors.RunSettings(store=None, jobs=1)):
+        j = open_job([str(DLRM)], {}, lambda p: calls.append(p) or {"budget": {"violations": [1]}}, "json")
+    assert calls == [[str(DLRM)]] and j.budget_violated and not j.from_store

@@ -3,6 +3,7 @@ of 64, 256 and 1,024 ranks are analyzed once to JSON, then each format is render
 document in this process.
 
     python bench/bench_report_sizes.py [--ranks 64 256 1024] [--steps 4] [--layers 12] [--keep DIR]
+    python bench/bench_report_sizes.py --reuse DIR       # render the JSON reports --keep left in DIR
 
 Printed per job: the JSON's size, then per format (text, markdown, html) the bytes, the render time
 (html: the second render, once the inlined Vega bundle is loaded; the first is printed too) and
@@ -35,16 +36,21 @@ def planted_named(body: str, want: dict) -> bool:
             and f"{want['straggler']} ({want['times_last']}x)" in body)
 
 
-def one_job(ranks: int, steps: int, layers: int, work: Path) -> dict:
+def one_job(ranks: int, steps: int, layers: int, work: Path, reuse: Path | None = None) -> dict:
     from traceview.reports import render
     job = moe_job.Job(ranks=ranks, steps=steps, layers=layers)
-    d = work / f"job{ranks}"
-    moe_job.write(d, job)
     out = work / f"job{ranks}.json"
-    t = time.perf_counter()
-    subprocess.run([sys.executable, "-m", "traceview", "analyze", str(d), "--no-store", "--jobs", "2", "-f", "json",
-                    "-o", str(out)], check=True)
-    analyze_s = time.perf_counter() - t
+    analyze_s = 0.0
+    if reuse is not None:
+        shutil.copy(reuse / f"job{ranks}.json", out)
+    else:
+        d = work / f"job{ranks}"
+        moe_job.write(d, job)
+        t = time.perf_counter()
+        subprocess.run([sys.executable, "-m", "traceview", "analyze", str(d), "--no-store", "--jobs", "2", "-f",
+                        "json", "-o", str(out)], check=True)
+        analyze_s = time.perf_counter() - t
+        shutil.rmtree(d)
     doc = json.loads(out.read_text())
     want = moe_job.expected(job)
     res: dict = {"ranks": ranks, "json_bytes": out.stat().st_size, "analyze_s": analyze_s}
@@ -57,7 +63,6 @@ def one_job(ranks: int, steps: int, layers: int, work: Path) -> dict:
             body = render(doc, fmt)
         res[fmt] = {"bytes": len(body.encode()), "render_s": time.perf_counter() - t, "first_s": first,
                     "planted": planted_named(body, want)}
-    shutil.rmtree(d)
     return res
 
 
@@ -67,12 +72,13 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--layers", type=int, default=12)
     ap.add_argument("--keep", type=Path, help="keep the JSON reports here")
+    ap.add_argument("--reuse", type=Path, help="render the JSON reports kept here (jobN.json) instead of analyzing")
     a = ap.parse_args(argv)
     work = Path(tempfile.mkdtemp(prefix="bench_report_sizes."))
     rows = []
     try:
         for n in a.ranks:
-            r = one_job(n, a.steps, a.layers, work)
+            r = one_job(n, a.steps, a.layers, work, a.reuse)
             rows.append(r)
             print(f"{n:>5} ranks: JSON {r['json_bytes'] / 1e6:,.1f} MB (analyze {r['analyze_s']:.1f} s)")
             for fmt in FORMATS:

@@ -16,7 +16,7 @@ WIDTH = 720
 MAX_LAST_BARS = 32          # ranks shown in "times last" (the most often last)
 TIMELINE_RANKS = 12         # ranks in the many-rank timeline
 
-HEATMAPS = (("step", "step time"), ("exposed", "exposed comm"), ("idle", "idle"))
+HEATMAPS = (("step_time", "step time"), ("exposed", "exposed comm"), ("idle", "idle"))
 
 
 def _ms(ns) -> float:
@@ -31,26 +31,29 @@ def heatmap(doc: ReportDocument):
         return None
     rows = []
     for c in cells:
-        row: dict[str, Any] = {"rank": c["first_rank"], "rank_end": c["last_rank"] + 1, "step": c["step"],
-                               "ranks": (f"{c['first_rank']}" if c["first_rank"] == c["last_rank"]
-                                         else f"{c['first_rank']}-{c['last_rank']}")}
+        row: dict[str, Any] = {"rank": c["first_rank"], "rank_end": c["last_rank"] + 1, "step": c["step"]}
+        if b > 1:
+            row["ranks"] = f"{c['first_rank']}-{c['last_rank']}"
         for key, _ in HEATMAPS:
-            row[key] = _ms(c[key])
-            row[key + "_rank"] = c[key + "_rank"]
+            row[key] = round(c[key] / 1e6, 3)      # ms to the µs, as the tables print them
+            if b > 1:
+                row[key + "_rank"] = c[key + "_rank"]
         rows.append(row)
     n_steps = len({c["step"] for c in cells})
     what = "each cell one rank" if b == 1 else f"each cell {b} consecutive ranks, their max"
     panels = []
     for key, label in HEATMAPS:
-        scheme = "reds" if key != "step" else "blues"
+        scheme = "reds" if key != "step_time" else "blues"
+        tips = ([alt.Tooltip("ranks:N", title="ranks")] if b > 1 else [alt.Tooltip("rank:Q")]) + [
+            alt.Tooltip("step:O"), alt.Tooltip(f"{key}:Q", title=f"{label} ms", format=",.3f")]
+        if b > 1:
+            tips.append(alt.Tooltip(f"{key}_rank:Q", title="rank with the max"))
         panels.append(alt.Chart().mark_rect().encode(
             x=alt.X("rank:Q", title="rank", scale=alt.Scale(nice=False, zero=False)),
             x2="rank_end:Q",
             y=alt.Y("step:O", title="step"),
             color=alt.Color(f"{key}:Q", title=f"{label} ms", scale=alt.Scale(scheme=scheme)),
-            tooltip=[alt.Tooltip("ranks:N", title="ranks"), alt.Tooltip("step:O"),
-                     alt.Tooltip(f"{key}:Q", title=f"{label} ms", format=",.3f"),
-                     alt.Tooltip(f"{key}_rank:Q", title="rank with it")],
+            tooltip=tips,
         ).properties(width=WIDTH, height=max(40, min(200, 14 * n_steps)), title=f"{label} (ms; {what})"))
     return alt.vconcat(*panels, data=alt.Data(values=rows)).resolve_scale(color="independent").properties(
         title="Rank x step: step time, exposed comm and idle of every rank's every step")
@@ -102,7 +105,7 @@ def timeline_ranks(doc: ReportDocument, limit: int = TIMELINE_RANKS) -> list[int
     add(doc["summary"].get("rank"))
     for s in ranks.stragglers(doc, 3)[0]:
         add(s["rank"])
-    dists = {label: d for label, _, d in ranks.breakdown(doc, 3)}
+    dists = {label: d for label, _, d in ranks.breakdown(doc)}
     for label in ("step time", "idle", "exposed comm", "compute"):
         d = dists.get(label)
         if d is not None:
@@ -121,5 +124,4 @@ def timeline(doc: ReportDocument, timeline_fn):
         return None
     n = len(doc.get("per_rank") or [])
     title = ch.title if isinstance(ch.title, str) else ""
-    return ch.properties(title=f"{title} — {len(chosen)} of {n} ranks: the median rank, the stragglers and "
-                               "the ranks farthest from the median")
+    return ch.properties(title=f"{title} — {len(chosen)} of {n} ranks (median, stragglers, outliers)")

@@ -30,8 +30,9 @@ _LIMIT: contextvars.ContextVar[int] = contextvars.ContextVar("per_rank_rows", de
 
 @contextlib.contextmanager
 def per_rank_rows(n: int | None):
-    """Within the block, per-rank tables list every rank up to n ranks (None: PER_RANK_ROWS)."""
-    token = _LIMIT.set(PER_RANK_ROWS if n is None else n)
+    """Within the block, per-rank tables list every rank up to n ranks (None: as outside the block,
+    PER_RANK_ROWS at first)."""
+    token = _LIMIT.set(_LIMIT.get() if n is None else n)
     try:
         yield
     finally:
@@ -213,7 +214,7 @@ def stragglers(doc: ReportDocument, top: int = TOP_GROUPS) -> tuple[list[Mapping
 
 # --- chart data -----------------------------------------------------------------------------------------
 
-HEATMAP_MAX_CELLS = 8192
+HEATMAP_MAX_CELLS = 1024     # 256 ranks x 4 steps one cell each; more ranks share cells
 
 
 def heatmap_cells(doc: ReportDocument, max_cells: int = HEATMAP_MAX_CELLS) -> tuple[list[dict], int]:
@@ -235,7 +236,7 @@ def heatmap_cells(doc: ReportDocument, max_cells: int = HEATMAP_MAX_CELLS) -> tu
         key = (bucket[s["rank"]], s["step"])
         c = cells.setdefault(key, {"bucket": key[0], "first_rank": first[key[0]], "step": s["step"]})
         c["last_rank"] = max(c.get("last_rank", s["rank"]), s["rank"])
-        for name, field in (("step", "step_time_ns"), ("exposed", "exposed_comm_ns"), ("idle", "idle_ns")):
+        for name, field in (("step_time", "step_time_ns"), ("exposed", "exposed_comm_ns"), ("idle", "idle_ns")):
             v = s.get(field) or 0
             if name not in c or v > c[name] or (v == c[name] and s["rank"] < c[name + "_rank"]):
                 c[name], c[name + "_rank"] = v, s["rank"]

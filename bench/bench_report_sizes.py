@@ -89,7 +89,8 @@ def main(argv=None) -> int:
             sys.stdout.flush()
         if len(rows) > 1:
             lo, hi = rows[0], rows[-1]
-            print(f"{hi['ranks']} vs {lo['ranks']} ranks: JSON x{hi['json_bytes'] / lo['json_bytes']:.1f}; " + "; ".join(
+            head = f"{hi['ranks']} vs {lo['ranks']} ranks: JSON x{hi['json_bytes'] / lo['json_bytes']:.1f}; "
+            print(head + "; ".join(
                 f"{fmt} bytes x{hi[fmt]['bytes'] / lo[fmt]['bytes']:.2f}, render x"
                 f"{hi[fmt]['render_s'] / max(lo[fmt]['render_s'], 1e-9):.1f}" for fmt in FORMATS))
         print(f"peak RSS of this process: {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:,.0f} MB")

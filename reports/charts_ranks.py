@@ -43,7 +43,7 @@ def heatmap(doc: ReportDocument):
     what = "each cell one rank" if b == 1 else f"each cell {b} consecutive ranks, their max"
     panels = []
     for key, label in HEATMAPS:
-        scheme = "reds" if key != "step_time" else "blues"
+        scheme: Any = "reds" if key != "step_time" else "blues"
         tips = ([alt.Tooltip("ranks:N", title="ranks")] if b > 1 else [alt.Tooltip("rank:Q")]) + [
             alt.Tooltip("step:O"), alt.Tooltip(f"{key}:Q", title=f"{label} ms", format=",.3f")]
         if b > 1:

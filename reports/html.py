@@ -294,8 +294,8 @@ def _inputs_html(doc: ReportDocument) -> list[str]:
         for i in inputs:
             k = (i["format"], i.get("gpu") or "unknown")
             kinds[k] = kinds.get(k, 0) + 1
-        note = [f"<p>{len(inputs):,} inputs: " + h("; ".join(f"{n:,} {f} on {g}" for (f, g), n in sorted(kinds.items())))
-                + f"; the first and last {half} listed (JSON: inputs).</p>"]
+        what = "; ".join(f"{n:,} {f} on {g}" for (f, g), n in sorted(kinds.items()))
+        note = [f"<p>{len(inputs):,} inputs: {h(what)}; the first and last {half} listed (JSON: inputs).</p>"]
     irow = [[i["rank"], i["file"], i["format"], i.get("gpu") or "unknown"] for i in shown]
     return ["<h2>Inputs</h2>"] + note + [_table(["rank", "file", "format", "GPU"], irow, "rlll", name_cols=(1,))]
 

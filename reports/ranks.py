@@ -66,9 +66,9 @@ class Dist:
     n_below: int
 
 
-def distribution(items: Iterable[tuple[Hashable, float]], worst: int = WORST) -> Dist | None:
+def distribution(items: Iterable[tuple[Hashable, float | None]], worst: int = WORST) -> Dist | None:
     """The distribution of (name, value) pairs; None when there are none."""
-    pairs = [(k, v) for k, v in items if v is not None]
+    pairs: list[tuple[Any, float]] = [(k, v) for k, v in items if v is not None]
     if not pairs:
         return None
     vals = sorted(v for _, v in pairs)
@@ -161,7 +161,7 @@ def layer_compute(doc: ReportDocument, top: int = TOP_GROUPS, worst: int = WORST
         g = acc.setdefault(key, {})
         g[r["rank"]] = g.get(r["rank"], 0) + (r.get("compute_ns") or 0)
     ranks = sorted(steps)
-    out = []
+    out: list[dict[str, Any]] = []
     for key, g in acc.items():
         d = distribution(((rk, g.get(rk, 0) / steps[rk]) for rk in ranks), worst)
         if d is not None and d.max > d.median:
@@ -228,7 +228,7 @@ def heatmap_cells(doc: ReportDocument, max_cells: int = HEATMAP_MAX_CELLS) -> tu
     n_steps = len({s["step"] for s in steps})
     b = max(1, math.ceil(len(ranks) * n_steps / max_cells))
     bucket = {r: i // b for i, r in enumerate(ranks)}
-    first = {}
+    first: dict[int, int] = {}
     for r in ranks:
         first.setdefault(bucket[r], r)
     cells: dict[tuple[int, int], dict] = {}

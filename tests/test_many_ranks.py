@@ -14,8 +14,7 @@ import pytest
 
 from fixtures import moe_job
 from traceview.cli import run_cli
-from traceview.reports import render
-from traceview.reports import ranks
+from traceview.reports import ranks, render
 
 JOB = moe_job.Job(ranks=64, steps=4, layers=12)
 

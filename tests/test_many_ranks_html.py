@@ -51,7 +51,8 @@ def test_page_names_the_planted_causes(doc64):
     want = moe_job.expected(JOB)
     page = html_report.render(doc64)
     slow = ", ".join(str(r) for r in want["slow_ranks"])
-    assert f"<td>layer {want['slow_layer']}</td>" in page and f"{slow} ({want['slow_experts_compute_ns'] / 1e6:.3f})" in page
+    assert f"<td>layer {want['slow_layer']}</td>" in page
+    assert f"{slow} ({want['slow_experts_compute_ns'] / 1e6:.3f})" in page
     assert f"{want['straggler']} ({want['times_last']}x)" in page
     assert "Step breakdown across 64 ranks" in page and "<td>rank 5</td>" not in page
     assert page.count("<tr>") < 200

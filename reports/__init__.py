@@ -10,11 +10,18 @@ from traceview.document.types import DiffDocument, ReportDocument
 from . import escape
 
 
-def render(doc: ReportDocument, fmt: str) -> str:
+def render(doc: ReportDocument, fmt: str, per_rank_rows: int | None = None) -> str:
+    """The report in `fmt`. Text, Markdown and HTML list every rank in per-rank tables up to
+    `per_rank_rows` ranks (default reports.ranks.PER_RANK_ROWS) and show distributions above."""
     if fmt == "json":
         from . import json_report
         return json_report.render(doc)
-    doc = escape.neutralize(doc)
+    from .ranks import per_rank_rows as rows_limit
+    with rows_limit(per_rank_rows):
+        return _render(escape.neutralize(doc), fmt)
+
+
+def _render(doc: ReportDocument, fmt: str) -> str:
     if fmt == "text":
         from . import text
         return escape.controls(text.render(doc))
@@ -45,9 +52,15 @@ def render_diff(doc: DiffDocument, fmt: str) -> str:
     raise ValueError(f"unknown format {fmt}")
 
 
-def bundle_files(doc: ReportDocument) -> list[tuple[str, str | bytes]]:
+def bundle_files(doc: ReportDocument, per_rank_rows: int | None = None) -> list[tuple[str, str | bytes]]:
     """(relative path, content) of the --out-dir bundle: report.json, report.md (linking the
     charts), report.html and charts/*.svg|png. Everything is rendered here, nothing written."""
+    from .ranks import per_rank_rows as rows_limit
+    with rows_limit(per_rank_rows):
+        return _bundle_files(doc)
+
+
+def _bundle_files(doc: ReportDocument) -> list[tuple[str, str | bytes]]:
     from . import charts, html, json_report, markdown
     images = charts.render_images(escape.neutralize(doc, escape.strip_controls))
     shown = escape.neutralize(doc)

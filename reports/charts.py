@@ -349,9 +349,22 @@ ANALYZE_CHARTS = (
 DIFF_CHARTS = (("waterfall", waterfall),)
 
 
+def _many_rank_charts(doc: ReportDocument) -> list[tuple[str, Any]]:
+    """Above ranks.PER_RANK_ROWS ranks: a heatmap for the per-window bars, the timeline of chosen
+    ranks, a straggler histogram for the per-rank bars."""
+    from . import charts_ranks as cr
+    return [("rank_heatmap", cr.heatmap(doc)), ("layer_phase", layer_phase(doc)),
+            ("timeline", cr.timeline(doc, timeline)), ("straggler_histogram", cr.straggler_histogram(doc))]
+
+
 def charts(doc: Document) -> list[tuple[str, alt.TopLevelMixin]]:
-    made = [(name, fn(doc)) for name, fn in DIFF_CHARTS] if is_diff(doc) else \
-        [(name, fn(doc)) for name, fn in ANALYZE_CHARTS]
+    from . import ranks
+    if is_diff(doc):
+        made = [(name, fn(doc)) for name, fn in DIFF_CHARTS]
+    elif ranks.many(doc):
+        made = _many_rank_charts(doc)
+    else:
+        made = [(name, fn(doc)) for name, fn in ANALYZE_CHARTS]
     return [(name, ch) for name, ch in made if ch is not None]
 
 

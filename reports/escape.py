@@ -111,9 +111,36 @@ def json_controls(text: str) -> str:
     return _JSON_RAW_CONTROL.sub(lambda m: f"\\u{ord(m.group(0)):04x}", text)
 
 
+# A control character as the JSON encoder writes it (ensure_ascii=False): C0 as an escape (\b, \f,
+# \r or \u00XX, after an odd run of backslashes; tab and newline are kept by `controls`), DEL and C1 raw.
+_RAW_CONTROLS = tuple(chr(c) for c in range(0x7f, 0xa0))
+_JSON_HAS_CONTROL = re.compile(r"(?<!\\)(?:\\\\)*\\(?:[bfr]|u00(?:0[0-8bcdef]|1[0-9a-f]))|[\x7f-\x9f]")
+
+
+def _has_controls(obj) -> bool:
+    """Whether any string of a document (keys included) may hold a control character: one pass of
+    the C JSON encoder over the document instead of a Python call per string (a 1,024-rank document
+    holds millions). True when the document cannot be encoded, so the walk decides."""
+    try:
+        text = json.dumps(obj, ensure_ascii=False, check_circular=False)
+    except (TypeError, ValueError):
+        return True
+    if any(c in text for c in _RAW_CONTROLS):
+        return True
+    if not any(e in text for e in ("\\b", "\\f", "\\r", "\\u00")):   # substring scans, fast
+        return False
+    return _JSON_HAS_CONTROL.search(text) is not None
+
+
 def neutralize(obj, fn=controls):
     """A copy of a report document with `fn` applied to every string (keys included); the same
     object back when nothing needs changing, so valid traces render exactly as before."""
+    if fn in (controls, strip_controls) and not isinstance(obj, str) and not _has_controls(obj):
+        return obj          # both only change control characters: none anywhere, nothing to copy
+    return _neutralize(obj, fn)
+
+
+def _neutralize(obj, fn):
     if isinstance(obj, str):
         return fn(obj)
     if isinstance(obj, dict):
@@ -121,12 +148,12 @@ def neutralize(obj, fn=controls):
         changed = False
         for k, v in obj.items():
             k2 = fn(k) if isinstance(k, str) else k
-            v2 = neutralize(v, fn)
+            v2 = _neutralize(v, fn)
             changed = changed or k2 is not k or v2 is not v
             out[k2] = v2
         return out if changed else obj
     if isinstance(obj, (list, tuple)):
-        items = [neutralize(v, fn) for v in obj]
+        items = [_neutralize(v, fn) for v in obj]
         if all(a is b for a, b in zip(items, obj, strict=False)):
             return obj
         return type(obj)(items) if isinstance(obj, list) else tuple(items)

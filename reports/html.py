@@ -16,7 +16,7 @@ from typing import Any, Mapping
 
 from traceview.document.types import DiffDocument, Document, Flops, ReportDocument, is_diff
 
-from . import charts as charts_mod, markdown as mdr
+from . import charts as charts_mod, markdown as mdr, rank_tables, ranks
 from .escape import html as h, script_json
 from .fmt import budget_headline, latent_headline, mb_per, mfu_denominators, ms, pc, tflops, verdict_words
 from .labels import OVERLAP_NOTE, count, count_per_step, mean_label, words
@@ -143,6 +143,8 @@ def _layers_html(doc: ReportDocument) -> list[str]:
     if doc.get("attribution"):
         from .text import attribution_sentence
         out.append(f"<p>{h(attribution_sentence(doc['attribution']))}.</p>")
+    if ranks.many(doc):
+        out += rank_tables.html(rank_tables.layer_compute(doc), _table)
     return out
 
 
@@ -193,7 +195,10 @@ def _stalls_html(doc: ReportDocument) -> list[str]:
 def _collectives_html(doc: ReportDocument) -> list[str]:
     out = []
     headers, rows = mdr.straggler_rows(doc)
-    if rows:
+    if ranks.many(doc):
+        out += rank_tables.html(rank_tables.stragglers(doc), _table)
+        out += rank_tables.html(rank_tables.collective_groups(doc), _table)
+    elif rows:
         out += ["<h2>Stragglers (ranks the others waited for)</h2>", _table(headers, rows)]
     cols = doc.get("collectives")
     if cols:
@@ -217,6 +222,9 @@ def _collectives_html(doc: ReportDocument) -> list[str]:
                 for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
         out += [f"<h2>Critical path composition (mean over {len(cp)} rank-step window(s))</h2>",
                 _table(["part", "ms per step", "% of path"], rows)]
+        if ranks.many(doc):
+            out += rank_tables.html(rank_tables.critical_path(doc), _table)
+            out += rank_tables.html(rank_tables.stall_causes(doc), _table)
     return out
 
 
@@ -252,6 +260,64 @@ def render(doc: Document) -> str:
         for k, v, d in cards) + "</div>")
     body += _budget_html(doc)
 
+    body += _breakdown_html(doc) + _chart_divs(specs)
+    body += _layers_html(doc) + _flops_html(f) + _stalls_html(doc) + _collectives_html(doc)
+    body += _comm_html(doc)
+    if doc.get("top_kernels"):
+        from .text import kernel_scope
+        krow = [[k["name"], k["class"], count(k["count"]), ms(k["total_ns"])] for k in doc["top_kernels"]]
+        body += [f"<h2>Top kernels by GPU time ({h(kernel_scope(doc))})</h2>",
+                 _table(["kernel", "class", "calls", "total ms"], krow, "llrr", name_cols=(0,))]
+    body += _inputs_html(doc)
+    if doc.get("warnings"):
+        body += ["<h2>Warnings</h2>", "<ul>" + "".join(f'<li class="warn">{h(w)}</li>' for w in doc["warnings"])
+                 + "</ul>"]
+    if doc.get("skipped_ranks"):
+        body += ["<h2>Skipped ranks</h2>", "<ul>" + "".join(f'<li class="warn">{h(s["file"])}: {h(s["reason"])}</li>'
+                                                            for s in doc["skipped_ranks"]) + "</ul>"]
+    return _page(mdr.title(doc), body, specs)
+
+
+INPUT_ROWS = 16      # inputs listed one by one in a many-rank report (first and last ranks)
+
+
+def _inputs_html(doc: ReportDocument) -> list[str]:
+    inputs = doc.get("inputs") or []
+    if not inputs:
+        return []
+    shown = list(inputs)
+    note = []
+    if ranks.many(doc) and len(inputs) > INPUT_ROWS:
+        half = INPUT_ROWS // 2
+        shown = shown[:half] + shown[-half:]
+        kinds: dict = {}
+        for i in inputs:
+            k = (i["format"], i.get("gpu") or "unknown")
+            kinds[k] = kinds.get(k, 0) + 1
+        what = "; ".join(f"{n:,} {f} on {g}" for (f, g), n in sorted(kinds.items()))
+        note = [f"<p>{len(inputs):,} inputs: {h(what)}; the first and last {half} listed (JSON: inputs).</p>"]
+    irow = [[i["rank"], i["file"], i["format"], i.get("gpu") or "unknown"] for i in shown]
+    return ["<h2>Inputs</h2>"] + note + [_table(["rank", "file", "format", "GPU"], irow, "rlll", name_cols=(1,))]
+
+
+def _comm_html(doc: ReportDocument) -> list[str]:
+    if not doc.get("comm"):
+        return []
+    n = max(1, len(doc.get("steps") or []))
+    crow = [[c["kind"], count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
+             mb_per(c.get("bytes"), n),
+             ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
+    return [f"<h2>Communication by collective ({h(mean_label(n))})</h2>",
+            _table(["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], crow),
+            "<p>Means per step, so they can differ from the median step of the breakdown. Ops: collectives or "
+            "dispatch/combine operations; kernels: their GPU activities.</p>"]
+
+
+def _breakdown_html(doc: ReportDocument) -> list[str]:
+    if ranks.many(doc):
+        return rank_tables.html(rank_tables.breakdown(doc), _table)
+    s = doc["summary"]
+
     def cell(r, key):
         return f"{ms(r[key])} ({mdr.pct(r[key], r['step_time_ns'])})"
     rows = [[f"rank {r['rank']}", ms(r["step_time_ns"])] + [cell(r, k) for _, k in mdr.PARTS]
@@ -261,38 +327,12 @@ def render(doc: Document) -> str:
         rows.append([f"job (rank {s.get('rank')}, step {s.get('step')})", ms(s["step_time_ns"])]
                     + [cell(s, k) for _, k in mdr.PARTS]
                     + [ms(s["overlapped_comm_ns"]), f"{100 * s['overlap_ratio']:.1f}%"])
-    body += ["<h2>Step breakdown (each rank's median step; job: the median rank's; ms and % of the step)</h2>",
-             _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",
-                     "overlap"], rows),
-             "<p>Compute, exposed comm, exposed memory and idle partition each step window. "
-             f"{h(OVERLAP_NOTE)} Overlap = overlapped / total "
-             "communication.</p>"]
-    body += _chart_divs(specs)
-    body += _layers_html(doc) + _flops_html(f) + _stalls_html(doc) + _collectives_html(doc)
-    if doc.get("comm"):
-        n = max(1, len(doc.get("steps") or []))
-        crow = [[c["kind"], count_per_step(c.get("ops", c["count"]), n), count_per_step(c["count"], n),
-                 mb_per(c.get("bytes"), n),
-                 ms(c["total_ns"] / n), ms(c["exposed_ns"] / n)] for c in doc["comm"]]
-        body += [f"<h2>Communication by collective ({h(mean_label(n))})</h2>",
-                 _table(["collective", "ops", "kernels", "MB", "total ms", "exposed ms"], crow),
-                 "<p>Means per step, so they can differ from the median step of the breakdown. Ops: collectives or "
-                 "dispatch/combine operations; kernels: their GPU activities.</p>"]
-    if doc.get("top_kernels"):
-        from .text import kernel_scope
-        krow = [[k["name"], k["class"], count(k["count"]), ms(k["total_ns"])] for k in doc["top_kernels"]]
-        body += [f"<h2>Top kernels by GPU time ({h(kernel_scope(doc))})</h2>",
-                 _table(["kernel", "class", "calls", "total ms"], krow, "llrr", name_cols=(0,))]
-    if doc.get("inputs"):
-        irow = [[i["rank"], i["file"], i["format"], i.get("gpu") or "unknown"] for i in doc["inputs"]]
-        body += ["<h2>Inputs</h2>", _table(["rank", "file", "format", "GPU"], irow, "rlll", name_cols=(1,))]
-    if doc.get("warnings"):
-        body += ["<h2>Warnings</h2>", "<ul>" + "".join(f'<li class="warn">{h(w)}</li>' for w in doc["warnings"])
-                 + "</ul>"]
-    if doc.get("skipped_ranks"):
-        body += ["<h2>Skipped ranks</h2>", "<ul>" + "".join(f'<li class="warn">{h(s["file"])}: {h(s["reason"])}</li>'
-                                                            for s in doc["skipped_ranks"]) + "</ul>"]
-    return _page(mdr.title(doc), body, specs)
+    return ["<h2>Step breakdown (each rank's median step; job: the median rank's; ms and % of the step)</h2>",
+            _table(["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm",
+                    "overlap"], rows),
+            "<p>Compute, exposed comm, exposed memory and idle partition each step window. "
+            f"{h(OVERLAP_NOTE)} Overlap = overlapped / total "
+            "communication.</p>"]
 
 
 # --- diff -------------------------------------------------------------------------------------------

@@ -14,6 +14,7 @@ from typing import Any, Mapping
 
 from traceview.document.types import DiffDocument, Document, Flops, ReportDocument, is_diff
 
+from . import rank_tables, ranks
 from .escape import md
 from .fmt import budget_headline, inputs_words, mb_per, mfu_denominators, ms, pc, tflops
 from .labels import OVERLAP_NOTE, PARTS, count, count_per_step, mean_label, words
@@ -83,6 +84,9 @@ def budget_lines(doc: ReportDocument) -> list[str]:
 # --- sections ---------------------------------------------------------------------------------------
 
 def breakdown_lines(doc: ReportDocument) -> list[str]:
+    if ranks.many(doc):
+        return rank_tables.markdown(rank_tables.breakdown(doc))
+
     def cell(r, key):
         return f"{ms(r[key])} ({pct(r[key], r['step_time_ns'])})"
     rows = [[f"rank {r['rank']}", ms(r["step_time_ns"])] + [cell(r, k) for _, k in PARTS]
@@ -221,7 +225,10 @@ def stall_lines(doc: ReportDocument) -> list[str]:
 def collective_lines(doc: ReportDocument) -> list[str]:
     lines = []
     headers, rows = straggler_rows(doc)
-    if rows:
+    if ranks.many(doc):
+        lines += rank_tables.markdown(rank_tables.stragglers(doc))
+        lines += rank_tables.markdown(rank_tables.collective_groups(doc))
+    elif rows:
         lines += ["### Stragglers (ranks the others waited for)", ""]
         lines += table([md(h) for h in headers], [[md(c) for c in r] for r in rows]) + [""]
     cols = doc.get("collectives")
@@ -248,8 +255,12 @@ def critical_path_lines(doc: ReportDocument) -> list[str]:
             sums[k] = sums.get(k, 0) + v
     n = len(cp)
     rows = [[md(words(k)), ms(v / n), pct(v, total)] for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
+    many = []
+    if ranks.many(doc):
+        many = rank_tables.markdown(rank_tables.critical_path(doc)) + rank_tables.markdown(
+            rank_tables.stall_causes(doc))
     return [f"### Critical path composition (mean over {n} rank-step window(s))", ""] + table(
-        ["part", "ms per step", "% of path"], rows) + [""]
+        ["part", "ms per step", "% of path"], rows) + [""] + many
 
 
 def comm_lines(doc: ReportDocument) -> list[str]:
@@ -329,7 +340,8 @@ def kernel_lines(doc: ReportDocument) -> list[str]:
 
 CHART_TITLES = {"step_breakdown": "Step breakdown per step and rank", "layer_phase": "Per layer × phase",
                 "timeline": "Timeline of one step, stalls marked", "stragglers": "Per-rank stragglers",
-                "waterfall": "Waterfall of the explanation"}
+                "waterfall": "Waterfall of the explanation", "rank_heatmap": "Rank × step heatmap",
+                "straggler_histogram": "Stragglers and collective skew"}
 
 
 def chart_lines(images: list[str] | None) -> list[str]:
@@ -350,7 +362,10 @@ def render(doc: Document, images: list[str] | None = None) -> str:
     lines = [f"## {md(title(doc))}", ""]
     lines += [" · ".join(f"**{label}** {md(value)}" for label, value in headline(doc)), ""]
     lines += budget_lines(doc)
-    lines += breakdown_lines(doc) + layer_lines(doc) + stall_lines(doc) + collective_lines(doc)
+    lines += breakdown_lines(doc) + layer_lines(doc)
+    if ranks.many(doc):
+        lines += rank_tables.markdown(rank_tables.layer_compute(doc))
+    lines += stall_lines(doc) + collective_lines(doc)
     lines += critical_path_lines(doc) + comm_lines(doc) + flops_lines(doc) + kernel_lines(doc)
     lines += chart_lines(images)
     if doc.get("warnings"):

@@ -6,6 +6,7 @@ from typing import Any, Mapping
 
 from traceview.document.types import Attribution, Flops, ReportDocument
 
+from . import ranks
 from .fmt import budget_headline, clip, inputs_words, mb_per, mfu_denominators, ms, pc, table, tflops
 from .labels import PARTS as BREAKDOWN, count, count_per_step, mean_label, rounded_parts, total_label
 
@@ -18,6 +19,9 @@ def pct(part: float, whole: float) -> str:
 
 
 def breakdown_lines(doc: ReportDocument) -> list[str]:
+    if ranks.many(doc):
+        from . import text_ranks
+        return text_ranks.breakdown_lines(doc)
     if len(doc["per_rank"]) > 1:
         rows = [[r["rank"], ms(r["step_time_ns"]), ms(r["compute_ns"]), ms(r["exposed_comm_ns"]),
                  ms(r["exposed_memory_ns"]), ms(r["idle_ns"]), ms(r["overlapped_comm_ns"]),
@@ -242,8 +246,12 @@ def render(doc: ReportDocument) -> str:
         head.append(f"  ... and {len(doc['inputs']) - 8} more")
     head.append("")
     from .text_stalls import lines as stall_lines
-    lines = (head + budget_lines(doc) + breakdown_lines(doc) + flops_lines(doc) + layer_lines(doc) + comm_lines(doc)
-             + stall_lines(doc) + top_kernel_lines(doc))
+    many = []
+    if ranks.many(doc):
+        from . import text_ranks
+        many = text_ranks.layer_lines(doc)
+    lines = (head + budget_lines(doc) + breakdown_lines(doc) + flops_lines(doc) + layer_lines(doc) + many
+             + comm_lines(doc) + stall_lines(doc) + top_kernel_lines(doc))
     for w in doc.get("warnings", []):
         lines += textwrap.wrap(f"warning: {clip(w, 300)}", 100)
     for sk in doc.get("skipped_ranks", []):

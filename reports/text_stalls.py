@@ -9,6 +9,7 @@ from typing import Any, Mapping
 
 from traceview.document.types import ReportDocument
 
+from . import ranks
 from .fmt import clip, ms, table
 
 MAX_CP_ROWS = 24
@@ -64,6 +65,9 @@ def cp_lines(doc: ReportDocument) -> list[str]:
     cps = doc.get("critical_path") or []
     if not cps:
         return []
+    if ranks.many(doc):
+        from . import text_ranks
+        return text_ranks.cp_lines(doc)
     rows = [[c["rank"], c["step"], ms(c["window_ns"]), ms(c["compute_ns"]), ms(c["all_to_all_ns"]),
              ms(c["other_comm_ns"]), ms(c["launch_bound_ns"]), ms(c["host_sync_ns"]), ms(c["idle_ns"]),
              ms(c["peer_wait_ns"])] for c in cps[:MAX_CP_ROWS]]
@@ -134,7 +138,12 @@ def collective_lines(doc: ReportDocument) -> list[str]:
     worst = sorted(matched, key=lambda c: (-c["skew_ns"], c["kind"], c["index"]))[:10]
     rows = [[c["kind"], c["index"], clip(where(c), 24), c["ranks"], c["straggler"], us(c["skew_ns"]),
              us(sum(v for k, v in c["wait_ns"].items() if k != str(c["straggler"])))] for c in worst]
+    if ranks.many(doc):
+        from . import text_ranks
+        out += [f"The {len(worst)} with the most skew:"]
     out += table(["collective", "#", "where", "ranks", "last", "skew", "wait imposed"], rows, "lrlrrrr")
+    if ranks.many(doc):
+        return out + [""] + text_ranks.collective_lines(doc) + text_ranks.straggler_lines(doc)
     strag = [s for s in doc.get("stragglers") or [] if s["times_last"]]
     if strag:
         out += ["", "Stragglers (rank that arrived last at a collective)"]

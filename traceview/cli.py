@@ -44,9 +44,9 @@ def _preset_names() -> list[str]:
     return list(PRESETS)
 
 
-def render(doc: Any, fmt: str) -> str:
+def render(doc: Any, fmt: str, per_rank_rows: Optional[int] = None) -> str:
     from .reports import render as render_any
-    return render_any(doc, fmt)
+    return render_any(doc, fmt, per_rank_rows)
 
 
 @app.command()
@@ -63,6 +63,10 @@ def analyze(
     comm_regex: List[str] = typer.Option([], "--comm-regex", help="extra regex for communication kernels/ops"),
     config: Optional[Path] = typer.Option(None, "--config", help="traceview.toml with attribution patterns"),
     top: int = typer.Option(10, "--top", help="rows in top-N lists"),
+    per_rank_rows: Optional[int] = typer.Option(None, "--per-rank-rows", metavar="N",
+                                                help="text/markdown/html: list every rank in per-rank tables up "
+                                                     "to N ranks (default 16); above, min/median/p99/max with "
+                                                     "the ranks farthest from the median"),
     model: Optional[str] = typer.Option(None, "--model", help="model preset for model-based FLOPs: "
                                         + ", ".join(_preset_names())),
     model_config: Optional[Path] = typer.Option(None, "--model-config", help="model config file (TOML/JSON)"),
@@ -90,6 +94,7 @@ def analyze(
     def run():
         from .options import MAX_COUNT, MAX_TOKENS, count, finite
         count(top, "--top", 0, MAX_COUNT, "--top must be 0 or more")
+        count(per_rank_rows, "--per-rank-rows", 0, MAX_COUNT, "--per-rank-rows must be 0 or more")
         count(tokens_per_step, "--tokens-per-step", 1, MAX_TOKENS, "--tokens-per-step must be positive")
         finite(peak_tflops, "--peak-tflops", positive=True)
         from .parsers import bounded_read
@@ -110,14 +115,15 @@ def analyze(
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
         with configured(rs) as state:
             from .job_cache import open_job    # the store may keep this job's document and report
-            job = open_job([str(p) for p in paths], fields, compute, fmt if out_dir is None else None)
+            job = open_job([str(p) for p in paths], fields, compute,
+                           fmt if out_dir is None and per_rank_rows is None else None)
         if state.skipped:
             job.document["skipped_ranks"] = state.skipped
-        text = job.render(fmt)
+        text = job.render(fmt, per_rank_rows)
         if out_dir is not None:
             from .output import write_tree
             from .reports import bundle_files
-            files = bundle_files(job.document)
+            files = bundle_files(job.document, per_rank_rows)
             if staged:                  # -o inside the bundle: written with it, all or nothing
                 files = [f for f in files if f[0] != staged] + [(staged, text)]
             write_tree(files, out_dir)

@@ -81,9 +81,10 @@ class Job:
             return bool(self._report[2].get("budget_violated"))
         return _budget_violated(self.document)
 
-    def render(self, fmt: str) -> str | bytes:
-        """The report in `fmt` (json: UTF-8 bytes; the others: str), as reports.render writes it."""
-        if self._report is not None and self._report[0] == fmt:
+    def render(self, fmt: str, per_rank_rows: int | None = None) -> str | bytes:
+        """The report in `fmt` (json: UTF-8 bytes; the others: str), as reports.render writes it
+        (`per_rank_rows` other than the default: rendered, never kept)."""
+        if self._report is not None and self._report[0] == fmt and per_rank_rows is None:
             data = self._report[1]
             return data if fmt == "json" else data.decode("utf-8")
         doc = self.document
@@ -92,8 +93,8 @@ class Job:
             out: str | bytes = json_report.render_bytes(doc, self._shape)
         else:
             from .reports import render
-            out = render(doc, fmt)
-        if self._store is not None and self._key and fmt in KEPT_FORMATS:
+            out = render(doc, fmt, per_rank_rows)
+        if self._store is not None and self._key and fmt in KEPT_FORMATS and per_rank_rows is None:
             data = out if isinstance(out, bytes) else out.encode("utf-8")
             self._store.put_kept(self._key, fmt, data, {"budget_violated": _budget_violated(doc)})
         return out

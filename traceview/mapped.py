@@ -94,10 +94,10 @@ class Remote:
         """stalls.rank_part of every batch, on the workers, each given the part of `job` and `idle`
         that concerns its ranks (its activity ids lie in one range: ids are renumbered by file)."""
         from . import executors
-        for name in ("coll_instances", "cp_host_syncs", "cp_preds", "activity_attribution"):
-            if name not in session.built:      # what rank_part reads, built here if the prefetch did not
-                from .engine.pipeline import build
-                build(session, [name])
+        from .analysis import critical_path
+        from .engine.pipeline import build
+        build(session, ["coll_instances", "activity_attribution", "segments"])   # what rank_part reads
+        critical_path.prepare(session)              # (built on the workers where the prefetch did not)
         given = list(self.given.items())
         args = []
         for b, batch in enumerate(self.batches):

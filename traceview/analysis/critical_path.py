@@ -165,11 +165,17 @@ class Acts:
 
 class Segments:
     """One window's timeline segments (`segments` rows) as array('q') columns, sorted by start:
-    t, t_end and the number of compute (c), comm (m) and memory (x) activities running."""
+    t, t_end and the number of compute (c), comm (m) and memory (x) activities running. From a
+    table of them, or rows lo to hi of a chunk's columns (`cols`)."""
 
-    def __init__(self, table: pa.Table | None = None):
-        col = (lambda n: _ints(table.column(n))) if table is not None else (lambda n: array("q"))
-        self.t, self.e, self.c, self.m, self.x = (col(n) for n in ("t", "t_end", "c", "m", "x"))
+    NAMES = ("t", "t_end", "c", "m", "x")
+
+    def __init__(self, table: pa.Table | None = None, cols: tuple | None = None, lo: int = 0, hi: int = 0):
+        if cols is None:
+            cols = tuple(_ints(table.column(n)) if table is not None else array("q") for n in self.NAMES)
+            lo, hi = 0, len(cols[0])
+        full = lo == 0 and hi == len(cols[0])
+        self.t, self.e, self.c, self.m, self.x = (c if full else c[lo:hi] for c in cols)
 
     def __len__(self) -> int:
         return len(self.t)
@@ -525,8 +531,8 @@ def _chunk(session: Session, ranks: list[int]) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs."""
     acts = session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table()
-    segs = session.sql("SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL "
-                       "AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
+    segs = session.sql("SELECT rank, step, t, t_end, c::BIGINT AS c, m::BIGINT AS m, x::BIGINT AS x FROM segments "
+                       "WHERE t_end IS NOT NULL AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
     syncs: dict = {}
     for h in session.rows("SELECT * FROM cp_host_syncs WHERE list_contains($ranks, rank) "
                           "ORDER BY rank, tid, end_ns, id", ranks=ranks):
@@ -534,7 +540,8 @@ def _chunk(session: Session, ranks: list[int]) -> dict:
         e[0].append(h["end_ns"])
         e[1].append(h)
     return {"acts": _Columns(acts), "act_bounds": _bounds(acts),
-            "segments": {k: segs.slice(a, b - a) for k, (a, b) in _bounds(segs).items()}, "syncs": syncs}
+            "segments": tuple(_ints(segs.column(n)) for n in Segments.NAMES), "seg_bounds": _bounds(segs),
+            "syncs": syncs}
 
 
 def iter_paths(session: Session, comm: dict, data: dict | None = None, ranks: list[int] | None = None):
@@ -551,7 +558,7 @@ def iter_paths(session: Session, comm: dict, data: dict | None = None, ranks: li
         for (rank, step), (ws, we) in sorted(kv for kv in win.items() if kv[0][0] in mine):
             lo, hi = chunk["act_bounds"].get((rank, step), (0, 0))
             acts = Acts(cols=chunk["acts"], lo=lo, hi=hi, rank=rank)
-            segs = Segments(chunk["segments"].pop((rank, step), None))
+            segs = Segments(None, chunk["segments"], *chunk["seg_bounds"].get((rank, step), (0, 0)))
             pieces = walk_columns(acts, ws, we, chunk["syncs"], infer_waits=rank not in data["wait_ranks"])
             path = split(pieces, segs, acts, comm)
             del pieces

@@ -32,6 +32,12 @@ def write_output(text: str | bytes, out: Optional[Path]) -> None:
     """Print, or write to `out` all or nothing (traceview/output.py: symlinks are written through,
     FIFOs and devices written to in place)."""
     if out is None:
+        buffer = getattr(sys.stdout, "buffer", None)
+        if isinstance(text, bytes) and buffer is not None:     # a large JSON report: no str copy
+            sys.stdout.flush()
+            buffer.write(text)
+            buffer.flush()
+            return
         sys.stdout.write(text if isinstance(text, str) else text.decode("utf-8"))
         return
     from .output import write_file

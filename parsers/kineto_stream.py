@@ -58,10 +58,10 @@ class EventStream:
     """Iterate for (index of the first event, events) batches; afterwards `top` holds the
     top-level fields (a `Trace` without its events)."""
 
-    def __init__(self, path: Path, text_bytes: int | None = None, piece: int = bounded_read.CHUNK):
+    def __init__(self, path: Path, text_bytes: int | None = None, piece: int | None = None):
         self.path = Path(path)
         self.text_bytes = TEXT_BYTES if text_bytes is None else text_bytes
-        self.piece = piece
+        self.piece = bounded_read.CHUNK if piece is None else piece
         self.max_held = max(MAX_HELD, 4 * self.text_bytes)
         self.top: Trace | None = None
 

@@ -114,7 +114,7 @@ class EventStream:
                 yield first, evs
                 first += len(evs)
         tail = _decode_tail(buf)
-        del buf
+        buf.clear()
         if tail.traceEvents:
             yield first, tail.traceEvents
         tail.traceEvents = None

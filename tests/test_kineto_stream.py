@@ -156,7 +156,7 @@ def _no_whole_read(monkeypatch):
 @pytest.mark.parametrize("gz", [False, True])
 def test_batch_and_piece_boundaries_change_nothing(tmp_path, monkeypatch, text_bytes, piece, gz):
     f = _tricky_trace(tmp_path, gz, bom=not gz)
-    whole = kineto.Profile(**dict(zip(("warnings", *TABLES), _parts(kineto._ingest_whole, f))))
+    whole = kineto.Profile(**dict(zip(("warnings", *TABLES), _parts(kineto._ingest_whole, f), strict=True)))
     monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", text_bytes)
     monkeypatch.setattr(bounded_read, "CHUNK", piece)
     _no_whole_read(monkeypatch)

@@ -14,7 +14,6 @@ from typing import Optional
 import typer
 
 from .errors import TraceError
-from .output import Interrupted
 
 EXIT_INPUT = 2
 IN_CLI = False           # set by cli.main(): process-wide tweaks (the pandas probe) only for the command line
@@ -64,6 +63,7 @@ def guarded(debug: bool, fn, *args, **kwargs):
     """Run fn; input problems become one line on stderr and exit 2 (traceback only with --debug)."""
     if IN_CLI:
         skip_pyarrow_pandas_probe()
+    from .output import Interrupted
     try:
         return fn(*args, **kwargs)
     except typer.Exit:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-
 # Strings that repeat on many rows (names, kinds, shapes): dictionary-encoded, each distinct value
 # stored once (DuckDB reads them as VARCHAR; to_pylist() gives str).
 CODED = pa.dictionary(pa.int32(), pa.string())

@@ -7,6 +7,7 @@ adds. The trace (file or folder of ranks) is loaded and the breakdown / layers p
 
 Prints one JSON line: load_s, prepare_s, stage_s, stage_cpu_s, rss_before_mib (after prepare),
 stage_peak_mib (highest RSS sampled during the stage), stage_added_mib (peak - before),
+stage_peak_where (the innermost traceview frames when the peak was sampled),
 process_peak_mib (ru_maxrss: the whole process, parse included), stalls, windows, gpu_activities.
 `--split` runs the stage as the workers will: job_inputs, rank_part per rank, merge (and checks
 that it equals sections). `--profile N` prints the stage's cProfile top N (cumulative) to stderr.
@@ -19,6 +20,7 @@ import resource
 import sys
 import threading
 import time
+import traceback
 
 
 def rss_mib() -> float:
@@ -31,6 +33,8 @@ class Peak:
 
     def __init__(self, interval: float = 0.002):
         self.interval, self.top, self._done = interval, 0.0, threading.Event()
+        self.where = ""
+        self._main = threading.get_ident()
 
     def __enter__(self):
         self.top = rss_mib()
@@ -40,7 +44,13 @@ class Peak:
 
     def _run(self):
         while not self._done.is_set():
-            self.top = max(self.top, rss_mib())
+            r = rss_mib()
+            if r > self.top:
+                self.top = r
+                frame = sys._current_frames().get(self._main)
+                stack = [f"{fs.name}:{fs.lineno}" for fs in traceback.extract_stack(frame)
+                         if "traceview" in fs.filename]
+                self.where = " < ".join(reversed(stack[-3:]))
             time.sleep(self.interval)
 
     def __exit__(self, *exc):
@@ -99,7 +109,7 @@ def main() -> None:
         "load_s": round(t1 - t0, 3), "prepare_s": round(t2 - t1, 3),
         "stage_s": round(t4 - t3, 3), "stage_cpu_s": round(c1 - c0, 3),
         "rss_before_mib": round(before), "stage_peak_mib": round(peak.top),
-        "stage_added_mib": round(peak.top - before),
+        "stage_added_mib": round(peak.top - before), "stage_peak_where": peak.where,
         "process_peak_mib": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
         "stalls": len(sec["stalls"]), "windows": len(sec["critical_path"]),
         "gpu_activities": profile.gpu_activities.num_rows}))

@@ -263,13 +263,54 @@ def _trailer_size(fh) -> int:
 def _stream(path: Path, fh, sink: _Sink, limit: int) -> None:
     """Inflate every gzip member of the file into `sink`, refusing past `limit`, a corrupt
     stream, or a truncated last member."""
+    for piece in _inflated(path, fh, limit):
+        sink.add(piece)
+
+
+def pieces(path: Path, limit: int | None = None, size: int = CHUNK):
+    """The content of `path` (gzip inflated) as consecutive pieces of at most about `size` bytes,
+    read as they are consumed: the same refusals as `read_bytes` (not a regular file, larger than
+    `limit`, inflating past it, corrupt or truncated gzip, a file that changes while read), raised
+    when the piece where they show would be read."""
+    limit = max_input_size() if limit is None else limit
+    with open_regular(path) as fh:
+        total = os.fstat(fh.fileno()).st_size
+        magic = fh.read(2)
+        if total > limit:
+            raise _too_big(path, limit, f"{'gzip file' if magic == GZIP_MAGIC else 'file'} of {format_size(total)}:")
+        fh.seek(0)
+        if magic == GZIP_MAGIC:
+            yield from _inflated(path, fh, limit, size)
+            return
+        n = 0
+        try:
+            while True:
+                data = fh.read(size)
+                if not data:
+                    break
+                n += len(data)
+                if n > total:
+                    break
+                yield data
+        except OSError as e:
+            raise TraceError(path, f"cannot read file ({e.strerror or e})") from None
+        if n != total:
+            raise TraceError(path, "file changed while being read")
+
+
+def _inflated(path: Path, fh, limit: int, size: int = CHUNK):
+    """The inflated bytes of every gzip member of the file, `size` at a time, refusing past
+    `limit`, a corrupt stream, or a truncated last member."""
     d = _inflater.decompressobj(31)
     member_done = False
+    n = 0
 
-    def take(piece: bytes) -> None:
-        if sink.n + len(piece) > limit:
+    def take(piece: bytes) -> bytes:
+        nonlocal n
+        n += len(piece)
+        if n > limit:
             raise _too_big(path, limit, "gzip inflates to")
-        sink.add(piece)
+        return piece
 
     try:
         while True:
@@ -282,14 +323,17 @@ def _stream(path: Path, fh, sink: _Sink, limit: int) -> None:
                     if not data:
                         break
                     d, member_done = _inflater.decompressobj(31), False
-                take(d.decompress(data, CHUNK))
+                piece = take(d.decompress(data, size))
+                if piece:
+                    yield piece
                 if d.eof:
                     data, member_done = d.unused_data, True
                 else:
                     data = d.unconsumed_tail
         while not member_done:  # the input is consumed: output zlib still holds, then the end
-            piece = d.decompress(b"", CHUNK)
-            take(piece)
+            piece = take(d.decompress(b"", size))
+            if piece:
+                yield piece
             if d.eof:
                 member_done = True
             elif not piece:

@@ -19,7 +19,7 @@ from traceview import schema
 from traceview.errors import TraceError
 from traceview.profile import Profile
 
-from . import bounded_read, json_depth
+from . import bounded_read, json_depth, kineto_stream
 from ._nesting import innermost_container, nest
 from .kineto_events import CpuArgs, Event, GpuArgs, LaunchArgs, SyncArgs, Trace, TypedTrace  # noqa: F401
 
@@ -337,20 +337,40 @@ _ARGS_TYPE = {1: GpuArgs, 2: CpuArgs, 3: LaunchArgs, 4: SyncArgs}
 
 
 class _Acc:
-    """One group's columns, as Arrow arrays per chunk."""
+    """One group's columns, as Arrow arrays per chunk. The string columns the table types as
+    dictionaries (names, kinds, shapes: few distinct values, repeated on every event) are kept as
+    int32 codes into one dictionary per column, in order of first appearance in the file."""
 
-    def __init__(self):
+    def __init__(self, table: str):
         self.parts: dict[str, list] = {}
         self.n = 0
         self.no_args = 0
+        self.coded = {f.name for f in schema.TABLES[table] if pa.types.is_dictionary(f.type)}
+        self.dicts: dict[str, dict] = {k: {} for k in self.coded}
 
     def add(self, d: dict) -> None:
         for k, v in d.items():
-            self.parts.setdefault(k, []).append(v)
+            self.parts.setdefault(k, []).append(self._code(k, v) if k in self.coded else v)
         self.n += len(d["start_ns"])
 
+    def _code(self, k: str, arr: pa.Array) -> pa.Array:
+        """A chunk's strings -> codes in the column's dictionary (distinct values looked up once)."""
+        enc = arr.dictionary_encode()
+        known = self.dicts[k]
+        remap = pa.array([known.setdefault(v, len(known)) for v in enc.dictionary.to_pylist()], type=pa.int32())
+        return remap.take(enc.indices)
+
     def columns(self) -> dict:
-        return {k: pa.concat_arrays(v) if len(v) > 1 else v[0] for k, v in self.parts.items()}
+        """The concatenated columns (each chunk list let go once its column is built)."""
+        out = {}
+        for k in list(self.parts):
+            v = self.parts.pop(k)
+            col = pa.concat_arrays(v) if len(v) > 1 else v[0]
+            del v
+            if k in self.coded:
+                col = pa.DictionaryArray.from_arrays(col, pa.array(list(self.dicts.pop(k)), type=pa.string()))
+            out[k] = col
+        return out
 
 
 class _EvCols:
@@ -369,12 +389,11 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
         idx = pc.indices_nonzero(pc.equal(codes, code)).to_pylist()
         rows: Sequence = _take(evs, idx)
         if code == _FLOW:
-            for ev in rows:
-                ev.args = _EMPTY_RAW  # its raw slice would keep the chunk's text alive
+            for ev in rows:  # kept as (id, tid, ts): the event itself (and its raw args) is let go
                 if type(ev.id) in (int, str, float) and _number(ev.ts):
-                    (flows[0] if ev.ph == "s" else flows[1]).append(ev)
+                    (flows[0] if ev.ph == "s" else flows[1]).append((ev.id, ev.tid, ev.ts))
                 else:
-                    flows[2].append(ev)
+                    flows[2].append(None)
             continue
         if None in _get(rows, "ts") or None in _get(rows, "name"):  # events without ts or name: dropped, counted
             keep = [ev for ev in rows if ev.ts is not None and ev.name is not None]
@@ -395,19 +414,47 @@ def read(path: Path) -> Profile:
         raise TraceError(path, f"event fields of the wrong type or out of range ({msg})") from None
 
 
-def _read(path: Path) -> Profile:
+def _ingest_stream(path: Path) -> tuple:
+    """The events routed into column groups as the text is read: a batch of text at a time."""
+    accs, dropped, flows = _sinks()
+    stream = kineto_stream.EventStream(path)
+    for _, evs in stream:
+        for i in range(0, len(evs), CHUNK_EVENTS):
+            _route_chunk(evs[i:i + CHUNK_EVENTS], accs, dropped, flows)
+        del evs
+    return stream.top, accs, dropped, flows
+
+
+def _ingest_whole(path: Path) -> tuple:
+    """The same from the whole text held at once (a file the stream cannot split: its problem is
+    reported here, with the decoder's message about the whole file)."""
     trace = _decode(path, bounded_read.read_bytes(path))
     events = trace.traceEvents
     if events is None:
         raise TraceError(path, "not a Kineto trace: no 'traceEvents' list")
     trace.traceEvents = None
-    accs = {c: _Acc() for c in _CHUNK_FN}
-    dropped: Counter = Counter()  # events of a routed category without ts or name, per group
-    flows: tuple = ([], [], [])  # fwdbwd flow starts, ends, and those with an id or ts of the wrong type
+    accs, dropped, flows = _sinks()
     for first in range(0, len(events), CHUNK_EVENTS):
         evs = _decode_chunk(path, events[first:first + CHUNK_EVENTS], first)
         _route_chunk(evs, accs, dropped, flows)
-    del events, evs
+    return trace, accs, dropped, flows
+
+
+_TABLE = {1: "gpu_activities", 2: "cpu_ranges", 3: "launches", 4: "syncs"}
+
+
+def _sinks() -> tuple:
+    accs = {c: _Acc(_TABLE[c]) for c in _CHUNK_FN}
+    dropped: Counter = Counter()  # events of a routed category without ts or name, per group
+    flows: tuple = ([], [], [])  # fwdbwd flow starts, ends, and those with an id or ts of the wrong type
+    return accs, dropped, flows
+
+
+def _read(path: Path) -> Profile:
+    try:
+        trace, accs, dropped, flows = _ingest_stream(path)
+    except kineto_stream.Fallback:
+        trace, accs, dropped, flows = _ingest_whole(path)
     if not accs[1].n:
         if dropped["gpu"]:
             raise TraceError(path, f"no usable GPU activity: all {dropped['gpu']} kernels, memcpys and memsets "
@@ -419,51 +466,35 @@ def _read(path: Path) -> Profile:
     gpu, cpu, lau, syn = (_finish(accs[c], name) for c, name in
                           ((1, "gpu_activities"), (2, "cpu_ranges"), (3, "launches"), (4, "syncs")))
     # ids in the order: GPU activities, API calls, sync records, CPU ranges
-    n_g, n_l, n_s = len(gpu["start_ns"]), len(lau["start_ns"]), len(syn["start_ns"])
-    gpu["id"] = list(range(0, n_g))
-    lau["id"] = list(range(n_g, n_g + n_l))
-    syn["id"] = list(range(n_g + n_l, n_g + n_l + n_s))
-    cpu["id"] = list(range(n_g + n_l + n_s, n_g + n_l + n_s + len(cpu["start_ns"])))
-    gpu_ext, lau_ext, cpu_ext = (d.pop("ext").to_pylist() for d in (gpu, lau, cpu))
+    n_g, n_l, n_s, n_c = (len(d["start_ns"]) for d in (gpu, lau, syn, cpu))
+    gpu["id"], lau["id"], syn["id"], cpu["id"] = (_ids(a, n) for a, n in
+                                                  ((0, n_g), (n_g, n_l), (n_g + n_l, n_s), (n_g + n_l + n_s, n_c)))
+    gpu_ext, lau_ext, cpu_ext = (d.pop("ext") for d in (gpu, lau, cpu))
 
-    # --- links -------------------------------------------------------------------------
-    c_tid = cpu["tid"].to_pylist()
-    c_start, c_end = cpu["start_ns"].to_pylist(), cpu["end_ns"].to_pylist()
-    by_ext: dict = {}
-    for cid, x in zip(cpu["id"], cpu_ext, strict=False):
-        if x is not None and x not in by_ext:
-            by_ext[x] = cid
-    op_of_launch = [by_ext.get(x) if x else None for x in lau_ext]
+    # --- links (Arrow lookups; the nesting sweep reads the columns' buffers in place) -----------
+    c_tid, c_start, c_end = (_view(cpu[k]) for k in ("tid", "start_ns", "end_ns"))
+    by_ext = _first(cpu_ext, cpu["id"])  # External id -> the first CPU range that carries it
+    op_of_launch = _lookup(by_ext, _nonzero(lau_ext))
     # launches whose External id names no op: the innermost range around them, found in the same sweep
-    missing = [i for i, op in enumerate(op_of_launch) if op is None]
+    missing = pc.indices_nonzero(pc.is_null(op_of_launch)).to_pylist() if op_of_launch.null_count else []
     if missing:
-        l_tid, l_start, l_end = (lau[k].to_pylist() for k in ("tid", "start_ns", "end_ns"))
-    depth, parent, *rest = nest(c_tid, c_start, c_end, cpu["id"], [l_tid[i] for i in missing] if missing else [],
-                                [l_start[i] for i in missing] if missing else [],
-                                [l_end[i] for i in missing] if missing else [])
-    for i, op in zip(missing, rest[0] if rest else [], strict=False):
-        op_of_launch[i] = op
-    launch_of_corr: dict = {}
-    for i, c in enumerate(lau["correlation"].to_pylist()):
-        if c is not None and c not in launch_of_corr:
-            launch_of_corr[c] = i
-    g_launch, g_op = [], []
-    for c, x in zip(gpu["correlation"].to_pylist(), gpu_ext, strict=False):
-        li = launch_of_corr.get(c) if c is not None else None
-        if li is not None:
-            g_launch.append(lau["id"][li])
-            g_op.append(op_of_launch[li])
-        else:
-            g_launch.append(None)
-            g_op.append(by_ext.get(x) if x else None)
+        l_tid, l_start, l_end = (lau[k].take(missing).to_pylist() for k in ("tid", "start_ns", "end_ns"))
+    depth, parent, *rest = nest(c_tid, c_start, c_end, range(n_g + n_l + n_s, n_g + n_l + n_s + n_c),
+                                l_tid if missing else [], l_start if missing else [], l_end if missing else [])
+    if missing:
+        mask = pc.is_null(op_of_launch)
+        op_of_launch = pc.replace_with_mask(op_of_launch, mask, pa.array(rest[0], type=pa.int64()))
+    li = _lookup(_first(lau["correlation"], pa.array(range(n_l), type=pa.int64())), gpu["correlation"])
+    g_launch = pc.add(li, n_g)
+    g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), _lookup(by_ext, _nonzero(gpu_ext)))
     fwd = _fwd_links(cpu, c_tid, c_start, c_end, flows[0], flows[1])
 
     meta_info = _meta(path, trace, gpu["device"].to_pylist())
     rank = meta_info["rank"]
-    cpu.update(rank=pa.repeat(rank, len(cpu["id"])), depth=depth, parent_id=parent, fwd_id=fwd)
-    lau.update(rank=pa.repeat(rank, len(lau["id"])), op_id=op_of_launch)
-    gpu.update(rank=pa.repeat(rank, len(gpu["id"])), launch_id=g_launch, op_id=g_op)
-    syn.update(rank=pa.repeat(rank, len(syn["id"])))
+    cpu.update(rank=pa.repeat(rank, n_c), depth=depth, parent_id=parent, fwd_id=fwd)
+    lau.update(rank=pa.repeat(rank, n_l), op_id=op_of_launch)
+    gpu.update(rank=pa.repeat(rank, n_g), launch_id=g_launch, op_id=g_op)
+    syn.update(rank=pa.repeat(rank, n_s))
     return Profile(
         warnings=_warnings(path, dropped, accs[1].no_args, len(flows[2])),
         gpu_activities=schema.from_pydict("gpu_activities", gpu),
@@ -472,6 +503,39 @@ def _read(path: Path) -> Profile:
         syncs=schema.from_pydict("syncs", syn),
         meta=schema.from_pydict("meta", {k: [v] for k, v in meta_info.items()}),
     )
+
+
+def _ids(first: int, n: int) -> pa.Array:
+    return pa.array(range(first, first + n), type=pa.int64())
+
+
+def _view(col: pa.Array):
+    """The values of a non-null int64 column as a read-only sequence of ints over its buffer (no
+    Python int per value is kept; each is made when read)."""
+    if col.null_count or col.type != pa.int64():
+        return col.to_pylist()
+    if not len(col):
+        return []
+    return memoryview(col.buffers()[1]).cast("q")[col.offset:col.offset + len(col)]
+
+
+def _first(keys: pa.Array, vals: pa.Array) -> tuple[pa.Array, pa.Array]:
+    """Each distinct non-null key and the smallest of `vals` over its rows (for increasing vals:
+    the value of its first row)."""
+    t = pa.table({"k": keys, "v": vals}).filter(pc.is_valid(keys))
+    g = t.group_by("k", use_threads=False).aggregate([("v", "min")])
+    return g.column("k").combine_chunks(), g.column("v_min").combine_chunks()
+
+
+def _lookup(table: tuple[pa.Array, pa.Array], query: pa.Array) -> pa.Array:
+    """The value of each query key in (keys, values); null where absent or null."""
+    keys, vals = table
+    return vals.take(pc.index_in(query, value_set=keys))
+
+
+def _nonzero(col: pa.Array) -> pa.Array:
+    """External ids with 0 (no id) made null."""
+    return pc.if_else(pc.not_equal(col, 0), col, pa.scalar(None, type=col.type))
 
 
 def _finish(acc: _Acc, table: str) -> dict:
@@ -536,21 +600,22 @@ def _tid(t):
     return v if v is not None else 0
 
 
-def _fwd_links(cpu: dict, c_tid: list, c_start: list, c_end: list, flows_s: list, flows_f: list) -> list:
-    """fwd_id for backward ops from `fwdbwd` flows: the flow starts at the forward op and
-    ends inside the backward op (binding point 'e': the enclosing slice)."""
-    fwd = [None] * len(cpu["id"])
-    s_by_id = {e.id: e for e in flows_s}
-    pairs = [(s_by_id[e.id], e) for e in flows_f if e.id in s_by_id]
+def _fwd_links(cpu: dict, c_tid, c_start, c_end, flows_s: list, flows_f: list) -> list:
+    """fwd_id for backward ops from `fwdbwd` flows ((id, tid, ts) each): the flow starts at the
+    forward op and ends inside the backward op (binding point 'e': the enclosing slice)."""
+    n_c = len(cpu["id"])
+    fwd = [None] * n_c
+    s_by_id = {f[0]: f for f in flows_s}
+    pairs = [(s_by_id[f[0]], f) for f in flows_f if f[0] in s_by_id]
     if not pairs:
         return fwd
     pts = [p[0] for p in pairs] + [p[1] for p in pairs]
-    tids = [_tid(e.tid) for e in pts]
-    ts = _ns_array([e.ts for e in pts]).to_pylist()
+    tids = [_tid(f[1]) for f in pts]
+    ts = _ns_array([f[2] for f in pts]).to_pylist()
     ops = pc.indices_nonzero(pc.equal(cpu["kind"], "op")).to_pylist()
+    first = cpu["id"][0].as_py() if n_c else 0
     found = innermost_container([c_tid[i] for i in ops], [c_start[i] for i in ops], [c_end[i] for i in ops],
-                                [cpu["id"][i] for i in ops], tids, ts, ts)
-    first = cpu["id"][0] if cpu["id"] else 0
+                                [first + i for i in ops], tids, ts, ts)
     n = len(pairs)
     for j in range(n):
         f_op, b_op = found[j], found[n + j]

@@ -72,8 +72,8 @@ def _fast(doc, indent: int, shape: Shape | None = None) -> bytes | None:
     shape = scan(doc) if shape is None else shape
     if not shape.plain or not shape.finite:
         return None
-    prepared = _with_raw_floats(doc) if shape.exponent_floats else doc
     try:
+        prepared = _with_raw_floats(doc) if shape.exponent_floats else doc
         out = msgspec.json.format(msgspec.json.encode(prepared, order="sorted"), indent=indent)
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
         return None

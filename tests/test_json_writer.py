@@ -188,6 +188,24 @@ def test_types_json_refuses_stay_refused_and_the_diff_writes_str(value):
     assert json_report.render_diff(doc) == stdlib_diff(doc)
 
 
+def test_lone_surrogate_goes_to_the_standard_library():
+    """A file name that is not UTF-8 comes back from the OS with lone surrogates: msgspec cannot
+    write it; json.dumps writes it into a str, which cannot be encoded as UTF-8 (as before)."""
+    doc = {"file": "run\udc80.json", "v": [1e-05]}
+    assert json_report._fast(doc, 2) is None
+    assert json_report.render(doc) == stdlib_report(doc)
+    with pytest.raises(UnicodeEncodeError):
+        json_report.render_bytes(doc)
+    assert json_report.render_diff(doc) == stdlib_diff(doc) and "\\udc80" in stdlib_diff(doc)
+
+
+def test_deep_document():
+    doc: dict = {"v": 1e-05}
+    for _ in range(200):
+        doc = {"d": [doc]}
+    same_as_stdlib(doc)
+
+
 def test_diff_is_ascii_escaped_as_json_dumps_does():
     doc = {"name": "é😀\u2028\x7f\x85日", "n": [1e-05, 2.5], "k": {"ü": 1}}
     same_as_stdlib(doc)

@@ -121,3 +121,141 @@ def test_both_inflaters_give_the_same_bytes_and_refusals(tmp_path, monkeypatch, 
     f.write_bytes(gzip.compress(text))
     with pytest.raises(TraceError, match="gzip inflates to more than"):
         bounded_read.read_bytes(f, limit=len(text) - 1)
+
+
+# --- the streamed read: text cut into batches as it is inflated ---------------------------------
+
+TRICKY = ['k},{"ph": "X"}', 'a"b\\"},{', '"traceEvents": [', "\\", "x}, {y", "é},\n{ü"]
+
+
+def _tricky_trace(tmp_path, gz: bool, bom: bool = False):
+    """Names holding separators, quotes, backslashes and the array's key; args holding objects in a
+    list (a `},{` inside an event); top-level keys before and after the array."""
+    ev = _events(5)
+    for k, name in enumerate(TRICKY):
+        ev.append({"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": 3, "ts": 2000 + k, "dur": 1,
+                   "args": {"correlation": 5000 + k, "device": 0, "stream": 3, "list": [{"a": 1}, {"b": [2]}]}})
+    head = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "GPU },{ 0", "numSms": 132}]}
+    tail = {"distributedInfo": {"rank": 3, "world_size": 8}, "traceName": "t },{ n", "baseTimeNanoseconds": 7}
+    text = (json.dumps(head)[:-1] + ', "traceEvents": [\n' + ",\n".join(json.dumps(e) for e in ev) + "\n], "
+            + json.dumps(tail)[1:]).encode()
+    if bom:
+        text = b"\xef\xbb\xbf" + text
+    f = tmp_path / ("t.json.gz" if gz else "t.json")
+    f.write_bytes(gzip.compress(text) if gz else text)
+    return f
+
+
+def _no_whole_read(monkeypatch):
+    def refuse(path):
+        raise AssertionError("the streamed read fell back to the whole-file read")
+    monkeypatch.setattr(kineto, "_ingest_whole", refuse)
+
+
+@pytest.mark.parametrize("text_bytes,piece", [(1, 1), (7, 3), (64, 1 << 20), (200, 17), (4 << 20, 1 << 20)])
+@pytest.mark.parametrize("gz", [False, True])
+def test_batch_and_piece_boundaries_change_nothing(tmp_path, monkeypatch, text_bytes, piece, gz):
+    f = _tricky_trace(tmp_path, gz, bom=not gz)
+    whole = kineto.Profile(**dict(zip(("warnings", *TABLES), _parts(kineto._ingest_whole, f), strict=True)))
+    monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", text_bytes)
+    monkeypatch.setattr(bounded_read, "CHUNK", piece)
+    _no_whole_read(monkeypatch)
+    p = kineto.read(f)
+    for t in TABLES:
+        assert getattr(p, t).equals(getattr(whole, t)), t
+    g = p.gpu_activities.to_pydict()
+    assert g["name"] == [f"gemm{k}" for k in range(1, 6)] + TRICKY  # by hand: the names as written
+    assert g["correlation"] == [1000 + k for k in range(1, 6)] + [5000 + k for k in range(len(TRICKY))]
+    m = p.meta.to_pylist()[0]
+    assert (m["rank"], m["world_size"], m["gpu_name"], m["sm_count"], m["clock_offset_ns"]) == (3, 8, "GPU },{ 0",
+                                                                                             132, 7)
+
+
+def _parts(ingest, f):
+    """A Profile's fields built the way kineto.read builds them, from the given ingest."""
+    orig = kineto._ingest_stream
+    kineto._ingest_stream = ingest
+    try:
+        p = kineto.read(f)
+    finally:
+        kineto._ingest_stream = orig
+    return (p.warnings, *(getattr(p, t) for t in TABLES))
+
+
+def test_the_text_is_never_held_whole(tmp_path, monkeypatch):
+    """Batches of about TEXT_BYTES: the largest text decoded at once is a batch plus one event."""
+    f = _write(tmp_path, _events(3000))
+    size = f.stat().st_size
+    seen = []
+    real = kineto.kineto_stream._decode_batch
+    monkeypatch.setattr(kineto.kineto_stream, "_decode_batch", lambda buf, cut: seen.append(cut) or real(buf, cut))
+    monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", 16 << 10)
+    monkeypatch.setattr(bounded_read, "CHUNK", 4 << 10)
+    _no_whole_read(monkeypatch)
+    p = kineto.read(f)
+    assert p.gpu_activities.num_rows == 3000 and p.cpu_ranges.num_rows == 3000  # by construction
+    assert len(seen) > size // (20 << 10)  # many batches over a file of ~1 MB
+    assert max(seen) < (16 << 10) + (4 << 10) + 400  # a batch, one piece read past it, one event
+
+
+def test_a_cut_inside_a_name_is_taken_back(tmp_path, monkeypatch):
+    """A `},{` in the name of the last event of a batch: the decoder refuses the cut, the tokenizer
+    cuts before that event."""
+    f = _tricky_trace(tmp_path, gz=False)
+    calls = []
+    real = kineto.kineto_stream._exact_cut
+    monkeypatch.setattr(kineto.kineto_stream, "_exact_cut", lambda buf: calls.append(1) or real(buf))
+    monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", 1)
+    _no_whole_read(monkeypatch)
+    assert kineto.read(f).gpu_activities.column("name").to_pylist()[5:] == TRICKY
+    assert calls  # the tokenizer was needed
+
+
+@pytest.mark.parametrize("text,msg", [
+    (b'{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "ts": 1', "not valid JSON"),
+    (b'{"traceEvents": [{"ph": "X"}, 5, {"ph": "X"}]}', r"\$\.traceEvents\[1\]"),
+    (b'[{"ph": "X"}]', "legacy autograd-profiler export"),
+    (b'{"traceEvents": null}', "no 'traceEvents' list"),
+    (b'{"traceEvents": [' + b"[" * 100 + b"]" * 100 + b"]}", "nested more than"),
+])
+def test_malformed_text_is_reported_as_by_the_whole_read(tmp_path, monkeypatch, text, msg):
+    f = tmp_path / "bad.json"
+    f.write_bytes(text)
+    monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", 8)
+    with pytest.raises(TraceError, match=msg):
+        kineto.read(f)
+
+
+def test_a_long_run_without_a_separator_is_read_whole(tmp_path, monkeypatch):
+    """Past MAX_HELD bytes with no place to cut, the whole read decides (a bomb is refused there
+    without being held)."""
+    f = tmp_path / "t.json"
+    f.write_bytes(b'{"traceEvents": [' + b" " * 5000 + b"]}")
+    monkeypatch.setattr(kineto.kineto_stream, "MAX_HELD", 1000)
+    monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", 100)
+    monkeypatch.setattr(bounded_read, "CHUNK", 512)
+    used = []
+    real = kineto._ingest_whole
+    monkeypatch.setattr(kineto, "_ingest_whole", lambda path: used.append(1) or real(path))
+    with pytest.raises(TraceError, match="no GPU activity and no CPU events"):
+        kineto.read(f)
+    assert used
+
+
+@pytest.mark.parametrize("piece", [1, 5, 1 << 10, 1 << 20])
+def test_pieces_are_the_bytes_read_whole(tmp_path, piece):
+    text = json.dumps({"traceEvents": _events(50)}).encode()
+    gz = tmp_path / "t.json.gz"
+    gz.write_bytes(gzip.compress(text[:999]) + gzip.compress(text[999:]) + b"\x00" * 8)  # two members, padding
+    plain = tmp_path / "t.json"
+    plain.write_bytes(text)
+    for f in (gz, plain):
+        got = list(bounded_read.pieces(f, size=piece))
+        assert b"".join(got) == bytes(bounded_read.read_bytes(f)) == text
+        assert max(map(len, got)) <= max(piece, 1)
+    gz.write_bytes(gzip.compress(text)[:-7])
+    with pytest.raises(TraceError, match="truncated or corrupt gzip"):
+        list(bounded_read.pieces(gz, size=piece))
+    gz.write_bytes(gzip.compress(text))
+    with pytest.raises(TraceError, match="gzip inflates to more than"):
+        list(bounded_read.pieces(gz, limit=len(text) - 1, size=piece))

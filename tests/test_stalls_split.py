@@ -97,3 +97,35 @@ def test_job_inputs_are_small(job):
     n = len(whole["collectives"])
     # proportional to the collectives (their per-rank arrivals), not to the activities
     assert len(pickle.dumps(inputs)) < 4096 + 2000 * n * 8
+
+
+def test_chunks_of_one_rank_give_the_same_sections(job, monkeypatch):
+    """The activities are fetched a chunk of ranks at a time (CHUNK_ROWS); one rank a chunk gives
+    the same sections as every rank in one chunk."""
+    from traceview.analysis import critical_path
+    _, profile, s, rows, _, whole = job
+    assert len(critical_path.windows_data(s)["chunks"]) == 1      # the fixture's job fits one chunk
+    monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)
+    assert critical_path.windows_data(s)["chunks"] == [[r] for r in profile.ranks]
+    assert stalls.sections(s, {"steps": rows}, top=10) == whole
+
+
+def test_window_columns_match_the_cp_preds_step(job):
+    """The per-chunk rows (Acts) hold what the cp_preds step holds: the same activities per window
+    in (end, start, id) order, and prev_k / wsrc_k point at the rows of prev_id / wait_src_id."""
+    from traceview.analysis import critical_path
+    _, _, s, _, _, _ = job
+    build(s, ["cp_preds"])
+    want: dict = {}
+    for r in s.rows("SELECT * FROM cp_preds ORDER BY rank, step, end_ns, start_ns, id"):
+        want.setdefault((r["rank"], r["step"]), []).append(r)
+    seen = 0
+    for w in critical_path.iter_paths(s, {}):
+        acts, rows = w["acts"], want.get((w["rank"], w["step"]), [])
+        assert list(acts.id) == [r["id"] for r in rows]
+        pos = {r["id"]: k for k, r in enumerate(rows)}
+        assert list(acts.prev_k) == [pos.get(r["prev_id"], -1) for r in rows]
+        assert list(acts.wsrc_k) == [pos.get(r["wait_src_id"], -1) for r in rows]
+        assert [acts.row(k)["name"] for k in range(len(acts))] == [r["name"] for r in rows]
+        seen += len(rows)
+    assert seen == sum(len(v) for v in want.values()) > 0

@@ -14,7 +14,6 @@ from typing import Optional
 import typer
 
 from .errors import TraceError
-from .output import Interrupted
 
 EXIT_INPUT = 2
 IN_CLI = False           # set by cli.main(): process-wide tweaks (the pandas probe) only for the command line
@@ -32,6 +31,12 @@ def write_output(text: str | bytes, out: Optional[Path]) -> None:
     """Print, or write to `out` all or nothing (traceview/output.py: symlinks are written through,
     FIFOs and devices written to in place)."""
     if out is None:
+        buffer = getattr(sys.stdout, "buffer", None)
+        if isinstance(text, bytes) and buffer is not None:     # a large JSON report: no str copy
+            sys.stdout.flush()
+            buffer.write(text)
+            buffer.flush()
+            return
         sys.stdout.write(text if isinstance(text, str) else text.decode("utf-8"))
         return
     from .output import write_file
@@ -64,6 +69,7 @@ def guarded(debug: bool, fn, *args, **kwargs):
     """Run fn; input problems become one line on stderr and exit 2 (traceback only with --debug)."""
     if IN_CLI:
         skip_pyarrow_pandas_probe()
+    from .output import Interrupted
     try:
         return fn(*args, **kwargs)
     except typer.Exit:

@@ -14,13 +14,15 @@ one line on stderr, nothing written), 3 (internal error).
 from __future__ import annotations
 
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
 
 from . import run_options
 from .cli_common import MAX_INPUT_HELP, check_out, fail, guarded, write_output
-from .document.types import DiffDocument
+
+if TYPE_CHECKING:  # annotations only (typing_extensions and the TypedDicts stay unloaded for --help)
+    from .document.types import DiffDocument
 
 DIFF_FORMATS = ("text", "json", "markdown", "html")
 

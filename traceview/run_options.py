@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .errors import UsageError
-from .executors import RunSettings, cores
+
+if TYPE_CHECKING:  # the executors (concurrent.futures, multiprocessing) load when a command runs, not for --help
+    from .executors import RunSettings
 
 STORE_HELP = ("store of parsed tables (Parquet) to reuse; default .traceview/ beside the input when writable, "
               "else $XDG_CACHE_HOME/traceview (TRACEVIEW_CACHE_DIR overrides)")
@@ -25,6 +27,7 @@ def settings(paths: list[Path], store: Optional[Path], no_store: bool, jobs: Opt
         raise UsageError(None, "--jobs must be 1 or more")
     if dask and dask_scheduler_file:
         raise UsageError(None, "--dask and --dask-scheduler-file exclude each other")
+    from .executors import RunSettings, cores
     from .store import default_dir
     root = None if no_store else (store if store is not None else default_dir(list(paths)))
     return RunSettings(store=root, jobs=jobs if jobs is not None else cores(), dask=dask,

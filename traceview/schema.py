@@ -16,6 +16,10 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+# Strings that repeat on many rows (names, kinds, shapes): dictionary-encoded, each distinct value
+# stored once (DuckDB reads them as VARCHAR; to_pylist() gives str).
+CODED = pa.dictionary(pa.int32(), pa.string())
+
 
 def _f(name: str, typ: pa.DataType, doc: str, nullable: bool = True) -> pa.Field:
     return pa.field(name, typ, nullable=nullable, metadata={"doc": doc})
@@ -41,8 +45,8 @@ GPU_ACTIVITIES = pa.schema([
     _f("stream", pa.int64(), "CUDA/HIP stream id"),
     _f("start_ns", pa.int64(), "start on the GPU, ns", False),
     _f("end_ns", pa.int64(), "end on the GPU, ns (exclusive)", False),
-    _f("kind", pa.string(), "'kernel', 'memcpy' or 'memset'", False),
-    _f("name", pa.string(), "kernel name (demangled where available) or copy/set description", False),
+    _f("kind", CODED, "'kernel', 'memcpy' or 'memset'", False),
+    _f("name", CODED, "kernel name (demangled where available) or copy/set description", False),
     _f("correlation", pa.int64(), "correlation id shared with the launching API call"),
     _f("launch_id", pa.int64(), "launches.id of the API call that launched it"),
     _f("op_id", pa.int64(), "cpu_ranges.id of the innermost CPU range around the launch (the launching op)"),
@@ -59,18 +63,18 @@ CPU_RANGES = pa.schema([
     _f("tid", pa.int64(), "OS thread id", False),
     _f("start_ns", pa.int64(), "start, ns", False),
     _f("end_ns", pa.int64(), "end, ns (exclusive)", False),
-    _f("kind", pa.string(),
+    _f("kind", CODED,
        "'op' (framework operator), 'annotation' (user range: record_function or NVTX), 'python' (Python function)",
        False),
-    _f("name", pa.string(), "range name", False),
+    _f("name", CODED, "range name", False),
     _f("domain", pa.string(), "annotation domain (NVTX domain name, e.g. 'NCCL'); null for the default domain"),
     _f("depth", pa.int32(), "nesting depth on its thread (0 = outermost)"),
     _f("parent_id", pa.int64(), "id of the enclosing range on the same thread"),
     _f("seq", pa.int64(), "autograd sequence number (forward op and the backward op that differentiates it share it)"),
     _f("fwd_id", pa.int64(), "for a backward op: id of the forward op it differentiates, where the format links them"),
-    _f("input_dims", pa.string(), "JSON list of input shapes, where recorded"),
-    _f("input_types", pa.string(), "JSON list of input dtypes, where recorded"),
-    _f("concrete_inputs", pa.string(), "JSON list of scalar inputs, where recorded"),
+    _f("input_dims", CODED, "JSON list of input shapes, where recorded"),
+    _f("input_types", CODED, "JSON list of input dtypes, where recorded"),
+    _f("concrete_inputs", CODED, "JSON list of scalar inputs, where recorded"),
     *_COLL,
 ])
 
@@ -81,8 +85,8 @@ LAUNCHES = pa.schema([
     _f("tid", pa.int64(), "OS thread id", False),
     _f("start_ns", pa.int64(), "start of the API call on the CPU, ns", False),
     _f("end_ns", pa.int64(), "end of the API call, ns", False),
-    _f("name", pa.string(), "API name, e.g. 'cudaLaunchKernel', 'cudaStreamSynchronize'", False),
-    _f("api", pa.string(), "'runtime' or 'driver'"),
+    _f("name", CODED, "API name, e.g. 'cudaLaunchKernel', 'cudaStreamSynchronize'", False),
+    _f("api", CODED, "'runtime' or 'driver'"),
     _f("correlation", pa.int64(), "correlation id (links to gpu_activities.correlation)"),
     _f("op_id", pa.int64(), "cpu_ranges.id of the innermost CPU range around the call"),
 ])
@@ -92,7 +96,7 @@ SYNCS = pa.schema([
     _f("rank", pa.int32(), "rank", False),
     _f("start_ns", pa.int64(), "start, ns", False),
     _f("end_ns", pa.int64(), "end, ns", False),
-    _f("kind", pa.string(), "'stream_wait_event', 'event_sync', 'stream_sync', 'context_sync' or 'other'", False),
+    _f("kind", CODED, "'stream_wait_event', 'event_sync', 'stream_sync', 'context_sync' or 'other'", False),
     _f("device", pa.int32(), "GPU index"),
     _f("stream", pa.int64(), "stream that waits (stream_wait_event) or is synchronized"),
     _f("event_id", pa.int64(), "CUDA event id waited on, where recorded"),

@@ -199,7 +199,7 @@ class Store:
         return None if current is None else current[1]["source"].get("hash")
 
     # -- what is kept of a whole job: its document and its rendered reports ----------------------
-    # DIR/jobs/<key>.<what>.kept: one header line (JSON: key, what, size and BLAKE2b of the payload,
+    # DIR/jobs/<key>.<what>.kept: one header line (JSON: key, what, size and SHA-256 of the payload,
     # what the caller attached), then the payload; written beside and renamed into place. `what` is
     # "document" (msgpack of the document, its dict order kept) or a report format (the bytes
     # written out). A file whose header, size or hash does not match is not read (absent).
@@ -216,10 +216,10 @@ class Store:
                         or head.get("what") != what \
                         or head.get("size") != os.fstat(f.fileno()).st_size - len(line):
                     return None
-                payload = f.read()
+                payload = f.read(head["size"])      # (read() would join chunks: twice the size at its peak)
         except (OSError, ValueError, TypeError):
             return None
-        if len(payload) != head["size"] or hashlib.blake2b(payload, digest_size=20).hexdigest() != head.get("blake2b"):
+        if len(payload) != head["size"] or hashlib.sha256(payload).hexdigest() != head.get("sha256"):
             return None
         info = head.get("info")
         return payload, info if isinstance(info, dict) else {}
@@ -227,7 +227,7 @@ class Store:
     def put_kept(self, key: str, what: str, payload: bytes, info: dict | None = None) -> bool:
         """Keep `payload` under (key, what), replacing what was there; False when it cannot be written."""
         head = {"format": KEPT_FORMAT, "key": key, "what": what, "size": len(payload),
-                "blake2b": hashlib.blake2b(payload, digest_size=20).hexdigest(), "info": info or {}}
+                "sha256": hashlib.sha256(payload).hexdigest(), "info": info or {}}
         folder = self.root / "jobs"
         tmp = folder / f".tmp-{key}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         try:

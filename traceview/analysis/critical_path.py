@@ -20,6 +20,7 @@ split sizes are uneven, else exposed), time with nothing running keeps the gap's
 """
 from __future__ import annotations
 
+import re
 from array import array
 from bisect import bisect_right
 
@@ -34,9 +35,6 @@ CATEGORIES = ("compute_ns", "all_to_all_ns", "other_comm_ns", "launch_bound_ns",
 IMBALANCE_MIN = 1.05  # max/mean split size above which part of an exposed all-to-all is imbalance
 NULL = -(2 ** 63)     # a null time / id in the integer columns (below every real value)
 CHUNK_ROWS = 250_000  # the GPU activities of the ranks fetched together (a rank is never cut)
-_ROW_COLUMNS = ("id", "rank", "stream", "start_ns", "end_ns", "class", "kind", "name", "tid",
-                "origin_start_ns", "origin_end_ns", "prev_id", "prev_end_ns", "wait_src_id", "wait_src_end_ns",
-                "sync_id", "sync_end_ns")
 # shadowed by a rank filter in the per-chunk query (cp_preds' inputs and the attribution)
 _CHUNK_INPUTS = ("activity_class", "syncs", "launches", "cp_host_syncs", "windows", "activity_origin",
                  "activity_attribution")
@@ -85,10 +83,11 @@ class _Columns:
             "wsrc_id": "wait_src_id", "wsrc_end": "wait_src_end_ns"}
 
     def __init__(self, table: pa.Table):
-        self.table = table
+        self.rows = table.num_rows
         for attr, col in self.INTS.items():
             setattr(self, attr, _ints(table.column(col)))
         self.cls = _shared_strings(table.column("class"))
+        self.kind = _shared_strings(table.column("kind"))
         self.name = _shared_strings(table.column("name"))
         memo: dict = {}
         layer = table.column("layer").to_pylist()
@@ -101,8 +100,7 @@ class Acts:
     integer columns as array('q') with nulls as NULL, prev_k / wsrc_k the index of the stream
     predecessor / wait source in this window (-1: none here), cls the class, attr the (layer,
     phase, stage) of each activity (one tuple object per distinct value). Rows as dicts only on
-    request (`row`, `get`), from the Arrow slice: a window of a large export holds hundreds of
-    thousands of activities."""
+    request (`row`, `get`): a window of a large export holds hundreds of thousands of activities."""
 
     def __init__(self, table: pa.Table | None = None, cols: _Columns | None = None, lo: int = 0,
                  hi: int | None = None, rank: int | None = None):
@@ -115,19 +113,28 @@ class Acts:
             e = array("q")
             self.id = self.stream = self.start = self.end = self.tid = e
             self.ostart = self.oend = self.prev_k = self.prev_end = self.wsrc_k = self.wsrc_end = e
-            self.cls, self.attr, self._name, self.table = [], [], [], None
+            self.cls, self.attr, self._name, self._kind, self._ids = [], [], [], [], (array("q"), array("q"))
             self._pos: dict | None = {}
             return
-        self.table = cols.table.slice(lo, hi - lo)
-        self.id, self.stream, self.tid = cols.id[lo:hi], cols.stream[lo:hi], cols.tid[lo:hi]
-        self.start, self.end = cols.start[lo:hi], cols.end[lo:hi]
-        self.ostart, self.oend = cols.ostart[lo:hi], cols.oend[lo:hi]
-        self.prev_end, self.wsrc_end = cols.prev_end[lo:hi], cols.wsrc_end[lo:hi]
-        self.cls, self.attr, self._name = cols.cls[lo:hi], cols.attr[lo:hi], cols.name[lo:hi]
+        if lo == 0 and hi == cols.rows:   # the window is the whole chunk: share its columns
+            self.id, self.stream, self.tid, self.start, self.end = cols.id, cols.stream, cols.tid, cols.start, cols.end
+            self.ostart, self.oend, self.prev_end, self.wsrc_end = cols.ostart, cols.oend, cols.prev_end, cols.wsrc_end
+            self.cls, self.attr, self._name = cols.cls, cols.attr, cols.name
+            prev_id, wsrc_id = cols.prev_id, cols.wsrc_id
+            self._kind = cols.kind
+        else:
+            self.id, self.stream, self.tid = cols.id[lo:hi], cols.stream[lo:hi], cols.tid[lo:hi]
+            self.start, self.end = cols.start[lo:hi], cols.end[lo:hi]
+            self.ostart, self.oend = cols.ostart[lo:hi], cols.oend[lo:hi]
+            self.prev_end, self.wsrc_end = cols.prev_end[lo:hi], cols.wsrc_end[lo:hi]
+            self.cls, self.attr, self._name = cols.cls[lo:hi], cols.attr[lo:hi], cols.name[lo:hi]
+            prev_id, wsrc_id = cols.prev_id[lo:hi], cols.wsrc_id[lo:hi]
+            self._kind = cols.kind[lo:hi]
+        self._ids = (prev_id, wsrc_id)
         pos = {v: k for k, v in enumerate(self.id)}
         get = pos.get
-        self.prev_k = array("q", [get(i, -1) for i in cols.prev_id[lo:hi]])
-        self.wsrc_k = array("q", [get(i, -1) for i in cols.wsrc_id[lo:hi]])
+        self.prev_k = array("q", [get(i, -1) for i in prev_id])
+        self.wsrc_k = array("q", [get(i, -1) for i in wsrc_id])
         self._pos = None   # built again on request (`index`): the walk needs none
 
     def __len__(self) -> int:
@@ -137,7 +144,13 @@ class Acts:
         return self._name[k]
 
     def row(self, k: int) -> dict:
-        return {n: self.table.column(n)[k].as_py() for n in _ROW_COLUMNS}
+        def v(x):
+            return None if x == NULL else x
+        return {"id": self.id[k], "rank": self.rank, "stream": v(self.stream[k]), "start_ns": self.start[k],
+                "end_ns": self.end[k], "class": self.cls[k], "kind": self._kind[k], "name": self._name[k],
+                "tid": v(self.tid[k]), "origin_start_ns": v(self.ostart[k]), "origin_end_ns": v(self.oend[k]),
+                "prev_id": v(self._ids[0][k]), "prev_end_ns": v(self.prev_end[k]),
+                "wait_src_id": v(self._ids[1][k]), "wait_src_end_ns": v(self.wsrc_end[k])}
 
     def index(self, i) -> int | None:
         """k of activity id i (None when it is not in the window)."""
@@ -152,11 +165,17 @@ class Acts:
 
 class Segments:
     """One window's timeline segments (`segments` rows) as array('q') columns, sorted by start:
-    t, t_end and the number of compute (c), comm (m) and memory (x) activities running."""
+    t, t_end and the number of compute (c), comm (m) and memory (x) activities running. From a
+    table of them, or rows lo to hi of a chunk's columns (`cols`)."""
 
-    def __init__(self, table: pa.Table | None = None):
-        col = (lambda n: _ints(table.column(n))) if table is not None else (lambda n: array("q"))
-        self.t, self.e, self.c, self.m, self.x = (col(n) for n in ("t", "t_end", "c", "m", "x"))
+    NAMES = ("t", "t_end", "c", "m", "x")
+
+    def __init__(self, table: pa.Table | None = None, cols: tuple | None = None, lo: int = 0, hi: int = 0):
+        if cols is None:
+            cols = tuple(_ints(table.column(n)) if table is not None else array("q") for n in self.NAMES)
+            lo, hi = 0, len(cols[0])
+        full = lo == 0 and hi == len(cols[0])
+        self.t, self.e, self.c, self.m, self.x = (c if full else c[lo:hi] for c in cols)
 
     def __len__(self) -> int:
         return len(self.t)
@@ -194,27 +213,61 @@ def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     (start, end, k, cause, syncs): k the activity's index in `acts` (None for window-level gaps),
     cause None for an activity on the path, else the gap's reason (syncs: the host syncs of a
     `host_sync` gap)."""
+    return list(walk_columns(acts, ws, we, syncs_by_tid, infer_waits).tuples())
+
+
+class Pieces:
+    """The walk's pieces as columns (start, end, k with -1 for none, cause, syncs)."""
+
+    def __init__(self):
+        self.start, self.end, self.k = array("q"), array("q"), array("q")
+        self.cause: list = []
+        self.syncs: list = []
+
+    def add(self, p: tuple) -> None:
+        self.start.append(p[0])
+        self.end.append(p[1])
+        self.k.append(-1 if p[2] is None else p[2])
+        self.cause.append(p[3])
+        self.syncs.append(p[4])
+
+    def reverse(self) -> None:
+        for c in (self.start, self.end, self.k, self.cause, self.syncs):
+            c.reverse()
+
+    def tuples(self):
+        return ((a, b, None if k < 0 else k, c, y)
+                for a, b, k, c, y in zip(self.start, self.end, self.k, self.cause, self.syncs, strict=True))
+
+
+_EMPTY: list = []   # the syncs of a gap without host syncs (shared: never changed)
+
+
+def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
+                 infer_waits: bool = False) -> Pieces:
+    """`walk`, its pieces as columns (a window of a large export has hundreds of thousands)."""
+    pieces = Pieces()
     if we <= ws:
-        return []
+        return pieces
     n = len(acts)
     if n == 0:
-        return [(ws, we, None, "idle", [])]
+        pieces.add((ws, we, None, "idle", _EMPTY))
+        return pieces
     start, end, ostart, oend, ids = acts.start, acts.end, acts.ostart, acts.oend, acts.id
     prev_k, prev_end, wsrc_k, wsrc_end = acts.prev_k, acts.prev_end, acts.wsrc_k, acts.wsrc_end
     last = n - 1  # the activity ending last (earliest start, then lowest id, among ties)
     while last > 0 and end[last - 1] == end[n - 1]:
         last -= 1
     # (start, end, k, cause, syncs): see above
-    pieces: list[tuple[int, int, int | None, str | None, list[dict] | None]] = []
-    append = pieces.append
+    append = pieces.add
     t, seen = we, bytearray(n)
     if ws < end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
-        append((end[last], we, None, "idle", []))
+        append((end[last], we, None, "idle", _EMPTY))
         t = end[last]
     cur: int | None = last
     while t > ws:
         if cur is None or seen[cur]:
-            append((ws, t, None, "idle", []))
+            append((ws, t, None, "idle", _EMPTY))
             break
         seen[cur] = 1
         s, e = start[cur], end[cur]
@@ -252,25 +305,25 @@ def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
         if g_eff < t:
             if oend[cur] > g_eff:  # (a null launch end is NULL, below every time)
                 found = _syncs_in(syncs_by_tid, acts, cur, g_eff, ostart[cur])
-                append((g_eff, t, cur, "host_sync" if found else "launch_bound", found))
+                append((g_eff, t, cur, "host_sync" if found else "launch_bound", found or _EMPTY))
             else:
                 inf = _inferred(acts, cur, g_eff, t)
                 if inf is not None:
                     if end[inf] < t:
-                        append((end[inf], t, cur, "idle", []))
+                        append((end[inf], t, cur, "idle", _EMPTY))
                     t, cur = end[inf], inf
                     continue
-                append((g_eff, t, cur, "idle", []))
+                append((g_eff, t, cur, "idle", _EMPTY))
             t = g_eff
         cur = pred if pred is not None and g > ws - 1 else None
         if cur is None and t > ws:
             # no recorded predecessor inside the window: the latest activity that ended by now
             inf = _inferred(acts, None, ws - 1, t)
             if inf is None:
-                append((ws, t, None, "idle", []))
+                append((ws, t, None, "idle", _EMPTY))
                 break
             if end[inf] < t:
-                append((end[inf], t, None, "idle", []))
+                append((end[inf], t, None, "idle", _EMPTY))
             t, cur = end[inf], inf
     pieces.reverse()
     return pieces
@@ -309,7 +362,10 @@ def _syncs_in(syncs_by_tid: dict | None, acts: Acts, cur: int, lo: int, hi: int)
     return out[::-1]
 
 
-def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> Path:
+_GAP_CATEGORY = {"host_sync": "host_sync_ns", "launch_bound": "launch_bound_ns"}
+
+
+def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
     """The path (`Path`, in time order, adjacent equal segments merged); compute segments carry no
     activity (k -1: they merge across activities, only their sums are used).
     comm: id -> {"kind", "wait_until", "imbalance"} for communication activities."""
@@ -352,7 +408,7 @@ def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> Path:
 
     st, se, sc, sm, sx = segs.t, segs.e, segs.c, segs.m, segs.x
     nseg, j = len(st), 0
-    for ps, pe, k, cause, syncs in pieces:
+    for ps, pe, k, cause, syncs in (pieces.tuples() if isinstance(pieces, Pieces) else pieces):
         ref = k if k is not None else -1
         is_comm = k is not None and cls[k] == "comm" and ids[k] in comm
         while j < nseg and se[j] <= ps:
@@ -387,7 +443,7 @@ def split(pieces: list[tuple], segs: Segments, acts: Acts, comm: dict) -> Path:
                     else:
                         add(a, b, "other_comm_ns", "exposed_comm", ref)
                 else:
-                    cat = {"host_sync": "host_sync_ns", "launch_bound": "launch_bound_ns"}.get(gcause, "idle_ns")
+                    cat = _GAP_CATEGORY.get(gcause, "idle_ns")
                     extra = tuple(h["id"] for h in syncs) if gcause == "host_sync" else None
                     add(a, b, cat, gcause, ref, extra)
             a = b
@@ -442,15 +498,18 @@ def windows_data(session: Session, ranks: list[int] | None = None) -> dict:
 
 
 def _chunk_sql() -> str:
-    """cp_preds (its step's SQL) over the ranks $ranks only, each input shadowed by its rows of
-    those ranks, with the attribution, in (rank, step, end, start, id) order."""
+    """cp_preds (its step's SQL, less its ORDER BY) over the ranks $ranks only, each input shadowed
+    by its rows of those ranks, with the attribution, in (rank, step, end, start, id) order."""
+    body, n = re.subn(r"\nORDER BY [^\n]*\s*$", "\n", lookup("cp_preds").sql)
+    if n != 1:
+        raise RuntimeError("cp_preds.sql no longer ends with one ORDER BY line")
     shadows = ",\n".join(f"{n} AS (SELECT * FROM temp.main.{n} WHERE list_contains($ranks, rank))"
                           for n in _CHUNK_INPUTS)
     return f"""WITH {shadows},
 cp AS (
-{lookup("cp_preds").sql}
+{body}
 )
-SELECT n.*, a.layer, a.phase, a.stage
+SELECT n.* EXCLUDE (sync_id, sync_end_ns), a.layer, a.phase, a.stage
 FROM cp n LEFT JOIN activity_attribution a ON a.id = n.id
 ORDER BY n.rank, n.step, n.end_ns, n.start_ns, n.id"""
 
@@ -472,8 +531,8 @@ def _chunk(session: Session, ranks: list[int]) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs."""
     acts = session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table()
-    segs = session.sql("SELECT rank, step, t, t_end, c, m, x FROM segments WHERE t_end IS NOT NULL "
-                       "AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
+    segs = session.sql("SELECT rank, step, t, t_end, c::BIGINT AS c, m::BIGINT AS m, x::BIGINT AS x FROM segments "
+                       "WHERE t_end IS NOT NULL AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
     syncs: dict = {}
     for h in session.rows("SELECT * FROM cp_host_syncs WHERE list_contains($ranks, rank) "
                           "ORDER BY rank, tid, end_ns, id", ranks=ranks):
@@ -481,7 +540,8 @@ def _chunk(session: Session, ranks: list[int]) -> dict:
         e[0].append(h["end_ns"])
         e[1].append(h)
     return {"acts": _Columns(acts), "act_bounds": _bounds(acts),
-            "segments": {k: segs.slice(a, b - a) for k, (a, b) in _bounds(segs).items()}, "syncs": syncs}
+            "segments": tuple(_ints(segs.column(n)) for n in Segments.NAMES), "seg_bounds": _bounds(segs),
+            "syncs": syncs}
 
 
 def iter_paths(session: Session, comm: dict, data: dict | None = None, ranks: list[int] | None = None):
@@ -498,8 +558,8 @@ def iter_paths(session: Session, comm: dict, data: dict | None = None, ranks: li
         for (rank, step), (ws, we) in sorted(kv for kv in win.items() if kv[0][0] in mine):
             lo, hi = chunk["act_bounds"].get((rank, step), (0, 0))
             acts = Acts(cols=chunk["acts"], lo=lo, hi=hi, rank=rank)
-            segs = Segments(chunk["segments"].pop((rank, step), None))
-            pieces = walk(acts, ws, we, chunk["syncs"], infer_waits=rank not in data["wait_ranks"])
+            segs = Segments(None, chunk["segments"], *chunk["seg_bounds"].get((rank, step), (0, 0)))
+            pieces = walk_columns(acts, ws, we, chunk["syncs"], infer_waits=rank not in data["wait_ranks"])
             path = split(pieces, segs, acts, comm)
             del pieces
             yield {"rank": rank, "step": step, "start_ns": ws, "end_ns": we,

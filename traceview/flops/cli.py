@@ -10,10 +10,8 @@ from typing import Optional, overload
 import typer
 
 from ..errors import TraceError, UsageError
-from ..reports.escape import one_line_controls
-from .convert import decimal_str, roundtrip_str, tflops_from_tokens, tokens_from_tflops
-from .models import param_counts, resolve, training_flops_per_token
-from .peaks import normalize_dtype, peak_tflops as lookup_peak
+
+# The model, peak and conversion modules load when `mfu` runs (not for `traceview --help`).
 
 
 @overload
@@ -50,6 +48,7 @@ def _mfu(text: str | None) -> Fraction | None:
     else:
         v = _num(t, "--mfu")
     if v > 1:
+        from .convert import decimal_str
         raise UsageError(None, f"--mfu {text}: MFU is a fraction in (0, 1]" + (
             f"; for {t} % write --mfu {decimal_str(v / 100, 20)} or --mfu {t}%" if not t.endswith("%") else ""))
     return v
@@ -66,6 +65,9 @@ def mfu_lines(model: Optional[str] = None, model_config: Optional[Path] = None, 
               tokens_per_second_per_gpu: Optional[str] = None, tflops_per_gpu: Optional[str] = None,
               mfu: Optional[str] = None) -> list[str]:
     """The lines `traceview mfu` prints (raises UsageError on bad input)."""
+    from .convert import decimal_str, roundtrip_str, tflops_from_tokens, tokens_from_tflops
+    from .models import param_counts, resolve, training_flops_per_token
+    from .peaks import normalize_dtype, peak_tflops as lookup_peak
     cfg = resolve(model, model_config, seq_len)
     if cfg is None:
         raise UsageError(None, "give --model NAME or --model-config FILE")
@@ -167,6 +169,7 @@ def mfu_command(
         lines = mfu_lines(model, model_config, gpu, dtype, peak_tflops, seq_len, step_time, tokens_per_step,
                           tokens_per_second_per_gpu, tflops_per_gpu, mfu)
     except TraceError as e:
+        from ..reports.escape import one_line_controls
         sys.stderr.write(f"traceview: {one_line_controls(e)}\n")
         raise typer.Exit(2) from None
     except (OverflowError, ZeroDivisionError):     # a result beyond a double's range

@@ -13,8 +13,6 @@ All counts are exact integers, so conversions built on them can use fractions.
 """
 from __future__ import annotations
 
-import json
-import tomllib
 from dataclasses import dataclass, field, fields, replace
 from fractions import Fraction
 from pathlib import Path
@@ -292,6 +290,8 @@ def load_config(path: str | Path, seq_len: int | None = None) -> ModelConfig:
         text = p.read_text()
     except OSError as e:
         raise UsageError(p, f"cannot read model config: {e.strerror or e}") from None
+    import json  # here, not at start-up: only a model config file needs a parser
+    import tomllib
     try:
         raw = tomllib.loads(text) if p.suffix.lower() == ".toml" else json.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as e:

@@ -1,0 +1,211 @@
+"""Kineto JSON split into batches of events as it is read (inflated), never held whole.
+
+The text arrives in pieces (`bounded_read.pieces`). The top-level object up to the
+`"traceEvents": [` key is decoded alone (`Trace`, its events left out); then the array's events are
+cut into batches of about `TEXT_BYTES` at a separator `},{` and each batch is decoded by itself
+(`[batch]` as a list of `Event`); what follows the last separator (the last events, the `]` and the
+keys after the array) is decoded at the end as `{"traceEvents":[` + rest.
+
+A cut at a `},{` that lies inside a string or inside an event (an object in `args`) leaves the
+batch invalid JSON (an unterminated string, unbalanced brackets): the decoder refuses it, and the
+batch is then cut where a tokenizer (strings skipped, brackets counted) finds a real separator. A
+batch that decodes is a run of complete events, and batches joined by the commas between them are
+the array itself, so the events are exactly those of a whole-file decode.
+
+Anything unexpected (no `traceEvents` array, invalid JSON, an event that is not an object, nesting
+too deep) raises `Fallback`: the caller reads the file whole, as before, and reports the problem
+with the messages it always gave.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Iterator, Optional
+
+import msgspec
+
+from . import bounded_read, json_depth
+from .kineto_events import DeviceProps, Event, Trace
+
+TEXT_BYTES = 4 << 20  # JSON text per batch of events
+MAX_HELD = 64 << 20  # text held without a cut (before the events, one event, after them): beyond, read whole
+_BOM = b"\xef\xbb\xbf"
+_KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')
+_SEP = re.compile(rb'\}[ \t\r\n]*,[ \t\r\n]*\{')
+# a string (escapes skipped), a lone quote (a string the buffer cuts), or a structural character
+_TOKEN = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"|"|[\[\]{},]')
+_CLOSE = {ord("]"), ord("}")}
+_OPEN = {ord("["), ord("{")}
+
+
+class Fallback(Exception):
+    """The stream is not a well-formed Kineto trace (or not one this reader can split): read whole."""
+
+
+class _Tail(msgspec.Struct):
+    """The end of the text: the last events and the top-level keys after the array."""
+    traceEvents: Optional[list[Event]] = None
+    schemaVersion: Any = None
+    deviceProperties: Optional[list[DeviceProps]] = None
+    distributedInfo: Optional[dict[str, Any]] = None
+    baseTimeNanoseconds: Any = None
+
+
+_TOP = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
+
+
+class EventStream:
+    """Iterate for (index of the first event, events) batches; afterwards `top` holds the
+    top-level fields (a `Trace` without its events)."""
+
+    def __init__(self, path: Path, text_bytes: int | None = None, piece: int | None = None):
+        self.path = Path(path)
+        self.text_bytes = TEXT_BYTES if text_bytes is None else text_bytes
+        self.piece = bounded_read.CHUNK if piece is None else piece
+        self.max_held = max(MAX_HELD, 4 * self.text_bytes)
+        self.top: Trace | None = None
+
+    def __iter__(self) -> Iterator[tuple[int, list]]:
+        src = bounded_read.pieces(self.path, size=self.piece)
+        try:
+            yield from self._batches(src)
+        finally:
+            src.close()
+
+    def _batches(self, src) -> Iterator[tuple[int, list]]:
+        buf = bytearray()
+        eof = False
+
+        def more() -> bool:
+            nonlocal eof
+            if len(buf) > self.max_held:  # no place to cut (not a trace, a bomb): the whole read decides
+                raise Fallback
+            for p in src:
+                buf.extend(p)
+                return True
+            eof = True
+            return False
+
+        head, start = self._head(buf, more)
+        del buf[:start]
+        first = 0
+        ended = False  # the array's closing bracket is in buf (found by the tokenizer)
+        want = self.text_bytes  # bytes in buf before the next cut is tried
+        while not eof:
+            if ended or len(buf) < want:
+                more()
+                continue
+            cut = _last_sep(buf)
+            if cut is None:  # no separator yet (one long event): try again once buf has doubled
+                want = 2 * len(buf)
+                continue
+            evs = _decode_batch(buf, cut)
+            if evs is None:  # a cut inside a string or an event: cut where the tokenizer says
+                cut, ended = _exact_cut(buf)
+                if cut is None:
+                    want = 2 * len(buf)
+                    continue
+                evs = _decode_batch(buf, cut)
+                if evs is None:
+                    raise Fallback
+            del buf[:cut + 1]
+            want = self.text_bytes
+            if evs:
+                yield first, evs
+                first += len(evs)
+        tail = _decode_tail(buf)
+        buf.clear()
+        if tail.traceEvents:
+            yield first, tail.traceEvents
+        tail.traceEvents = None
+        for k in _TOP:
+            if getattr(tail, k) is not None:
+                setattr(head, k, getattr(tail, k))
+        self.top = head
+
+    def _head(self, buf: bytearray, more) -> tuple[Trace, int]:
+        """The top-level keys before the events, and where the first event starts in buf."""
+        scan = 0
+        while True:
+            if buf[:3] == _BOM:
+                del buf[:3]
+            m = _KEY.search(buf, scan)
+            while m:
+                top = _try_head(buf, m.start())
+                if top is not None:
+                    return top, m.end()
+                m = _KEY.search(buf, m.start() + 1)
+            last = buf.rfind(b'"traceEvents"')
+            scan = last if last >= 0 else max(0, len(buf) - 16)
+            if not more():
+                raise Fallback
+
+
+def _try_head(buf: bytearray, end: int) -> Trace | None:
+    text = bytes(buf[:end])
+    if json_depth.depth_exceeds(text):
+        raise Fallback
+    try:
+        return msgspec.json.decode(text + b'"traceEvents":null}', type=Trace)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        return None
+
+
+def _last_sep(buf: bytearray) -> int | None:
+    """Position of the comma of the last `},{` in buf (None when there is none)."""
+    n = len(buf)
+    w = 1 << 16
+    while True:
+        lo = max(0, n - w)
+        last = None
+        for m in _SEP.finditer(buf, lo):
+            last = m
+        if last is not None:
+            return buf.index(b",", last.start())
+        if lo == 0:
+            return None
+        w *= 4
+
+
+def _decode_batch(buf: bytearray, cut: int) -> list | None:
+    """The events of buf[:cut] (None when that is not a run of complete events)."""
+    text = b"[" + bytes(memoryview(buf)[:cut]) + b"]"
+    if json_depth.depth_exceeds(text, json_depth.MAX_DEPTH - 1):  # the whole file nests one level more
+        raise Fallback
+    try:
+        return msgspec.json.decode(text, type=list[Event])
+    except msgspec.DecodeError:
+        return None
+    except msgspec.ValidationError:  # an event that is not an object: reported by the whole read
+        raise Fallback from None
+
+
+def _exact_cut(buf: bytearray) -> tuple[int | None, bool]:
+    """The last comma between events in buf by a tokenizer (strings skipped, brackets counted),
+    and whether the array's closing bracket was reached (nothing after it is an event)."""
+    depth, cut = 0, None
+    for m in _TOKEN.finditer(buf):
+        c = buf[m.start()]
+        if c == 0x22:  # a string, or a quote whose string the buffer cuts: stop there
+            if m.end() - m.start() == 1:
+                return cut, False
+            continue
+        if c in _OPEN:
+            depth += 1
+        elif c in _CLOSE:
+            if depth == 0:
+                return cut, True
+            depth -= 1
+        elif depth == 0:  # a comma between two events
+            cut = m.start()
+    return cut, False
+
+
+def _decode_tail(buf: bytearray) -> _Tail:
+    text = b'{"traceEvents":[' + bytes(buf)
+    if json_depth.depth_exceeds(text):
+        raise Fallback
+    try:
+        return msgspec.json.decode(text, type=_Tail)
+    except (msgspec.DecodeError, msgspec.ValidationError):
+        raise Fallback from None

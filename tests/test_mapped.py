@@ -57,7 +57,7 @@ def test_steps_are_built_on_the_workers_and_adopted_once(tmp_path):
         remote = session.profile.remote
         assert remote is not None and remote.rounds == 2        # the per-rank steps, the critical paths
         assert set(session.build_counts.values()) == {1}
-        assert "cp_preds" in remote.given and "layer_times" in remote.given
+        assert "cp_host_syncs" in remote.given and "layer_times" in remote.given
         # the canonical tables are those load() makes of the job (ranks, renumbered ids)
         whole = load([DLRM])
         for name in ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta"):

@@ -274,20 +274,28 @@ def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> Non
     fails with it) are retried once each, one at a time, so a rank that kills its worker again is
     known to be the one, and only it is a failed rank."""
     crashed = []
-    with _pool(n) as pool:
-        futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in zip(idx, args, strict=False)}
-        try:
-            for fut in as_completed(futs):
-                i, a = futs[fut]
-                try:
-                    outcome = fut.result()
-                except BrokenProcessPool:
-                    crashed.append((i, a))
-                    continue
-                take(i, outcome)
-        except BaseException:
-            pool.shutdown(wait=True, cancel_futures=True)
-            raise
+    state = current()
+    assert state is not None
+    # the run's pool: the later rounds of a mapped job (map_tasks) reuse its processes
+    pool = state.pool if state.pool is not None else _pool(max(n, state.settings.jobs))
+    state.pool = pool
+    futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in zip(idx, args, strict=False)}
+    try:
+        for fut in as_completed(futs):
+            i, a = futs[fut]
+            try:
+                outcome = fut.result()
+            except BrokenProcessPool:
+                crashed.append((i, a))
+                continue
+            take(i, outcome)
+    except BaseException:
+        pool.shutdown(wait=True, cancel_futures=True)
+        state.pool = None
+        raise
+    if crashed:                     # a broken pool takes no more tasks
+        pool.shutdown(wait=True, cancel_futures=True)
+        state.pool = None
     retry: ProcessPoolExecutor | None = None
     try:
         for i, a in sorted(crashed):

@@ -1,4 +1,6 @@
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -7,6 +9,11 @@ if str(ROOT) not in sys.path:  # `fixtures` is a top-level folder of the reposit
 
 
 import pytest  # noqa: E402
+
+# Before any fixture: module- and session-scoped fixtures run before the per-test store below is set,
+# and must not write beside corpus inputs or into the per-user cache either.
+if not os.environ.get("TRACEVIEW_CACHE_DIR", "").startswith(tempfile.gettempdir()):
+    os.environ["TRACEVIEW_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceview-tests-")
 
 
 @pytest.fixture(autouse=True)

@@ -2,6 +2,7 @@
 import doctest
 import gzip
 import json
+import os
 import subprocess
 import sys
 
@@ -17,16 +18,18 @@ BLOCKING = TRACES / "kineto" / "h200_moe" / "blocking.json.gz"
 PARTS = ("compute_ns", "exposed_comm_ns", "exposed_memory_ns", "idle_ns")
 
 
-def cli(*args) -> subprocess.CompletedProcess:
+def cli(*args, store=None) -> subprocess.CompletedProcess:
+    env = None if store is None else {**os.environ, "TRACEVIEW_CACHE_DIR": str(store)}
     return subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True, text=True,
-                          cwd=ROOT, timeout=600)
+                          cwd=ROOT, timeout=600, env=env)
 
 
 @pytest.fixture(scope="module")
-def dlrm():
+def dlrm(tmp_path_factory):
     if not DLRM.exists():
         pytest.skip("shared DLRM traces not available")
-    r = cli("analyze", DLRM, "-f", "json")
+    # a module fixture runs before the per-test temporary store is set: it names its own
+    r = cli("analyze", DLRM, "-f", "json", store=tmp_path_factory.mktemp("store"))
     assert r.returncode == 0, r.stderr
     return traceview.open(DLRM), json.loads(r.stdout)
 

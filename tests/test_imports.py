@@ -61,6 +61,7 @@ LAYER_OF: dict[str, str] = {
     "traceview.store": "ingest",
     "traceview.executors": "ingest",          # where the per-rank parse runs (in process, a pool, Dask)
     "traceview.progress": "base",
+    "traceview.code_stamp": "base",           # the identity of the code (store entries, kept documents)
     "traceview.run_options": "entry",         # the CLI options of store and executors
     "traceview.job_cache": "entry",
     "traceview.mapped": "entry",              # a job's per-rank work on the workers, the per-job work here           # the kept document of a job, around the analysis call

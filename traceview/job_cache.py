@@ -45,7 +45,9 @@ def key(paths: list[str], fields: dict, store: Store) -> str | None:
                 named[name] = hashlib.sha256(value.read_bytes()).hexdigest()
             except OSError:
                 return None
-    ident = {"traceview": __version__, "store": STORE_SCHEMA_VERSION, "paths": [str(f) for f in files],
+    from .code_stamp import code_stamp
+    ident = {"traceview": __version__, "code": code_stamp(), "store": STORE_SCHEMA_VERSION,
+             "paths": [str(f) for f in files],
              "hashes": hashes, "options": {k: repr(v) for k, v in sorted(fields.items())}, "named_files": named,
              "max_input_size": bounded_read.max_input_size()}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode()).hexdigest()[:40]

@@ -33,6 +33,8 @@ if TYPE_CHECKING:
 # pyarrow is imported where the tables are read or written: a second run served from the kept
 # document of its job (job_cache) reads manifests and that document only.
 
+from .code_stamp import code_stamp
+
 STORE_SCHEMA_VERSION = 1
 KEPT_FORMAT = "traceview.kept/1"
 ENV_DIR = "TRACEVIEW_CACHE_DIR"
@@ -123,7 +125,8 @@ class Store:
         except (OSError, ValueError):
             return None
         if not isinstance(man, dict) or man.get("store_schema_version") != STORE_SCHEMA_VERSION \
-                or man.get("traceview_version") != _version() or not self._source_matches(path, man, entry):
+                or man.get("traceview_version") != _version() or man.get("code") != code_stamp() \
+                or not self._source_matches(path, man, entry):
             return None
         return entry, man
 
@@ -314,6 +317,7 @@ class Store:
             man = {
                 "store_schema_version": STORE_SCHEMA_VERSION,
                 "traceview_version": _version(),
+                "code": code_stamp(),
                 "source": {"path": str(Path(path).resolve()), "size": before.st_size,
                            "mtime_ns": before.st_mtime_ns, "hash": content_hash},
                 "path_as_given": str(path),

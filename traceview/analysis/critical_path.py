@@ -78,14 +78,14 @@ class _Columns:
     once: integers as array('q') (nulls NULL), strings as lists of shared objects, attr the
     (layer, phase, stage) tuples (one object per distinct value)."""
 
-    INTS = {"id": "id", "stream": "stream", "tid": "tid", "start": "start_ns", "end": "end_ns",
-            "ostart": "origin_start_ns", "oend": "origin_end_ns", "prev_id": "prev_id", "prev_end": "prev_end_ns",
-            "wsrc_id": "wait_src_id", "wsrc_end": "wait_src_end_ns"}
-
     def __init__(self, table: pa.Table):
         self.rows = table.num_rows
-        for attr, col in self.INTS.items():
-            setattr(self, attr, _ints(table.column(col)))
+        c = table.column
+        self.id, self.stream, self.tid = _ints(c("id")), _ints(c("stream")), _ints(c("tid"))
+        self.start, self.end = _ints(c("start_ns")), _ints(c("end_ns"))
+        self.ostart, self.oend = _ints(c("origin_start_ns")), _ints(c("origin_end_ns"))
+        self.prev_id, self.prev_end = _ints(c("prev_id")), _ints(c("prev_end_ns"))
+        self.wsrc_id, self.wsrc_end = _ints(c("wait_src_id")), _ints(c("wait_src_end_ns"))
         self.cls = _shared_strings(table.column("class"))
         self.kind = _shared_strings(table.column("kind"))
         self.name = _shared_strings(table.column("name"))
@@ -315,7 +315,7 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
                     continue
                 append((g_eff, t, cur, "idle", _EMPTY))
             t = g_eff
-        cur = pred if pred is not None and g > ws - 1 else None
+        cur = pred if pred is not None and g is not None and g > ws - 1 else None
         if cur is None and t > ws:
             # no recorded predecessor inside the window: the latest activity that ended by now
             inf = _inferred(acts, None, ws - 1, t)
@@ -500,7 +500,8 @@ def windows_data(session: Session, ranks: list[int] | None = None) -> dict:
 def _chunk_sql() -> str:
     """cp_preds (its step's SQL, less its ORDER BY) over the ranks $ranks only, each input shadowed
     by its rows of those ranks, with the attribution, in (rank, step, end, start, id) order."""
-    body, n = re.subn(r"\nORDER BY [^\n]*\s*$", "\n", lookup("cp_preds").sql)
+    step = lookup("cp_preds")
+    body, n = re.subn(r"\nORDER BY [^\n]*\s*$", "\n", (step.sql if step else None) or "")
     if n != 1:
         raise RuntimeError("cp_preds.sql no longer ends with one ORDER BY line")
     shadows = ",\n".join(f"{n} AS (SELECT * FROM temp.main.{n} WHERE list_contains($ranks, rank))"

@@ -184,6 +184,22 @@ def test_kept_file_replaced_whole(tmp_path):
     assert [p.name for p in (tmp_path / "s" / "jobs").iterdir()] == ["k.json.kept"]
 
 
+def test_job_says_where_it_came_from(tmp_path, job):
+    from traceview.document.options import AnalyzeOptions
+    from traceview.job_cache import open_job
+    root = tmp_path / "store"
+    with executors.configured(executors.RunSettings(store=root, jobs=1)):
+        first = open_job([str(job)], {}, lambda p: runs.run_analyze(p, AnalyzeOptions()), "json")
+        assert not first.from_store
+        want = first.render("json")
+    for fmt, report_kept in (("json", True), ("html", False)):
+        with executors.configured(executors.RunSettings(store=root, jobs=1)) as state:
+            j = open_job([str(job)], {}, lambda p: pytest.fail("analyzed"), fmt)
+        assert j.from_store and state.stats["document_from_store"]
+        assert state.stats.get("report_from_store", False) is report_kept
+    assert j.render("json") == want
+
+
 def test_job_without_a_store_analyzes(tmp_path):
     from traceview.job_cache import open_job
     calls = []

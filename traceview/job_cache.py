@@ -63,11 +63,11 @@ class Job:
 
     def __init__(self, paths: list[str], run: Callable[[list[str]], dict], doc: dict | None = None,
                  store: Store | None = None, key: str | None = None, report: tuple[str, bytes, dict] | None = None,
-                 shape=None):
+                 shape=None, from_store: bool = False):
         self._paths, self._run, self._doc = paths, run, doc
         self._store, self._key, self._report = store, key, report
         self._shape = shape             # plain_data.scan of the document, when it was taken
-        self.from_store = doc is None
+        self.from_store = from_store    # the document or the report was kept: nothing analyzed
 
     @property
     def document(self) -> dict:
@@ -117,11 +117,11 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
             got = store.get_kept(k, fmt)
             if got is not None:
                 state.stats = {**state.stats, "document_from_store": True, "report_from_store": True}
-                return Job(paths, run, None, store, k, (fmt, got[0], got[1]))
+                return Job(paths, run, None, store, k, (fmt, got[0], got[1]), from_store=True)
         doc = store.get_document(k)
         if doc is not None:
             state.stats = {**state.stats, "document_from_store": True}
-            return Job(paths, run, doc, store, k)
+            return Job(paths, run, doc, store, k, from_store=True)
     doc = run(paths)
     if state.skipped:                      # not the job's whole answer: nothing kept
         return Job(paths, run, doc)

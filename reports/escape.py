@@ -125,8 +125,8 @@ def _has_controls(obj) -> bool:
         text = json.dumps(obj, ensure_ascii=False, check_circular=False)
     except (TypeError, ValueError):
         return True
-    if any(c in text for c in _RAW_CONTROLS):
-        return True
+    if "\x7f" in text or (not text.isascii() and any(c in text for c in _RAW_CONTROLS)):
+        return True                 # DEL or C1 (isascii is known without a scan)
     if not any(e in text for e in ("\\b", "\\f", "\\r", "\\u00")):   # substring scans, fast
         return False
     return _JSON_HAS_CONTROL.search(text) is not None

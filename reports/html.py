@@ -92,6 +92,16 @@ def _table(headers, rows, aligns=None, name_cols=()) -> str:
     return "\n".join(out)
 
 
+def _rank_html(t: rank_tables.Table | None) -> list[str]:
+    """A many-rank table (reports/rank_tables.py): <h2>, the table (every cell escaped), notes."""
+    if t is None:
+        return []
+    out = [f"<h2>{h(t.title)}</h2>"]
+    if t.rows:
+        out.append(_table(t.headers, t.rows, t.aligns, name_cols=t.names))
+    return out + [f"<p>{h(n)}</p>" for n in t.notes]
+
+
 def _page(title: str, body: list[str], specs: list[tuple[str, dict]]) -> str:
     spec_map = {name: spec for name, spec in specs}
     parts = ["<!DOCTYPE html>", '<html lang="en">', "<head>", '<meta charset="utf-8">',
@@ -144,7 +154,7 @@ def _layers_html(doc: ReportDocument) -> list[str]:
         from .text import attribution_sentence
         out.append(f"<p>{h(attribution_sentence(doc['attribution']))}.</p>")
     if ranks.many(doc):
-        out += rank_tables.html(rank_tables.layer_compute(doc), _table)
+        out += _rank_html(rank_tables.layer_compute(doc))
     return out
 
 
@@ -196,8 +206,8 @@ def _collectives_html(doc: ReportDocument) -> list[str]:
     out = []
     headers, rows = mdr.straggler_rows(doc)
     if ranks.many(doc):
-        out += rank_tables.html(rank_tables.stragglers(doc), _table)
-        out += rank_tables.html(rank_tables.collective_groups(doc), _table)
+        out += _rank_html(rank_tables.stragglers(doc))
+        out += _rank_html(rank_tables.collective_groups(doc))
     elif rows:
         out += ["<h2>Stragglers (ranks the others waited for)</h2>", _table(headers, rows)]
     cols = doc.get("collectives")
@@ -223,8 +233,8 @@ def _collectives_html(doc: ReportDocument) -> list[str]:
         out += [f"<h2>Critical path composition (mean over {len(cp)} rank-step window(s))</h2>",
                 _table(["part", "ms per step", "% of path"], rows)]
         if ranks.many(doc):
-            out += rank_tables.html(rank_tables.critical_path(doc), _table)
-            out += rank_tables.html(rank_tables.stall_causes(doc), _table)
+            out += _rank_html(rank_tables.critical_path(doc))
+            out += _rank_html(rank_tables.stall_causes(doc))
     return out
 
 
@@ -315,7 +325,7 @@ def _comm_html(doc: ReportDocument) -> list[str]:
 
 def _breakdown_html(doc: ReportDocument) -> list[str]:
     if ranks.many(doc):
-        return rank_tables.html(rank_tables.breakdown(doc), _table)
+        return _rank_html(rank_tables.breakdown(doc))
     s = doc["summary"]
 
     def cell(r, key):

@@ -85,7 +85,7 @@ def budget_lines(doc: ReportDocument) -> list[str]:
 
 def breakdown_lines(doc: ReportDocument) -> list[str]:
     if ranks.many(doc):
-        return rank_tables.markdown(rank_tables.breakdown(doc))
+        return rank_lines(rank_tables.breakdown(doc))
 
     def cell(r, key):
         return f"{ms(r[key])} ({pct(r[key], r['step_time_ns'])})"
@@ -101,6 +101,18 @@ def breakdown_lines(doc: ReportDocument) -> list[str]:
         ["rank", "step", "compute", "exposed comm", "exposed memory", "idle", "overlapped comm", "overlap"],
         rows) + ["", "Compute, exposed comm, exposed memory and idle partition each step window. " + OVERLAP_NOTE
                  + " Overlap = overlapped / total communication.", ""]
+
+
+def rank_lines(t: rank_tables.Table | None) -> list[str]:
+    """A many-rank table (reports/rank_tables.py) as a section: ### title, table, notes; its name
+    columns escaped."""
+    if t is None:
+        return []
+    out = [f"### {md(t.title)}", ""]
+    if t.rows:
+        out += table(t.headers, [[md(c) if i in t.names else c for i, c in enumerate(r)] for r in t.rows],
+                     t.aligns) + [""]
+    return out + [x for n in t.notes for x in (md(n), "")]
 
 
 def _layer_groups(doc: ReportDocument) -> list[dict]:
@@ -226,8 +238,8 @@ def collective_lines(doc: ReportDocument) -> list[str]:
     lines = []
     headers, rows = straggler_rows(doc)
     if ranks.many(doc):
-        lines += rank_tables.markdown(rank_tables.stragglers(doc))
-        lines += rank_tables.markdown(rank_tables.collective_groups(doc))
+        lines += rank_lines(rank_tables.stragglers(doc))
+        lines += rank_lines(rank_tables.collective_groups(doc))
     elif rows:
         lines += ["### Stragglers (ranks the others waited for)", ""]
         lines += table([md(h) for h in headers], [[md(c) for c in r] for r in rows]) + [""]
@@ -257,7 +269,7 @@ def critical_path_lines(doc: ReportDocument) -> list[str]:
     rows = [[md(words(k)), ms(v / n), pct(v, total)] for k, v in sorted(sums.items(), key=lambda kv: (-kv[1], kv[0]))]
     many = []
     if ranks.many(doc):
-        many = rank_tables.markdown(rank_tables.critical_path(doc)) + rank_tables.markdown(
+        many = rank_lines(rank_tables.critical_path(doc)) + rank_lines(
             rank_tables.stall_causes(doc))
     return [f"### Critical path composition (mean over {n} rank-step window(s))", ""] + table(
         ["part", "ms per step", "% of path"], rows) + [""] + many
@@ -364,7 +376,7 @@ def render(doc: Document, images: list[str] | None = None) -> str:
     lines += budget_lines(doc)
     lines += breakdown_lines(doc) + layer_lines(doc)
     if ranks.many(doc):
-        lines += rank_tables.markdown(rank_tables.layer_compute(doc))
+        lines += rank_lines(rank_tables.layer_compute(doc))
     lines += stall_lines(doc) + collective_lines(doc)
     lines += critical_path_lines(doc) + comm_lines(doc) + flops_lines(doc) + kernel_lines(doc)
     lines += chart_lines(images)

@@ -134,27 +134,3 @@ def stragglers(doc: ReportDocument) -> Table | None:
                  "first; ms)", ["rank", "times last", "of", "wait caused", "max skew"], rows, "rrrrr",
                  key="stragglers")
 
-
-def markdown(t: Table | None) -> list[str]:
-    """A Table as a Markdown section (### title, GFM table, notes); name columns escaped."""
-    if t is None:
-        return []
-    from .escape import md
-    from .markdown import table
-    out = [f"### {md(t.title)}", ""]
-    if t.rows:
-        out += table(t.headers, [[md(c) if i in t.names else c for i, c in enumerate(r)] for r in t.rows],
-                     t.aligns) + [""]
-    return out + [x for n in t.notes for x in (md(n), "")]
-
-
-def html(t: Table | None, table_fn: Callable[..., str]) -> list[str]:
-    """A Table as HTML (<h2>, the table, notes); `table_fn` is the HTML report's table, which escapes
-    every cell."""
-    if t is None:
-        return []
-    from .escape import html as h
-    out = [f"<h2>{h(t.title)}</h2>"]
-    if t.rows:
-        out.append(table_fn(t.headers, t.rows, t.aligns, name_cols=t.names))
-    return out + [f"<p>{h(n)}</p>" for n in t.notes]

@@ -3,7 +3,9 @@
 side by side in one run, on traces from 1x to 50x (the real traces' steps replicated).
 
 Kineto (h200_moe/overlap replicated FACTOR times, bench/replicate.py):
-  traceview  `traceview analyze TRACE -f json -o /dev/null` (whole process)
+  traceview  `traceview analyze TRACE --no-store -f json -o /dev/null` (whole process; without the store,
+             whose kept document would answer every run after the first)
+  parse      the Kineto parser alone (kineto.read), whole process
   floor      gunzip (the parser's inflater) + typed msgspec decode of every event into the fields traceview
              reads (kineto_events.TypedTrace, all events at once), whole process
   hta        Holistic Trace Analysis: load + temporal breakdown + comm/comp overlap, whole process, run with
@@ -46,6 +48,13 @@ from traceview.parsers import bounded_read, kineto_events
 raw = bounded_read.read_bytes(sys.argv[1])  # gunzip with the parser's inflater (ISA-L where installed)
 n = len(msgspec.json.decode(raw, type=kineto_events.TypedTrace).traceEvents)  # every event, fields used
 print(n)
+"""
+
+PARSE_KINETO = r"""
+import sys
+from traceview.parsers import kineto
+p = kineto.read(sys.argv[1])  # the parser alone: streamed inflate + decode into the canonical tables
+print(p.gpu_activities.num_rows)
 """
 
 HTA = r"""
@@ -178,15 +187,19 @@ def main() -> None:
     print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores; medians of {args.repeat} interleaved runs")
     hta_factors = {int(x) for x in args.hta_factors.split(",") if x}
     summary: dict = {"per_gpu": {}}
-    help_res = interleaved({"help": [tv, "--help"]}, max(args.repeat, 5))["help"]
+    n_help = max(args.repeat, 10)
+    help_res = interleaved({"help": [tv, "--help"]}, n_help)["help"]
     summary["help"] = help_res.get("wall")
-    print(f"traceview --help: wall {help_res.get('wall', float('nan')):.3f} s (median of {max(args.repeat, 5)})")
+    nan = float("nan")
+    print(f"traceview --help: wall {help_res.get('wall', nan):.3f} s, cpu {help_res.get('cpu', nan):.3f} s "
+          f"(medians of {n_help}; wall is cpu plus waiting for a core on a busy machine)")
     for f in [int(x) for x in args.factors.split(",") if x]:
         path = work / f"overlap_x{f}.json.gz"
         counts = replicate.replicate(src, f, path) if not path.exists() else None
         if counts is None:
             counts = {"gpu_activities": 7380 * f}
-        cmds = {"traceview": [tv, "analyze", str(path), "-f", "json", "-o", os.devnull],
+        cmds = {"traceview": [tv, "analyze", str(path), "--no-store", "-f", "json", "-o", os.devnull],
+                "parse": [sys.executable, "-c", PARSE_KINETO, str(path)],
                 "floor": [sys.executable, "-c", FLOOR_KINETO, str(path)]}
         if args.hta_python and f in hta_factors:
             cmds["hta"] = [args.hta_python, "-c", HTA, str(path)]
@@ -198,13 +211,15 @@ def main() -> None:
              f"{counts['gpu_activities']:,} GPU activities)")
         if "error" not in res["traceview"]:
             print(f"  traceview peak RSS / decompressed JSON: {res['traceview']['rss'] / raw_mb:.2f}")
+        if "error" not in res["parse"]:
+            print(f"  parser peak RSS / decompressed JSON: {res['parse']['rss'] / raw_mb:.2f}")
             summary["per_gpu"][f] = res["traceview"]["wall"] / counts["gpu_activities"] * 1e6
             summary.setdefault("per_gpu_cpu", {})[f] = res["traceview"]["cpu"] / counts["gpu_activities"] * 1e6
             if f == args.target:
                 summary["target"] = (f, path.stat().st_size / 2**20, raw_mb, res)
     if not args.no_df:
         df = TRACES / "kineto" / "hta_df_index_resolver" / "df_index_resolver.json.gz"
-        cmds = {"traceview": [tv, "analyze", str(df), "-f", "json", "-o", os.devnull]}
+        cmds = {"traceview": [tv, "analyze", str(df), "--no-store", "-f", "json", "-o", os.devnull]}
         if args.hta_python:
             cmds["hta"] = [args.hta_python, "-c", HTA, str(df)]
         res = interleaved(cmds, args.repeat)

@@ -12,6 +12,8 @@
   from the first pass; a larger stream is first measured (inflated again without keeping the
   output) and only then inflated into one buffer of the exact size, so a bomb is refused before
   its output is held, and a large trace is never held twice (no buffer regrowth).
+- `pieces` gives the same bytes a piece at a time, under the same refusals, for a reader that
+  decodes as it goes (the Kineto parser) and so never holds the whole text.
 """
 from __future__ import annotations
 

@@ -7,6 +7,7 @@ import gzip
 import json
 import zlib
 
+import pyarrow as pa
 import pytest
 from helpers import TRACES
 
@@ -259,3 +260,23 @@ def test_pieces_are_the_bytes_read_whole(tmp_path, piece):
     gz.write_bytes(gzip.compress(text))
     with pytest.raises(TraceError, match="gzip inflates to more than"):
         list(bounded_read.pieces(gz, limit=len(text) - 1, size=piece))
+
+
+def test_repeating_strings_are_stored_once(tmp_path, monkeypatch):
+    """Names, kinds and shapes are dictionary-encoded: each distinct value once, in order of first
+    appearance, whatever the batch size; DuckDB reads them as text."""
+    ev = _events(4) * 3  # 12 copies of 4 kernel names (the same events, three times)
+    monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", 300)
+    p = kineto.read(_write(tmp_path, ev))
+    name = p.gpu_activities.column("name").combine_chunks()
+    assert name.type == pa.dictionary(pa.int32(), pa.string())
+    assert name.dictionary.to_pylist() == ["gemm1", "gemm2", "gemm3", "gemm4"]  # by hand: 4 distinct
+    assert name.to_pylist() == ["gemm1", "gemm2", "gemm3", "gemm4"] * 3
+    dims = p.cpu_ranges.column("input_dims").combine_chunks()
+    assert len(dims.dictionary) == 4 and len(dims) == 12
+    import duckdb
+    con = duckdb.connect()
+    con.register("g", p.gpu_activities)
+    assert con.execute("SELECT name, count(*) FROM g GROUP BY name ORDER BY name").fetchall() == [
+        (f"gemm{k}", 3) for k in range(1, 5)]
+    assert con.execute("SELECT typeof(name) FROM g LIMIT 1").fetchone() == ("VARCHAR",)

@@ -109,7 +109,7 @@ def analyze(
         from .executors import configured
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
         with configured(rs) as state:
-            from .job_cache import open_job    # the store may keep this job's document and report
+            from .job_cache import open_job  # the store may keep this job's document and report
             job = open_job([str(p) for p in paths], fields, compute, fmt if out_dir is None else None)
         if state.skipped:
             job.document["skipped_ranks"] = state.skipped

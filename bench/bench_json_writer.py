@@ -7,7 +7,8 @@ pure-Python encoder) against reports/json_report.render_bytes (msgspec), on one 
 The document is the report read back (json.loads) in a fresh child process per writer, so each
 writer's peak RSS is its own: printed per writer are the CPU and wall seconds of the rendering
 (best of --repeat), the process's RSS before it and its peak RSS while rendering (VmHWM, reset
-after the document is read, so reading it does not count), the output's size, and whether the bytes are identical to the standard library's.
+after the document is read, so reading it does not count), the output's size, and whether the
+bytes are identical to the standard library's.
 """
 from __future__ import annotations
 
@@ -93,7 +94,8 @@ def main() -> None:
     for which in ("stdlib", "msgspec", "scan"):
         r = got[which] = child(which, report, a.repeat if which != "stdlib" else max(1, a.repeat // 2))
         same = "" if which == "scan" else f"  identical to the report file: {r['sha256'] == file_sha}"
-        print(f"  {which:8s} cpu {r['cpu_s']:7.3f} s  wall {r['wall_s']:7.3f} s  RSS before {r['rss_before_mb']:7.1f} MB"
+        print(f"  {which:8s} cpu {r['cpu_s']:7.3f} s  wall {r['wall_s']:7.3f} s  "
+              f"RSS before {r['rss_before_mb']:7.1f} MB"
               f"  peak {r['peak_mb']:7.1f} MB (+{r['peak_mb'] - r['rss_before_mb']:.1f} MB){same}", flush=True)
     s, m = got["stdlib"], got["msgspec"]
     print(f"  msgspec writer vs stdlib: {s['cpu_s'] / m['cpu_s']:.1f}x less CPU, {s['wall_s'] / m['wall_s']:.1f}x "

@@ -94,8 +94,8 @@ LAYER_OF: dict[str, str] = {
     "traceview.trace_events": "render",
     # base: imports nothing of traceview; anything may import it
     "traceview.errors": "base",
-    "traceview.markers": "base",
-    "traceview.plain_data": "base",           # what a document holds (types, floats), for the JSON writer and the store              # training-side markers (NVTX / record_function): no traceview import
+    "traceview.markers": "base",              # training-side markers (NVTX / record_function): no traceview import
+    "traceview.plain_data": "base",           # what a document holds (types, floats): JSON writer and store
 }
 
 # Edge: (importer, imported, how): how is "module" (runs on import) or "lazy" (inside a function).

@@ -85,7 +85,8 @@ def test_a_damaged_kept_report_is_never_served(tmp_path, job, monkeypatch, damag
     data = kept.read_bytes()
     head, _, payload = data.partition(b"\n")
     bad = {"truncate": data[: len(data) - 100], "flip": head + b"\n" + payload[:500] + b"X" + payload[501:],
-           "header": data.replace(b"traceview.kept/1", b"traceview.kept/9", 1), "longer": data + b" ", "empty": b""}[damage]
+           "header": data.replace(b"traceview.kept/1", b"traceview.kept/9", 1), "longer": data + b" ",
+           "empty": b""}[damage]
     assert bad != data
     kept.write_bytes(bad)
     assert store_mod.Store(root).check() != []

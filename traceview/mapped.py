@@ -36,7 +36,6 @@ from .profile import _ID_COLUMNS, Profile, _shift
 
 BATCH_BYTES = 256 << 20          # input bytes per batch at most (one rank per batch above it)
 BATCH_RANKS = 64                 # ranks per batch at most
-TASKS_PER_WORKER = 4             # batches per worker, for balance
 
 
 @dataclass
@@ -176,18 +175,23 @@ def _stat(what: str, t0: float) -> None:
 
 
 def _batches(placements: list[Placement], workers: int) -> list[list[Placement]]:
-    """Contiguous groups of files (file order is the job's row order), about TASKS_PER_WORKER per
-    worker, at most BATCH_RANKS files and BATCH_BYTES of input each."""
+    """Contiguous groups of files (file order is the job's row order): as few as keep every worker
+    busy (a batch's session has a fixed cost per step, some 0.5 s for the whole analysis, that small
+    ranks would pay many times over), and more where a batch would exceed BATCH_RANKS files or
+    BATCH_BYTES of input."""
     n = len(placements)
-    per = max(1, min(BATCH_RANKS, -(-n // max(1, (workers or 8) * TASKS_PER_WORKER))))
+    sizes = []
+    for p in placements:
+        try:
+            sizes.append(os.stat(p.path).st_size)
+        except OSError:
+            sizes.append(0)
+    count = max(workers or 8, -(-n // BATCH_RANKS), -(-sum(sizes) // BATCH_BYTES))
+    per = max(1, -(-n // count))
     out: list[list[Placement]] = []
     cur: list[Placement] = []
     size = 0
-    for p in placements:
-        try:
-            b = os.stat(p.path).st_size
-        except OSError:
-            b = 0
+    for p, b in zip(placements, sizes, strict=True):
         if cur and (len(cur) >= per or size + b > BATCH_BYTES):
             out.append(cur)
             cur, size = [], 0
@@ -208,6 +212,7 @@ def _write(scratch: Path, batch: int, name: str, table: pa.Table) -> None:
     f = _file(scratch, batch, name)
     f.parent.mkdir(parents=True, exist_ok=True)
     tmp = f.with_name(f".{f.name}.{uuid.uuid4().hex[:8]}")
+    table = table.unify_dictionaries()      # an IPC file holds one dictionary per column
     with pa.OSFile(str(tmp), "wb") as sink, pa.ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
     os.replace(tmp, f)
@@ -274,11 +279,15 @@ def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets:
     from .analysis import breakdown, layers  # noqa: F401  (they declare the Python steps)
     from .engine.pipeline import build
     from .flops import steps as flops_steps  # noqa: F401
+    t0 = time.perf_counter()
     session = _batch_session(Path(scratch), batch, given)
+    t1 = time.perf_counter()
     built = build(session, targets, params)
+    t2 = time.perf_counter()
     for name in built:
         _write(Path(scratch), batch, name, session.table(name))
     session.con.close()
+    _stat(f"  batch {batch}: session {t1 - t0:.3f}s, build {t2 - t1:.3f}s, write", t2)
     return {"built": built}
 
 

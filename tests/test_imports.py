@@ -63,8 +63,8 @@ LAYER_OF: dict[str, str] = {
     "traceview.progress": "base",
     "traceview.code_stamp": "base",           # the identity of the code (store entries, kept documents)
     "traceview.run_options": "entry",         # the CLI options of store and executors
-    "traceview.job_cache": "entry",
-    "traceview.mapped": "entry",              # a job's per-rank work on the workers, the per-job work here           # the kept document of a job, around the analysis call
+    "traceview.job_cache": "entry",           # the kept document of a job, around the analysis call
+    "traceview.mapped": "entry",              # a job's per-rank work on the workers, the per-job work here
     # tables: the canonical tables (schema) and the loaded job holding them (Profile); ingest
     # produces them, the engine and the metrics read them
     "traceview.schema": "tables",

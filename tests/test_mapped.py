@@ -4,8 +4,8 @@ diff; the per-rank steps are built on the workers (one round) and adopted here o
 import shutil
 
 import pytest
-
 from helpers import TRACES
+
 from traceview import executors, mapped
 from traceview.cli import run_cli
 from traceview.load import expand, load

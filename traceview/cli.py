@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import Any, List, Optional, cast
 
 import typer
 
@@ -114,7 +114,7 @@ def analyze(
         from .executors import configured
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
         with configured(rs) as state:
-            from .job_cache import open_job    # the store may keep this job's document and report
+            from .job_cache import open_job  # the store may keep this job's document and report
             job = open_job([str(p) for p in paths], fields, compute,
                            fmt if out_dir is None and per_rank_rows is None else None)
         if state.skipped:
@@ -123,13 +123,13 @@ def analyze(
         if out_dir is not None:
             from .output import write_tree
             from .reports import bundle_files
-            files = bundle_files(job.document, per_rank_rows)
+            files = bundle_files(cast(Any, job.document), per_rank_rows)
             if staged:                  # -o inside the bundle: written with it, all or nothing
                 files = [f for f in files if f[0] != staged] + [(staged, text)]
             write_tree(files, out_dir)
         if fmt == "text" and out is None:
             from .reports.tty import colorize, want_color
-            if want_color(sys.stdout):
+            if want_color(sys.stdout) and isinstance(text, str):
                 text = colorize(text)
         if staged is None and (out_dir is None or out is not None or fmt == "text"):
             write_output(text, out)

@@ -347,8 +347,9 @@ def map_tasks(fn, args: list[tuple]) -> list:
     assert state is not None
     if state.client is not None:
         cols = list(zip(*args, strict=True))
+        stamp = f"{os.getpid()}-{time.time_ns()}"
         futs = state.client.map(fn, *cols, pure=False, retries=1,
-                                key=[f"traceview-{fn.__name__}-{i}-{os.getpid()}-{time.time_ns()}" for i in range(len(args))])
+                                key=[f"traceview-{fn.__name__}-{i}-{stamp}" for i in range(len(args))])
         return state.client.gather(futs)
     if state.settings.jobs <= 1 or len(args) <= 1:
         return [fn(*a) for a in args]

@@ -13,8 +13,9 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable
+from typing import Callable, cast
 
+from .document.types import ReportDocument
 from .store import STORE_SCHEMA_VERSION, Store
 
 # formats whose report is a function of the document and traceview's own code alone (HTML embeds
@@ -92,10 +93,10 @@ class Job:
         doc = self.document
         if fmt == "json":
             from .reports import json_report
-            out: str | bytes = json_report.render_bytes(doc, self._shape)
+            out: str | bytes = json_report.render_bytes(cast(ReportDocument, doc), self._shape)
         else:
             from .reports import render
-            out = render(doc, fmt, per_rank_rows)
+            out = render(cast(ReportDocument, doc), fmt, per_rank_rows)
         if self._store is not None and self._key and fmt in KEPT_FORMATS and per_rank_rows is None:
             data = out if isinstance(out, bytes) else out.encode("utf-8")
             self._store.put_kept(self._key, fmt, data, {"budget_violated": _budget_violated(doc)})

@@ -102,16 +102,19 @@ class Remote:
         for b, batch in enumerate(self.batches):
             lo = batch[0].offset
             hi = self.batches[b + 1][0].offset if b + 1 < len(self.batches) else None
-            mine = (lambda i, lo=lo, hi=hi: lo <= i and (hi is None or i < hi))
             ranks = {r for p in batch for r in p.meta.column("rank").to_pylist()}
-            part = {"by_id": {i: c for i, c in job["by_id"].items() if mine(i)},
-                    "wait_until": {i: w for i, w in job["wait_until"].items() if mine(i)}}
+            part = {"by_id": _id_range(job["by_id"], lo, hi), "wait_until": _id_range(job["wait_until"], lo, hi)}
             args.append((str(self.scratch), b, given, part, {k: v for k, v in idle.items() if k[0] in ranks}))
         t0 = time.perf_counter()
         parts = executors.map_tasks(stalls_task, args)
         self.rounds += 1
         _stat(f"round {self.rounds}: {len(args)} batches, critical paths and stalls", t0)
         return parts
+
+
+def _id_range(by_id: dict, lo: int, hi: int | None) -> dict:
+    """The entries of an activity-id map whose id lies in [lo, hi) (hi None: no upper bound)."""
+    return {i: v for i, v in by_id.items() if lo <= i and (hi is None or i < hi)}
 
 
 def eligible(files: list[Path]) -> bool:

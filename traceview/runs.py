@@ -3,6 +3,7 @@ API open inputs (traces, the --config rules, the --budget file). Everything belo
 works on loaded profiles, sessions and documents, never on paths."""
 from __future__ import annotations
 
+from . import mapped
 from .budget import load as load_budget
 from .config import load_rules
 from .diff.decompose import Side, build_side
@@ -11,7 +12,6 @@ from .document.assemble import assemble
 from .document.options import AnalyzeOptions, DiffOptions, check_options
 from .document.types import DiffDocument, ReportDocument
 from .engine.session import Session
-from . import mapped
 from .load import expand, load
 from .profile import Profile
 

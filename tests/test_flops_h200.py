@@ -66,7 +66,7 @@ def test_without_shapes_the_model_count_is_used(profile):
     import pyarrow as pa
     cr = profile.cpu_ranges
     i = cr.schema.get_field_index("input_dims")
-    bare = cr.set_column(i, cr.schema.field(i), pa.nulls(cr.num_rows, pa.string()))
+    bare = cr.set_column(i, cr.schema.field(i), pa.nulls(cr.num_rows, cr.schema.field(i).type))
     sec = section(dataclasses.replace(profile, cpu_ranges=bare),
                         step_time_ns=300_000_000, model=overlap_model(), tokens_per_step=TOKENS)
     assert sec["method"] == "model" and sec["flops_per_step"] == MODEL_PER_STEP

@@ -61,7 +61,9 @@ def test_steps_are_built_on_the_workers_and_adopted_once(tmp_path):
         # the canonical tables are those load() makes of the job (ranks, renumbered ids)
         whole = load([DLRM])
         for name in ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta"):
-            assert getattr(session.profile, name).equals(getattr(whole, name)), name
+            got, want = getattr(session.profile, name), getattr(whole, name)
+            # the same schema and rows (a dictionary column's codes may differ: its values may not)
+            assert got.schema.equals(want.schema) and got.to_pylist() == want.to_pylist(), name
     assert not (tmp_path / "s" / "scratch").exists() or not any((tmp_path / "s" / "scratch").iterdir())
 
 

@@ -63,7 +63,7 @@ def _pytest_without_tools(tmp_path, ci: str | None) -> subprocess.CompletedProce
         env["CI"] = ci
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-rsf", "-p", "no:cacheprovider",
                            "tests/test_html_chromium.py", "tests/test_nsys_parser.py::"
-                           "test_report_from_read_only_folder_is_cached_in_the_user_cache"],
+                           "test_report_conversion_by_real_nsys_outside_a_store_leaves_nothing"],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
 
 

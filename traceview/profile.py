@@ -63,12 +63,14 @@ class Profile:
         return Profile(**out, warnings=list(self.warnings))
 
 
-def _max_id(p: Profile) -> int:
+def max_id(tables: dict[str, pa.Table]) -> int:
+    """The largest row id over the tables with ids (-1 when they are empty)."""
     m = -1
     for name in _ID_COLUMNS:
-        t = getattr(p, name)
+        t = tables[name]
         if t.num_rows:
-            m = max(m, pc.max(t.column("id")).as_py())
+            v = pc.max(t.column("id")).as_py()
+            m = max(m, -1 if v is None else v)
     return m
 
 
@@ -95,5 +97,5 @@ def merge(profiles: list[Profile]) -> Profile:
                 t = _shift(t, _ID_COLUMNS[name], offset)
             parts[name].append(t)
         warnings.extend(p.warnings)
-        offset += _max_id(p) + 1
+        offset += max_id(p.tables()) + 1
     return Profile(**{n: pa.concat_tables(ts) for n, ts in parts.items()}, warnings=warnings)

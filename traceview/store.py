@@ -407,15 +407,9 @@ _ID_TABLES = ("gpu_activities", "cpu_ranges", "launches", "syncs")
 
 def max_id(tables: dict[str, pa.Table]) -> int:
     """The largest row id over the tables with ids (-1 when they are empty): where profile.merge
-    starts the next file's ids."""
-    import pyarrow.compute as pc
-    m = -1
-    for name in _ID_TABLES:
-        t = tables[name]
-        if t.num_rows:
-            v = pc.max(t.column("id")).as_py()
-            m = max(m, -1 if v is None else v)
-    return m
+    starts the next file's ids (the same rule, profile.max_id)."""
+    from .profile import max_id as of_tables
+    return of_tables(tables)
 
 
 def light(stored: Stored) -> Stored:

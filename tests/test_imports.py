@@ -44,6 +44,8 @@ LAYER_OF: dict[str, str] = {
     # the Perfetto exporter, which drives an analyzed job's metric tables)
     "traceview": "entry",                     # the package root: __version__ and the lazy traceview.open facade
     "traceview.__main__": "entry",
+    "traceview.launch": "entry",              # the command's entry point: a replay, else cli.main
+    "traceview.replay": "entry",              # a repeated analyze written from the store before typer
     "traceview.cli": "entry",
     "traceview.cli_common": "entry",
     "traceview.*_cli": "entry",               # diff_cli, export_cli, history_cli, ...

@@ -113,6 +113,11 @@ def analyze(
             return run_analyze(inputs, AnalyzeOptions(**fields))
         from .executors import configured
         rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
+        from . import replay
+        named = [str(v) for v in fields.values() if isinstance(v, Path)]
+        replayable = replay.INVOCATION is not None and rs.store is not None and out_dir is None \
+            and per_rank_rows is None
+        before = replay.snapshot([str(p) for p in paths], named) if replayable else None
         with configured(rs) as state:
             from .job_cache import open_job  # the store may keep this job's document and report
             job = open_job([str(p) for p in paths], fields, compute,
@@ -127,13 +132,20 @@ def analyze(
             if staged:                  # -o inside the bundle: written with it, all or nothing
                 files = [f for f in files if f[0] != staged] + [(staged, text)]
             write_tree(files, out_dir)
+        coloured = False
         if fmt == "text" and out is None:
             from .reports.tty import colorize, want_color
             if want_color(sys.stdout) and isinstance(text, str):
-                text = colorize(text)
+                text, coloured = colorize(text), True
         if staged is None and (out_dir is None or out is not None or fmt == "text"):
             write_output(text, out)
-        return job.budget_violated
+        violated = job.budget_violated
+        kept = job.kept
+        if before is not None and rs.store is not None and kept is not None and not coloured and not state.skipped:
+            # the next run of this very command writes the kept report before parsing its arguments
+            replay.record(rs.store, before, [str(p) for p in paths], named, kept,
+                          None if out is None else str(out), 1 if violated else 0)
+        return violated
 
     if guarded(debug, run):
         raise typer.Exit(1)

@@ -69,6 +69,7 @@ class Job:
         self._store, self._key, self._report = store, key, report
         self._shape = shape             # plain_data.scan of the document, when it was taken
         self.from_store = from_store    # the document or the report was kept: nothing analyzed
+        self._kept_fmt: str | None = None   # the format render() last kept
 
     @property
     def document(self) -> dict:
@@ -77,6 +78,15 @@ class Job:
             # the kept report was there but the document is not (removed or damaged since): analyze
             self._doc = doc if doc is not None else self._run(self._paths)
         return self._doc
+
+    @property
+    def kept(self) -> tuple[str, str] | None:
+        """(key, format) of the report the store keeps of this job (the one rendered last), or None."""
+        if self._store is None or not self._key:
+            return None
+        if self._report is not None:
+            return self._key, self._report[0]
+        return (self._key, self._kept_fmt) if self._kept_fmt else None
 
     @property
     def budget_violated(self) -> bool:
@@ -99,7 +109,8 @@ class Job:
             out = render(cast(ReportDocument, doc), fmt, per_rank_rows)
         if self._store is not None and self._key and fmt in KEPT_FORMATS and per_rank_rows is None:
             data = out if isinstance(out, bytes) else out.encode("utf-8")
-            self._store.put_kept(self._key, fmt, data, {"budget_violated": _budget_violated(doc)})
+            if self._store.put_kept(self._key, fmt, data, {"budget_violated": _budget_violated(doc)}):
+                self._kept_fmt = fmt
         return out
 
 

@@ -1,0 +1,147 @@
+"""A repeated `traceview analyze` is written from the store before the command line is imported
+(traceview/replay.py), with the same bytes and exit status as the command run in full; any change
+to what it read, or to how it was asked, runs it in full again."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from traceview import replay
+
+ROOT = Path(__file__).resolve().parents[1]
+JOB = ROOT / "fixtures" / "generated" / "straggler_4rank"
+
+
+def tv(tmp_path: Path, *args, env: dict | None = None,
+       cwd: Path | None = None) -> tuple[subprocess.CompletedProcess, bool]:
+    """(the finished command, whether it ran in full: typer imported). Imports are listed on
+    stderr by PYTHONPROFILEIMPORTTIME, which is not part of a command's identity."""
+    e = {**os.environ, "TRACEVIEW_CACHE_DIR": str(tmp_path / "store"), "PYTHONPROFILEIMPORTTIME": "1", **(env or {})}
+    p = subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True,
+                       cwd=cwd or tmp_path, env=e, timeout=300)
+    err = p.stderr.decode()
+    full = any(line.split("|")[-1].strip() == "typer" for line in err.splitlines() if line.startswith("import time:"))
+    p.stderr = "\n".join(line for line in err.splitlines() if not line.startswith("import time:"))
+    return p, full
+
+
+@pytest.fixture
+def job(tmp_path):
+    d = tmp_path / "job"
+    shutil.copytree(JOB, d)
+    return d
+
+
+def test_repeat_is_replayed_with_the_same_bytes(tmp_path, job):
+    reference, _ = tv(tmp_path, "analyze", job, "-f", "json", "--no-store")
+    assert reference.returncode == 0, reference.stderr
+    first, full1 = tv(tmp_path, "analyze", job, "-f", "json")
+    second, full2 = tv(tmp_path, "analyze", job, "-f", "json")
+    assert full1 and not full2
+    assert first.stdout == second.stdout == reference.stdout
+    assert first.returncode == second.returncode == 0 and second.stderr == ""
+    assert json.loads(second.stdout)["world_size"] == 4
+    # -o FILE, and each of the kept formats
+    for fmt in ("json", "markdown", "text"):
+        out = tmp_path / f"r.{fmt}"
+        a, fa = tv(tmp_path, "analyze", job, "-f", fmt, "-o", out)
+        got_a = out.read_bytes()
+        out.unlink()
+        b, fb = tv(tmp_path, "analyze", job, "-f", fmt, "-o", out)
+        assert fa and not fb and a.returncode == b.returncode == 0
+        assert out.read_bytes() == got_a
+    ref_md, _ = tv(tmp_path, "analyze", job, "-f", "markdown", "--no-store")
+    assert (tmp_path / "r.markdown").read_bytes() == ref_md.stdout
+
+
+def test_other_options_or_places_run_in_full(tmp_path, job):
+    tv(tmp_path, "analyze", job, "-f", "json")
+    for args in (["--top", "3"], ["--jobs", "1"]):
+        _, full = tv(tmp_path, "analyze", job, "-f", "json", *args)
+        assert full
+    _, full = tv(tmp_path, "analyze", job, "-f", "json", env={"TRACEVIEW_TOP_SECRET": "x"})
+    assert full                  # every TRACEVIEW_* variable is part of the identity
+    (tmp_path / "elsewhere").mkdir()
+    _, full = tv(tmp_path, "analyze", job, "-f", "json", cwd=tmp_path / "elsewhere")
+    assert full                  # the working directory too
+    # what needs the command line is never replayed, and --no-store leaves nothing
+    _, full = tv(tmp_path, "analyze", job, "-f", "json", "--progress")
+    assert full
+    _, full = tv(tmp_path, "analyze", job, "-f", "json", "--progress")
+    assert full
+    nostore = tmp_path / "nostore"
+    _, _ = tv(tmp_path, "analyze", job, "-f", "json", "--no-store", env={"TRACEVIEW_CACHE_DIR": str(nostore)})
+    assert not nostore.exists()
+
+
+def test_a_changed_trace_or_directory_is_analyzed_again(tmp_path, job):
+    first, _ = tv(tmp_path, "analyze", job, "-f", "json")
+    # a rank rewritten with other content (its second half of events gone): its report, not the kept one
+    r0 = job / "rank0.json"
+    doc = json.loads(r0.read_text())
+    doc["traceEvents"] = doc["traceEvents"][: len(doc["traceEvents"]) // 2]
+    r0.write_text(json.dumps(doc))
+    changed, full = tv(tmp_path, "analyze", job, "-f", "json")
+    reference, _ = tv(tmp_path, "analyze", job, "-f", "json", "--no-store")
+    assert full and changed.stdout == reference.stdout != first.stdout
+    # a rank gone from the directory: the job has 3 ranks now
+    (job / "rank3.json").unlink()
+    shrunk, full = tv(tmp_path, "analyze", job, "-f", "json")
+    files = [i["file"] for i in json.loads(shrunk.stdout)["inputs"]]
+    assert full and files == ["rank0.json", "rank1.json", "rank2.json"]
+
+
+def test_budget_exit_status_and_named_file_content(tmp_path, job):
+    budget = tmp_path / "budget.toml"
+    budget.write_text("max_idle_pct = 0.0\n")        # any idle at all violates it
+    a, fa = tv(tmp_path, "analyze", job, "-f", "json", "--budget", budget)
+    b, fb = tv(tmp_path, "analyze", job, "-f", "json", "--budget", budget)
+    assert fa and not fb and a.returncode == b.returncode == 1 and a.stdout == b.stdout
+    assert json.loads(b.stdout)["budget"]["violations"]
+    # the same size (and, within the clock's tick, maybe the same mtime): the content decides
+    budget.write_text("max_idle_pct = 100\n")
+    c, fc = tv(tmp_path, "analyze", job, "-f", "json", "--budget", budget)
+    assert fc and c.returncode == 0 and json.loads(c.stdout)["budget"]["violations"] == []
+
+
+def test_a_damaged_kept_report_is_not_replayed(tmp_path, job):
+    first, _ = tv(tmp_path, "analyze", job, "-f", "json")
+    kept = list((tmp_path / "store" / "jobs").glob("*.json.kept"))
+    assert len(kept) == 1
+    data = kept[0].read_bytes()
+    kept[0].write_bytes(data[:-10] + b"0123456789")      # the same size, other bytes: the hash says so
+    again, full = tv(tmp_path, "analyze", job, "-f", "json")
+    assert full and again.stdout == first.stdout
+    entries = list((tmp_path / "store" / "replay").glob("*.json"))
+    assert entries
+    for e in entries:
+        e.write_text("{not json")
+    third, full = tv(tmp_path, "analyze", job, "-f", "json")
+    assert full and third.stdout == first.stdout
+
+
+def test_entry_records_what_the_run_read(tmp_path, job, monkeypatch, capsys):
+    """record() writes nothing when a trace changed during the run (the snapshot before differs);
+    try_replay writes the kept payload the entry names, and nothing when the store lacks it."""
+    from traceview.store import Store
+    store = tmp_path / "s"
+    monkeypatch.setenv("TRACEVIEW_CACHE_DIR", str(store))
+    argv = ["analyze", str(job), "-f", "json"]
+    monkeypatch.setattr(replay, "INVOCATION", argv)
+    before = replay.snapshot([str(job)], [])
+    assert before is not None and str(job / "rank0.json") in before and str(job) in before
+    assert not replay.record(store, {**before, str(job / "rank0.json"): [0, 0, 0, 0, 0]},
+                             [str(job)], [], ("k", "json"), None, 0)
+    assert not (store / "replay").exists()
+    assert replay.record(store, before, [str(job)], [], ("k", "json"), None, 3)
+    assert replay.try_replay(argv) is None          # the entry names a report the store lacks
+    assert Store(store).put_kept("k", "json", b'{"x": 1}\n')
+    assert replay.try_replay(argv) == 3
+    assert capsys.readouterr().out == '{"x": 1}\n'
+    assert replay.try_replay([*argv, "--top", "2"]) is None      # another command

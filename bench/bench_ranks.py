@@ -30,11 +30,15 @@ DLRM = ROOT.parent / "shared" / "traces" / "kineto" / "dlrm_8rank_v100"
 
 _RUNNER = """
 import resource, sys, time
-from traceview import cli_common
-from traceview.cli import run_cli
-cli_common.IN_CLI = True            # as the `traceview` command runs (main() sets it)
 t = time.perf_counter()
-rc = run_cli(sys.argv[1:])
+from traceview import replay        # as the `traceview` command runs (launch.main): a repeat is replayed
+replay.INVOCATION = sys.argv[1:]
+rc = replay.try_replay(sys.argv[1:])
+if rc is None:
+    from traceview import cli_common
+    from traceview.cli import run_cli
+    cli_common.IN_CLI = True        # (cli.main() sets it)
+    rc = run_cli(sys.argv[1:])
 wall = time.perf_counter() - t
 me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -77,7 +81,7 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
                         ("jobs1 store", ["--jobs", "1", "--store", str(store) + "-1"])):
         if label not in only:
             continue
-        out = work / f"{name}-{label.replace(' ', '-')}.json"
+        out = work / f"{name}-{label.split()[0]}.json"     # a run from the store repeats the first's command
         r = analyze(path, out, *args)
         r["per_rank_ms"] = r["wall_s"] / n * 1e3
         runs[label] = r
@@ -89,7 +93,7 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
     same = len(set(reports.values())) == 1
     print(f"  {name:10s} reports byte-identical across the {len(reports)} runs: {same}")
     first = next(label for label in RUNS if label in reports)
-    growth(name, work / f"{name}-{first.replace(' ', '-')}.json", Path(f"{store}-{first[4]}"))
+    growth(name, work / f"{name}-{first.split()[0]}.json", Path(f"{store}-{first[4]}"))
     if want is not None:
         doc = json.loads(next(iter(reports.values())))
         top = doc["stragglers"][0]

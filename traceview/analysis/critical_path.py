@@ -260,6 +260,7 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
         last -= 1
     # (start, end, k, cause, syncs): see above
     append = pieces.add
+    p_start, p_end, p_k, p_cause, p_syncs = pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs
     t, seen = we, bytearray(n)
     if ws < end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
         append((end[last], we, None, "idle", _EMPTY))
@@ -275,8 +276,12 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
             s = ws
         if e > t:
             e = t
-        if e > s:
-            append((s, e, cur, None, None))
+        if e > s:   # (pieces.add inlined: once per activity on the path)
+            p_start.append(s)
+            p_end.append(e)
+            p_k.append(cur)
+            p_cause.append(None)
+            p_syncs.append(None)
         if s < t:
             t = s
         if t <= ws:
@@ -411,8 +416,12 @@ def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
     for ps, pe, k, cause, syncs in (pieces.tuples() if isinstance(pieces, Pieces) else pieces):
         ref = k if k is not None else -1
         is_comm = k is not None and cls[k] == "comm" and ids[k] in comm
-        while j < nseg and se[j] <= ps:
-            j += 1
+        if cause is None and not is_comm and cls[k] != "memory":
+            # work on the path that is neither a collective nor a copy: compute over every
+            # segment it spans, whatever runs beside it (merged into one piece)
+            add(ps, pe, "compute_ns", None, -1)
+            continue
+        j = bisect_right(se, ps, j)   # the first segment ending after ps (segments tile the window)
         q, a = j, ps
         while a < pe:
             if q >= nseg or st[q] > a:  # not covered by a segment (cannot happen in a window)

@@ -63,6 +63,13 @@ def _ints(col, null: int = NULL) -> array:
 def _shared_strings(col) -> list:
     """A string column as a list whose equal values are one object (a window's class or stage
     repeats a few values over hundreds of thousands of rows)."""
+    if pa.types.is_dictionary(col.type):   # already coded (a trace's names): per chunk, no hashing
+        memo: dict = {}
+        out: list = []
+        for ch in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]):
+            values = [v if v is None else memo.setdefault(v, v) for v in ch.dictionary.to_pylist()] + [None]
+            out += [values[i] for i in _ints(ch.indices, -1)]
+        return out
     enc = col.dictionary_encode() if len(col) else None
     if enc is None:
         return []
@@ -508,7 +515,9 @@ def windows_data(session: Session, ranks: list[int] | None = None) -> dict:
 
 def _chunk_sql() -> str:
     """cp_preds (its step's SQL, less its ORDER BY) over the ranks $ranks only, each input shadowed
-    by its rows of those ranks, with the attribution, in (rank, step, end, start, id) order."""
+    by its rows of those ranks, with the attribution, in (rank, step, end, start, id) order. The
+    activities' kind and name are left out (`_with_names` adds them): long kernel names carried
+    through the query's window, joins and sort were most of its cost."""
     step = lookup("cp_preds")
     body, n = re.subn(r"\nORDER BY [^\n]*\s*$", "\n", (step.sql if step else None) or "")
     if n != 1:
@@ -519,7 +528,7 @@ def _chunk_sql() -> str:
 cp AS (
 {body}
 )
-SELECT n.* EXCLUDE (sync_id, sync_end_ns), a.layer, a.phase, a.stage
+SELECT n.* EXCLUDE (sync_id, sync_end_ns, kind, name), a.layer, a.phase, a.stage
 FROM cp n LEFT JOIN activity_attribution a ON a.id = n.id
 ORDER BY n.rank, n.step, n.end_ns, n.start_ns, n.id"""
 
@@ -537,10 +546,22 @@ def _bounds(table: pa.Table) -> dict:
     return {key: (starts[i], ends[i]) for i, key in enumerate(keys)}
 
 
+def _with_names(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Table:
+    """`acts` with the kind and name of each activity, taken (still coded) from the session's
+    gpu_activities rows of those ranks."""
+    src = session.attached("gpu_activities")
+    if src is None:
+        src = session.sql("SELECT id, kind, name FROM gpu_activities WHERE list_contains($ranks, rank)", ranks=ranks)
+    else:
+        src = src.select(["id", "rank", "kind", "name"]).filter(pc.is_in(src.column("rank"), pa.array(ranks, src.schema.field("rank").type)))
+    idx = pc.index_in(acts.column("id"), src.column("id"))
+    return acts.append_column("kind", src.column("kind").take(idx)).append_column("name", src.column("name").take(idx))
+
+
 def _chunk(session: Session, ranks: list[int]) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs."""
-    acts = session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table()
+    acts = _with_names(session, session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table(), ranks)
     segs = session.sql("SELECT rank, step, t, t_end, c::BIGINT AS c, m::BIGINT AS m, x::BIGINT AS x FROM segments "
                        "WHERE t_end IS NOT NULL AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
     syncs: dict = {}

@@ -420,14 +420,28 @@ def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
 
     st, se, sc, sm, sx = segs.t, segs.e, segs.c, segs.m, segs.x
     nseg, j = len(st), 0
-    for ps, pe, k, cause, syncs in (pieces.tuples() if isinstance(pieces, Pieces) else pieces):
-        ref = k if k is not None else -1
-        is_comm = k is not None and cls[k] == "comm" and ids[k] in comm
-        if cause is None and not is_comm and cls[k] != "memory":
-            # work on the path that is neither a collective nor a copy: compute over every
-            # segment it spans, whatever runs beside it (merged into one piece)
-            add(ps, pe, "compute_ns", None, -1)
-            continue
+    src = zip(pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs, strict=True) \
+        if isinstance(pieces, Pieces) else ((a, b, -1 if k is None else k, c, y) for a, b, k, c, y in pieces)
+    for ps, pe, k, cause, syncs in src:   # (k: -1 for none)
+        if cause is None:
+            ck = cls[k]
+            if ck != "memory" and (ck != "comm" or ids[k] not in comm):
+                # work on the path that is neither a collective nor a copy: compute over every
+                # segment it spans, whatever runs beside it (`add` inlined: the common piece)
+                if pe > ps:
+                    if p_end and p_end[-1] == ps and p_cat[-1] == "compute_ns" and p_cause[-1] is None \
+                            and p_k[-1] == -1 and p_extra[-1] is None:
+                        p_end[-1] = pe
+                    else:
+                        p_start.append(ps)
+                        p_end.append(pe)
+                        p_k.append(-1)
+                        p_cat.append("compute_ns")
+                        p_cause.append(None)
+                        p_extra.append(None)
+                continue
+        ref = k
+        is_comm = k >= 0 and cls[k] == "comm" and ids[k] in comm
         j = bisect_right(se, ps, j)   # the first segment ending after ps (segments tile the window)
         q, a = j, ps
         while a < pe:

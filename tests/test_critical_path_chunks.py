@@ -6,8 +6,9 @@ from __future__ import annotations
 from array import array
 
 import pyarrow as pa
-
+import pyarrow.compute as pc
 from helpers import make_profile
+
 from traceview.analysis import critical_path as cp
 from traceview.engine.session import Session
 
@@ -40,7 +41,7 @@ def test_names_come_from_the_attached_table_or_from_a_registered_one():
     assert [str(v) for v in got.column("name").to_pylist()] == ["Memcpy HtoD", "gemm", "ncclDevKernel_AllReduce"]
     assert got.column("kind").to_pylist() == ["memcpy", "kernel", "kernel"]
     # a test's own rows replace the attached table: the names are then read through the session
-    mine = prof.gpu_activities.filter(pa.compute.equal(prof.gpu_activities.column("id"), 10))
+    mine = prof.gpu_activities.filter(pc.equal(prof.gpu_activities.column("id"), 10))
     s.register("gpu_activities", mine)
     assert s.attached("gpu_activities") is None
     got = cp._with_names(s, acts, [0])
@@ -59,6 +60,6 @@ def test_split_compute_pieces_ignore_the_segments_but_copies_and_gaps_do_not():
     path = cp.split(pieces, segs, acts, comm={})
     # 0-4 compute (one piece over two segments); 4-6 the copy beside a collective: comm time
     # (exposed, no collective info); 6-7 a collective runs alone in the gap: comm; 7-8 idle
-    assert list(zip(path.start, path.end, path.category, path.cause)) == [
+    assert list(zip(path.start, path.end, path.category, path.cause, strict=True)) == [
         (0, 4, "compute_ns", None), (4, 6, "other_comm_ns", "exposed_comm"),
         (6, 7, "other_comm_ns", "exposed_comm"), (7, 8, "idle_ns", "idle")]

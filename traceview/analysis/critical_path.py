@@ -567,7 +567,8 @@ def _with_names(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Table:
     if src is None:
         src = session.sql("SELECT id, kind, name FROM gpu_activities WHERE list_contains($ranks, rank)", ranks=ranks)
     else:
-        src = src.select(["id", "rank", "kind", "name"]).filter(pc.is_in(src.column("rank"), pa.array(ranks, src.schema.field("rank").type)))
+        mine = pc.is_in(src.column("rank"), pa.array(ranks, src.schema.field("rank").type))
+        src = src.select(["id", "rank", "kind", "name"]).filter(mine)
     idx = pc.index_in(acts.column("id"), src.column("id"))
     return acts.append_column("kind", src.column("kind").take(idx)).append_column("name", src.column("name").take(idx))
 

@@ -63,6 +63,13 @@ def _ints(col, null: int = NULL) -> array:
 def _shared_strings(col) -> list:
     """A string column as a list whose equal values are one object (a window's class or stage
     repeats a few values over hundreds of thousands of rows)."""
+    if pa.types.is_dictionary(col.type):   # already coded (a trace's names): per chunk, no hashing
+        memo: dict = {}
+        out: list = []
+        for ch in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]):
+            values = [v if v is None else memo.setdefault(v, v) for v in ch.dictionary.to_pylist()] + [None]
+            out += [values[i] for i in _ints(ch.indices, -1)]
+        return out
     enc = col.dictionary_encode() if len(col) else None
     if enc is None:
         return []
@@ -260,6 +267,7 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
         last -= 1
     # (start, end, k, cause, syncs): see above
     append = pieces.add
+    p_start, p_end, p_k, p_cause, p_syncs = pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs
     t, seen = we, bytearray(n)
     if ws < end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
         append((end[last], we, None, "idle", _EMPTY))
@@ -275,8 +283,12 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
             s = ws
         if e > t:
             e = t
-        if e > s:
-            append((s, e, cur, None, None))
+        if e > s:   # (pieces.add inlined: once per activity on the path)
+            p_start.append(s)
+            p_end.append(e)
+            p_k.append(cur)
+            p_cause.append(None)
+            p_syncs.append(None)
         if s < t:
             t = s
         if t <= ws:
@@ -408,11 +420,29 @@ def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
 
     st, se, sc, sm, sx = segs.t, segs.e, segs.c, segs.m, segs.x
     nseg, j = len(st), 0
-    for ps, pe, k, cause, syncs in (pieces.tuples() if isinstance(pieces, Pieces) else pieces):
-        ref = k if k is not None else -1
-        is_comm = k is not None and cls[k] == "comm" and ids[k] in comm
-        while j < nseg and se[j] <= ps:
-            j += 1
+    src = zip(pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs, strict=True) \
+        if isinstance(pieces, Pieces) else ((a, b, -1 if k is None else k, c, y) for a, b, k, c, y in pieces)
+    for ps, pe, k, cause, syncs in src:   # (k: -1 for none)
+        if cause is None:
+            ck = cls[k]
+            if ck != "memory" and (ck != "comm" or ids[k] not in comm):
+                # work on the path that is neither a collective nor a copy: compute over every
+                # segment it spans, whatever runs beside it (`add` inlined: the common piece)
+                if pe > ps:
+                    if p_end and p_end[-1] == ps and p_cat[-1] == "compute_ns" and p_cause[-1] is None \
+                            and p_k[-1] == -1 and p_extra[-1] is None:
+                        p_end[-1] = pe
+                    else:
+                        p_start.append(ps)
+                        p_end.append(pe)
+                        p_k.append(-1)
+                        p_cat.append("compute_ns")
+                        p_cause.append(None)
+                        p_extra.append(None)
+                continue
+        ref = k
+        is_comm = k >= 0 and cls[k] == "comm" and ids[k] in comm
+        j = bisect_right(se, ps, j)   # the first segment ending after ps (segments tile the window)
         q, a = j, ps
         while a < pe:
             if q >= nseg or st[q] > a:  # not covered by a segment (cannot happen in a window)
@@ -499,7 +529,9 @@ def windows_data(session: Session, ranks: list[int] | None = None) -> dict:
 
 def _chunk_sql() -> str:
     """cp_preds (its step's SQL, less its ORDER BY) over the ranks $ranks only, each input shadowed
-    by its rows of those ranks, with the attribution, in (rank, step, end, start, id) order."""
+    by its rows of those ranks, with the attribution, in (rank, step, end, start, id) order. The
+    activities' kind and name are left out (`_with_names` adds them): long kernel names carried
+    through the query's window, joins and sort were most of its cost."""
     step = lookup("cp_preds")
     body, n = re.subn(r"\nORDER BY [^\n]*\s*$", "\n", (step.sql if step else None) or "")
     if n != 1:
@@ -510,7 +542,7 @@ def _chunk_sql() -> str:
 cp AS (
 {body}
 )
-SELECT n.* EXCLUDE (sync_id, sync_end_ns), a.layer, a.phase, a.stage
+SELECT n.* EXCLUDE (sync_id, sync_end_ns, kind, name), a.layer, a.phase, a.stage
 FROM cp n LEFT JOIN activity_attribution a ON a.id = n.id
 ORDER BY n.rank, n.step, n.end_ns, n.start_ns, n.id"""
 
@@ -528,10 +560,23 @@ def _bounds(table: pa.Table) -> dict:
     return {key: (starts[i], ends[i]) for i, key in enumerate(keys)}
 
 
+def _with_names(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Table:
+    """`acts` with the kind and name of each activity, taken (still coded) from the session's
+    gpu_activities rows of those ranks."""
+    src = session.attached("gpu_activities")
+    if src is None:
+        src = session.sql("SELECT id, kind, name FROM gpu_activities WHERE list_contains($ranks, rank)", ranks=ranks)
+    else:
+        mine = pc.is_in(src.column("rank"), pa.array(ranks, src.schema.field("rank").type))
+        src = src.select(["id", "rank", "kind", "name"]).filter(mine)
+    idx = pc.index_in(acts.column("id"), src.column("id"))
+    return acts.append_column("kind", src.column("kind").take(idx)).append_column("name", src.column("name").take(idx))
+
+
 def _chunk(session: Session, ranks: list[int]) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs."""
-    acts = session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table()
+    acts = _with_names(session, session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table(), ranks)
     segs = session.sql("SELECT rank, step, t, t_end, c::BIGINT AS c, m::BIGINT AS m, x::BIGINT AS x FROM segments "
                        "WHERE t_end IS NOT NULL AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
     syncs: dict = {}

@@ -54,6 +54,13 @@ class Session:
         """Names queryable now: canonical tables, registered Arrow tables, materialized steps."""
         return set(schema.TABLES) | self._registered | self._views
 
+    def attached(self, name: str) -> pa.Table | None:
+        """The profile's Arrow table `name` where the session queries it as attached (not replaced
+        by `register`), else None: a step may read its coded columns without a query."""
+        if self.profile is None or name not in schema.TABLES or name in self._registered:
+            return None
+        return getattr(self.profile, name)
+
     def columns(self, name: str) -> list[str]:
         return [r[0] for r in self.con.execute(f"DESCRIBE {name}").fetchall()]
 

@@ -1,0 +1,65 @@
+"""The critical path's chunk columns: names taken coded from the attached gpu_activities (or by a
+query where a test registered its own rows), coded strings turned into shared Python objects,
+and the compute pieces of `split` that skip the segments."""
+from __future__ import annotations
+
+from array import array
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from helpers import make_profile
+
+from traceview.analysis import critical_path as cp
+from traceview.engine.session import Session
+
+
+def _profile():
+    gpu = [{"id": 10, "start_ns": 0, "end_ns": 5, "name": "gemm", "stream": 7},
+           {"id": 11, "start_ns": 5, "end_ns": 9, "name": "ncclDevKernel_AllReduce", "stream": 7},
+           {"id": 12, "start_ns": 1, "end_ns": 2, "kind": "memcpy", "name": "Memcpy HtoD", "stream": 8},
+           {"id": 20, "rank": 1, "start_ns": 0, "end_ns": 3, "name": "other_rank", "stream": 7}]
+    return make_profile(gpu=gpu, ranks=(0, 1))
+
+
+def test_shared_strings_of_coded_chunks_with_their_own_dictionaries():
+    a = pa.DictionaryArray.from_arrays(pa.array([1, 0, 1], pa.int32()), pa.array(["x", "y"]))
+    b = pa.DictionaryArray.from_arrays(pa.array([0, None], pa.int32()), pa.array(["y"]))
+    out = cp._shared_strings(pa.chunked_array([a, b]))
+    assert out == ["y", "x", "y", "y", None]
+    assert out[0] is out[2] is out[3]          # one object per distinct value, across chunks
+    plain = cp._shared_strings(pa.chunked_array([pa.array(["p", "q", "p"])]))
+    assert plain == ["p", "q", "p"] and plain[0] is plain[2]
+
+
+def test_names_come_from_the_attached_table_or_from_a_registered_one():
+    prof = _profile()
+    s = Session(prof)
+    assert s.attached("gpu_activities") is prof.gpu_activities
+    assert s.attached("windows") is None
+    acts = pa.table({"id": pa.array([12, 10, 11], pa.int64())})
+    got = cp._with_names(s, acts, [0])
+    assert [str(v) for v in got.column("name").to_pylist()] == ["Memcpy HtoD", "gemm", "ncclDevKernel_AllReduce"]
+    assert got.column("kind").to_pylist() == ["memcpy", "kernel", "kernel"]
+    # a test's own rows replace the attached table: the names are then read through the session
+    mine = prof.gpu_activities.filter(pc.equal(prof.gpu_activities.column("id"), 10))
+    s.register("gpu_activities", mine)
+    assert s.attached("gpu_activities") is None
+    got = cp._with_names(s, acts, [0])
+    assert got.column("name").to_pylist() == [None, "gemm", None]
+
+
+def test_split_compute_pieces_ignore_the_segments_but_copies_and_gaps_do_not():
+    # activities: k0 compute 0-4, k1 memory 4-6 (beside a collective on another stream), gap 6-8
+    acts = cp.Acts()
+    acts.id, acts.cls = array("q", [1, 2, 3]), ["compute", "memory", "comm"]
+    acts.start, acts.end = array("q", [0, 4, 3]), array("q", [4, 6, 7])
+    segs = cp.Segments(None, (array("q", [0, 3, 4, 6, 7]), array("q", [3, 4, 6, 7, 8]),
+                              array("q", [1, 1, 0, 0, 0]), array("q", [0, 1, 1, 1, 0]),
+                              array("q", [0, 0, 1, 0, 0])), 0, 5)
+    pieces = [(0, 4, 0, None, None), (4, 6, 1, None, None), (6, 8, None, "idle", [])]
+    path = cp.split(pieces, segs, acts, comm={})
+    # 0-4 compute (one piece over two segments); 4-6 the copy beside a collective: comm time
+    # (exposed, no collective info); 6-7 a collective runs alone in the gap: comm; 7-8 idle
+    assert list(zip(path.start, path.end, path.category, path.cause, strict=True)) == [
+        (0, 4, "compute_ns", None), (4, 6, "other_comm_ns", "exposed_comm"),
+        (6, 7, "other_comm_ns", "exposed_comm"), (7, 8, "idle_ns", "idle")]

@@ -119,12 +119,7 @@ def _id_range(by_id: dict, lo: int, hi: int | None) -> dict:
 
 def eligible(files: list[Path]) -> bool:
     from . import executors
-    state = executors.current()
-    if state is None or len(files) < 2:
-        return False
-    if state.client is not None:
-        return state.settings.store is not None       # Dask workers see the store, not a local temp folder
-    return state.settings.jobs > 1
+    return executors.mappable(files)
 
 
 def load_job(files: list[Path], nsys_bin: str | None) -> Profile | None:

@@ -54,11 +54,11 @@ def span(name, fn):
         try:
             return fn(*a, **k)
         finally:
-            SPANS.append((name, w - T0, time.perf_counter() - w, time.process_time() - c))
+            SPANS.append((name, w - T0, time.perf_counter() - w, time.process_time() - c, c - C0))
     return wrapped
 from traceview import cli_common
 from traceview.cli import run_cli
-SPANS.append(("imports (cli)", 0.0, time.perf_counter() - T0, time.process_time() - C0))
+SPANS.append(("imports (cli)", 0.0, time.perf_counter() - T0, time.process_time() - C0, 0.0))
 from traceview import executors, mapped, plain_data, store
 from traceview.analysis import breakdown
 import reports.json_report as jr
@@ -77,9 +77,9 @@ store.Store.put_document = span("kept document", store.Store.put_document)
 store.Store.put_kept = span("kept report", store.Store.put_kept)
 cli_common.IN_CLI = True
 rc = run_cli(sys.argv[1:])
-SPANS.append(("total", 0.0, time.perf_counter() - T0, time.process_time() - C0))
-for name, at, wall, cpu in SPANS:
-    print(f"SPAN {at:.3f} {wall:.3f} {cpu:.3f} {name}", file=sys.stderr)
+SPANS.append(("total", 0.0, time.perf_counter() - T0, time.process_time() - C0, 0.0))
+for name, at, wall, cpu, cpu_at in sorted(SPANS, key=lambda s: s[1]):
+    print(f"SPAN {at:.3f} {wall:.3f} {cpu:.3f} {cpu_at:.3f} {name}", file=sys.stderr)
 print(f"BENCH {rc}", file=sys.stderr)
 """
 
@@ -102,17 +102,17 @@ def split(path: Path, work: Path, jobs: int) -> dict:
     spans = []
     for ln in p.stderr.splitlines():
         if ln.startswith("SPAN "):
-            _, at, w, c, name = ln.split(" ", 4)
-            spans.append((name, float(at), float(w), float(c)))
+            _, at, w, c, c_at, name = ln.split(" ", 5)
+            spans.append((name, float(at), float(w), float(c), float(c_at)))
     tasks: dict[str, list[tuple[int, float]]] = {}
     for ln in p.stderr.splitlines():
         if ln.startswith("TRACEVIEW_TASK "):
             f = ln.split()
             tasks.setdefault(f[1], []).append((int(f[3]), float(f[5])))
-    for name, at, w, c in spans:
-        print(f"    parent {name:28s} at {at:7.2f} s  wall {w:7.2f} s  CPU {c:7.2f} s")
-    total = next(c for n, _, _, c in spans if n == "total")
-    waited = sum(c for n, _, _, c in spans if n.startswith("round ") or n == "parse (read_all)")
+    for name, at, w, c, c_at in spans:
+        print(f"    parent {name:28s} at {at:7.2f} s (CPU {c_at:5.2f} s)  wall {w:7.2f} s  CPU {c:7.2f} s")
+    total = next(c for n, _, _, c, _ in spans if n == "total")
+    waited = sum(c for n, _, _, c, _ in spans if n.startswith("round ") or n == "parse (read_all)")
     serial = total - waited
     print(f"    parent CPU {total:.2f} s, of which outside the worker rounds (serial) {serial:.2f} s")
     bound = serial

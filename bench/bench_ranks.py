@@ -61,7 +61,7 @@ from traceview.cli import run_cli
 SPANS.append(("imports (cli)", 0.0, time.perf_counter() - T0, time.process_time() - C0, 0.0))
 from traceview import executors, mapped, plain_data, store
 from traceview.analysis import breakdown
-import reports.json_report as jr
+import traceview.reports.json_report as jr
 import traceview.document.assemble as asm
 map_tasks = executors.map_tasks
 executors.map_tasks = lambda fn, args: span("round " + fn.__name__, map_tasks)(fn, args)

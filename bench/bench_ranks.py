@@ -102,29 +102,34 @@ def split(path: Path, work: Path, jobs: int) -> dict:
     spans = []
     for ln in p.stderr.splitlines():
         if ln.startswith("SPAN "):
-            _, at, w, c, c_at, name = ln.split(" ", 5)
-            spans.append((name, float(at), float(w), float(c), float(c_at)))
+            _, f_at, f_wall, f_cpu, f_cpu_at, name = ln.split(" ", 5)
+            spans.append((name, float(f_at), float(f_wall), float(f_cpu), float(f_cpu_at)))
     tasks: dict[str, list[tuple[int, float]]] = {}
     for ln in p.stderr.splitlines():
         if ln.startswith("TRACEVIEW_TASK "):
             f = ln.split()
             tasks.setdefault(f[1], []).append((int(f[3]), float(f[5])))
-    for name, at, w, c, c_at in spans:
-        print(f"    parent {name:28s} at {at:7.2f} s (CPU {c_at:5.2f} s)  wall {w:7.2f} s  CPU {c:7.2f} s")
-    total = next(c for n, _, _, c, _ in spans if n == "total")
-    waited = sum(c for n, _, _, c, _ in spans if n.startswith("round ") or n == "parse (read_all)")
+    for name, at, span_wall, span_cpu, cpu_at in spans:
+        print(f"    parent {name:28s} at {at:7.2f} s (CPU {cpu_at:5.2f} s)  "
+              f"wall {span_wall:7.2f} s  CPU {span_cpu:7.2f} s")
+    total = next(x for n, _, _, x, _ in spans if n == "total")
+    waited = sum(x for n, _, _, x, _ in spans if n.startswith("round ") or n == "parse (read_all)")
     serial = total - waited
     print(f"    parent CPU {total:.2f} s, of which outside the worker rounds (serial) {serial:.2f} s")
     bound = serial
     for kind, ts in tasks.items():
-        per = {}
-        for pid, c in ts:
-            per[pid] = per.get(pid, 0.0) + c
+        per: dict[int, float] = {}
+        for pid, task_cpu in ts:
+            per[pid] = per.get(pid, 0.0) + task_cpu
         print(f"    workers {kind:12s} {len(ts):3d} tasks, CPU {sum(c for _, c in ts):6.2f} s "
               f"(per worker {', '.join(f'{v:.2f}' for v in per.values())}; largest task {max(c for _, c in ts):.2f} s)")
-        bound += max(per.values()) if kind == "parse_task" else max(c for _, c in ts)
+        # the parse is one task per file, taken by whichever worker is free: its share; the later
+        # rounds are one task per batch: the largest
+        bound += max(sum(c for _, c in ts) / jobs, max(c for _, c in ts)) if kind == "parse_task" \
+            else max(c for _, c in ts)
     if tasks:
-        print(f"    bound on {jobs} idle cores: parent serial + busiest worker per round = {bound:.2f} s")
+        print(f"    bound on {jobs} idle cores: parent serial + the parse's CPU / {jobs} + the largest task "
+              f"of each later round = {bound:.2f} s")
     else:
         bound = total
     return {"cpu": cpu, "parent": total, "serial": serial, "bound": bound}

@@ -46,6 +46,99 @@ print(f"BENCH {rc} {wall:.3f} {me} {kids}", file=sys.stderr)
 """
 
 
+# --split: the same command with its stages timed in the analyzing process (wall and CPU seconds
+# of this process) and every worker task's CPU (executors.timed); nothing of the tool is changed.
+_SPLIT_RUNNER = """
+import time, sys
+T0, C0 = time.perf_counter(), time.process_time()
+SPANS = []
+def span(name, fn):
+    def wrapped(*a, **k):
+        w, c = time.perf_counter(), time.process_time()
+        try:
+            return fn(*a, **k)
+        finally:
+            SPANS.append((name, w - T0, time.perf_counter() - w, time.process_time() - c, c - C0))
+    return wrapped
+from traceview import cli_common
+from traceview.cli import run_cli
+SPANS.append(("imports (cli)", 0.0, time.perf_counter() - T0, time.process_time() - C0, 0.0))
+from traceview import executors, mapped, plain_data, store
+from traceview.analysis import breakdown
+import traceview.reports.json_report as jr
+import traceview.document.assemble as asm
+map_tasks = executors.map_tasks
+executors.map_tasks = lambda fn, args: span("round " + fn.__name__, map_tasks)(fn, args)
+executors.read_all = span("parse (read_all)", executors.read_all)
+mapped.load_job = span("load_job (parse + place)", mapped.load_job)
+import traceview.load as ld
+ld.load = span("load (in process)", ld.load)
+asm.assemble = span("assemble (document)", asm.assemble)
+breakdown.prepare = span("breakdown.prepare", breakdown.prepare)
+jr.render_bytes = span("JSON render", jr.render_bytes)
+plain_data.scan = span("plain_data.scan", plain_data.scan)
+store.Store.put_document = span("kept document", store.Store.put_document)
+store.Store.put_kept = span("kept report", store.Store.put_kept)
+cli_common.IN_CLI = True
+rc = run_cli(sys.argv[1:])
+SPANS.append(("total", 0.0, time.perf_counter() - T0, time.process_time() - C0, 0.0))
+for name, at, wall, cpu, cpu_at in sorted(SPANS, key=lambda s: s[1]):
+    print(f"SPAN {at:.3f} {wall:.3f} {cpu:.3f} {cpu_at:.3f} {name}", file=sys.stderr)
+print(f"BENCH {rc}", file=sys.stderr)
+"""
+
+
+def split(path: Path, work: Path, jobs: int) -> dict:
+    """One first run (empty store) of `path` with --jobs `jobs`, its stages timed (see _SPLIT_RUNNER);
+    prints them and returns the CPU totals: the parent's outside the rounds it waits on, the
+    workers' per kind of task, and the bound of the run's time on `jobs` idle cores."""
+    import os
+    store = work / f"store-split-{jobs}"
+    shutil.rmtree(store, ignore_errors=True)
+    cmd = [sys.executable, "-c", _SPLIT_RUNNER, "analyze", str(path), "-f", "json", "-o",
+           str(work / f"split-{jobs}.json"), "--jobs", str(jobs), "--store", str(store)]
+    t, c = time.perf_counter(), _children_cpu()
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRACEVIEW_BENCH_STATS": "1"})
+    wall, cpu = time.perf_counter() - t, _children_cpu() - c
+    if p.returncode != 0 or "BENCH 0" not in p.stderr:
+        raise SystemExit(f"bench_ranks: analyze failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
+    print(f"--jobs {jobs}: wall {wall:.2f} s, CPU of the command and its reaped children {cpu:.2f} s")
+    spans = []
+    for ln in p.stderr.splitlines():
+        if ln.startswith("SPAN "):
+            _, f_at, f_wall, f_cpu, f_cpu_at, name = ln.split(" ", 5)
+            spans.append((name, float(f_at), float(f_wall), float(f_cpu), float(f_cpu_at)))
+    tasks: dict[str, list[tuple[int, float]]] = {}
+    for ln in p.stderr.splitlines():
+        if ln.startswith("TRACEVIEW_TASK "):
+            f = ln.split()
+            tasks.setdefault(f[1], []).append((int(f[3]), float(f[5])))
+    for name, at, span_wall, span_cpu, cpu_at in spans:
+        print(f"    parent {name:28s} at {at:7.2f} s (CPU {cpu_at:5.2f} s)  "
+              f"wall {span_wall:7.2f} s  CPU {span_cpu:7.2f} s")
+    total = next(x for n, _, _, x, _ in spans if n == "total")
+    waited = sum(x for n, _, _, x, _ in spans if n.startswith("round ") or n == "parse (read_all)")
+    serial = total - waited
+    print(f"    parent CPU {total:.2f} s, of which outside the worker rounds (serial) {serial:.2f} s")
+    bound = serial
+    for kind, ts in tasks.items():
+        per: dict[int, float] = {}
+        for pid, task_cpu in ts:
+            per[pid] = per.get(pid, 0.0) + task_cpu
+        print(f"    workers {kind:12s} {len(ts):3d} tasks, CPU {sum(c for _, c in ts):6.2f} s "
+              f"(per worker {', '.join(f'{v:.2f}' for v in per.values())}; largest task {max(c for _, c in ts):.2f} s)")
+        # the parse is one task per file, taken by whichever worker is free: its share; the later
+        # rounds are one task per batch: the largest
+        bound += max(sum(c for _, c in ts) / jobs, max(c for _, c in ts)) if kind == "parse_task" \
+            else max(c for _, c in ts)
+    if tasks:
+        print(f"    bound on {jobs} idle cores: parent serial + the parse's CPU / {jobs} + the largest task "
+              f"of each later round = {bound:.2f} s")
+    else:
+        bound = total
+    return {"cpu": cpu, "parent": total, "serial": serial, "bound": bound}
+
+
 def _children_cpu() -> float:
     import resource
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -146,6 +239,8 @@ def main() -> None:
     ap.add_argument("--dlrm-dir", type=Path, default=DLRM, help="where the DLRM job is (default: the corpus)")
     ap.add_argument("--runs", nargs="*", default=list(RUNS), choices=RUNS, help="which runs of each job")
     ap.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
+    ap.add_argument("--split", action="store_true",
+                    help="only a first run of each MoE job with --jobs 1 and 2, its stages timed (CPU per process)")
     a = ap.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="bench-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -163,6 +258,12 @@ def main() -> None:
             size = sum(p.stat().st_size for p in paths)
             print(f"MoE job of {n} ranks: generated in {time.perf_counter() - t:.1f} s, "
                   f"{size / 1e6:.0f} MB ({size / n / 1e6:.2f} MB per rank)", flush=True)
+            if a.split:
+                one, two = split(d, work, 1), split(d, work, 2)
+                same = (work / "split-1.json").read_bytes() == (work / "split-2.json").read_bytes()
+                print(f"  {n} ranks: reports byte-identical: {same}; --jobs 1 CPU {one['cpu']:.2f} s / "
+                      f"--jobs 2 bound {two['bound']:.2f} s = {one['cpu'] / two['bound']:.2f}x at most on 2 idle cores")
+                continue
             all_runs[n] = run_job(f"{n} ranks", d, n, work, moe_job.expected(job), a.runs)
             ratios(f"{n} ranks", all_runs[n])
         ns = [n for n in a.ranks if n in all_runs]

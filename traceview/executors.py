@@ -114,6 +114,29 @@ def _connect(address: str | None, scheduler_file: str | None):
 
 # -- the per-rank task ---------------------------------------------------------------------------
 
+def timed(fn, *args):
+    """fn(*args), printing to stderr (under TRACEVIEW_BENCH_STATS, for bench/bench_ranks.py --split)
+    the CPU and wall seconds it took in the process that ran it."""
+    import sys
+    w, c = time.perf_counter(), time.process_time()
+    where = os.environ.get("TRACEVIEW_BENCH_PROFILE")      # a folder: each task's cProfile there
+    if where:
+        import cProfile
+        prof = cProfile.Profile()
+        out = prof.runcall(fn, *args)
+        prof.dump_stats(os.path.join(where, f"{fn.__name__}-{os.getpid()}-{time.time_ns()}.prof"))
+    else:
+        out = fn(*args)
+    print(f"TRACEVIEW_TASK {fn.__name__} pid {os.getpid()} cpu {time.process_time() - c:.3f} "
+          f"wall {time.perf_counter() - w:.3f} start {w:.3f}", file=sys.stderr, flush=True)
+    return out
+
+
+def _task(fn, args: tuple) -> tuple:
+    """What to submit for fn(*args): the call, timed where the bench asks for it."""
+    return (timed, fn, *args) if os.environ.get("TRACEVIEW_BENCH_STATS") else (fn, *args)
+
+
 def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
                fault: str | None = None, light: bool = False):
     """Parse one trace (in whichever process runs it). Returns (kind, value, peak RSS KiB of the
@@ -262,11 +285,47 @@ def _size(f: Path) -> int:
         return 0
 
 
-def _pool(n: int) -> ProcessPoolExecutor:
+# What the pool's workers run (parse, place, per-rank steps, stalls), imported once in the
+# forkserver that forks them, not in every worker.
+WORKER_MODULES = ["traceview.load", "traceview.parsers.kineto", "traceview.store", "traceview.mapped",
+                  "duckdb", "traceview.engine.session", "traceview.engine.pipeline", "traceview.analysis.breakdown",
+                  "traceview.analysis.layers", "traceview.analysis.stalls", "traceview.analysis.critical_path",
+                  "traceview.flops.steps"]
+
+
+def _context():
     import multiprocessing as mp
     ctx = mp.get_context("forkserver")
-    ctx.set_forkserver_preload(["traceview.load", "traceview.parsers.kineto", "traceview.store", "traceview.mapped"])
-    return ProcessPoolExecutor(max_workers=n, mp_context=ctx)
+    ctx.set_forkserver_preload(WORKER_MODULES)
+    return ctx
+
+
+def warm() -> None:
+    """Start the forkserver of the run's pool now, without waiting for it: its imports
+    (WORKER_MODULES) then run beside this process's own start-up instead of after it. Only for a
+    run with a local pool (--jobs N > 1)."""
+    state = current()
+    if state is None or state.client is not None or state.settings.jobs <= 1:
+        return
+    from multiprocessing import forkserver
+    _context()
+    forkserver.ensure_running()
+
+
+def _pool(n: int) -> ProcessPoolExecutor:
+    return ProcessPoolExecutor(max_workers=n, mp_context=_context(), initializer=worker_init)
+
+
+def worker_init() -> None:
+    """Each pool worker, before its first task: where python-dateutil is not installed, mark it
+    absent in sys.modules. pyarrow looks for it on every conversion of a Python scalar (a compute
+    call given an int), and a module that is not installed is searched for along the whole
+    sys.path each time: 29 searches a rank, some 15 % of a Kineto parse. The import fails the same
+    way (ModuleNotFoundError), at once."""
+    import importlib.util
+    import sys
+    if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
+        sys.modules["dateutil"] = None   # type: ignore[assignment]
 
 
 def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> None:
@@ -279,7 +338,7 @@ def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> Non
     # the run's pool: the later rounds of a mapped job (map_tasks) reuse its processes
     pool = state.pool if state.pool is not None else _pool(max(n, state.settings.jobs))
     state.pool = pool
-    futs: dict[Future, tuple] = {pool.submit(parse_task, *a): (i, a) for i, a in zip(idx, args, strict=False)}
+    futs: dict[Future, tuple] = {pool.submit(*_task(parse_task, a)): (i, a) for i, a in zip(idx, args, strict=False)}
     try:
         for fut in as_completed(futs):
             i, a = futs[fut]
@@ -332,6 +391,18 @@ def _map_dask(client, idx: list[int], args: list[tuple], take, bad: dict) -> Non
         raise
 
 
+def mappable(files: list) -> bool:
+    """Whether a job of `files` runs mapped (mapped.py) under the configured run: two files or more,
+    and a local pool (--jobs N > 1) or Dask with a store (its workers see the store, not a local
+    temporary folder)."""
+    state = current()
+    if state is None or len(files) < 2:
+        return False
+    if state.client is not None:
+        return state.settings.store is not None
+    return state.settings.jobs > 1
+
+
 # -- rounds of per-rank tasks (mapped.py) --------------------------------------------------------
 
 def parallel(state: RunState) -> int:
@@ -357,7 +428,7 @@ def map_tasks(fn, args: list[tuple]) -> list:
         if state.pool is None:
             state.pool = _pool(state.settings.jobs)
         try:
-            futs = [state.pool.submit(fn, *a) for a in args]
+            futs = [state.pool.submit(*_task(fn, a)) for a in args]
             return [f.result() for f in futs]
         except BrokenProcessPool:
             state.pool.shutdown(wait=True, cancel_futures=True)

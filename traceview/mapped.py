@@ -119,12 +119,7 @@ def _id_range(by_id: dict, lo: int, hi: int | None) -> dict:
 
 def eligible(files: list[Path]) -> bool:
     from . import executors
-    state = executors.current()
-    if state is None or len(files) < 2:
-        return False
-    if state.client is not None:
-        return state.settings.store is not None       # Dask workers see the store, not a local temp folder
-    return state.settings.jobs > 1
+    return executors.mappable(files)
 
 
 def load_job(files: list[Path], nsys_bin: str | None) -> Profile | None:
@@ -305,11 +300,18 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
 
 def _share_strings(obj, memo: dict):
     """`obj` with equal strings made one object, so that its pickle (and the rows unpickled in the
-    parent) holds each name once."""
-    if isinstance(obj, str):
+    parent) holds each name once. Plain lists and dicts are walked (rows: dicts of scalars, walked
+    without a call per value); anything else is kept as it is."""
+    t = type(obj)
+    if t is str:
         return memo.setdefault(obj, obj)
-    if isinstance(obj, dict):
-        return {k: _share_strings(v, memo) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_share_strings(v, memo) for v in obj]
+    if t is dict:
+        return {k: memo.setdefault(v, v) if type(v) is str else v if type(v) in _LEAVES else _share_strings(v, memo)
+                for k, v in obj.items()}
+    if t is list:
+        return [memo.setdefault(v, v) if type(v) is str else v if type(v) in _LEAVES else _share_strings(v, memo)
+                for v in obj]
     return obj
+
+
+_LEAVES = frozenset({int, float, bool, type(None), bytes})

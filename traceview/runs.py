@@ -3,39 +3,70 @@ API open inputs (traces, the --config rules, the --budget file). Everything belo
 works on loaded profiles, sessions and documents, never on paths."""
 from __future__ import annotations
 
-from . import mapped
-from .budget import load as load_budget
-from .config import load_rules
-from .diff.decompose import Side, build_side
-from .diff.document import diff_sides
-from .document.assemble import assemble
+from typing import TYPE_CHECKING
+
 from .document.options import AnalyzeOptions, DiffOptions, check_options
-from .document.types import DiffDocument, ReportDocument
-from .engine.session import Session
-from .load import expand, load
-from .profile import Profile
+
+if TYPE_CHECKING:        # the analysis is imported when a run starts (a mapped job: while its workers parse)
+    from .diff.decompose import Side
+    from .document.types import DiffDocument, ReportDocument
+    from .engine.session import Session
+    from .profile import Profile
 
 __all__ = ["AnalyzeOptions", "DiffOptions", "run_job", "run_analyze", "load_side", "run_diff"]
 
 
+# What a mapped job's analysis imports in this process: imported before its parse, while the
+# workers' forkserver imports theirs (executors.warm), so that neither waits for the other's.
+ANALYSIS_MODULES = ("traceview.load", "traceview.mapped", "traceview.store", "traceview.progress",
+                    "traceview.document.assemble", "traceview.analysis.stalls",
+                    "traceview.analysis.critical_path", "traceview.plain_data")
+
+
 def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Session]:
     """The document and the DuckDB session it was computed in (its tables stay queryable)."""
+    from .errors import TraceError
+    from .trace_files import expand
+    try:
+        files, bad = expand([*paths]), None
+    except TraceError as e:          # said after the options are checked, as before any work
+        files, bad = [], e
+    mapped_job = bad is None and _mappable(files)
+    if mapped_job:
+        from .executors import warm
+        warm()
+    from .engine.session import Session
     session = Session()   # its connection checks the patterns before the work
     check_options(opts, session.con)
+    from .budget import load as load_budget
+    from .config import load_rules
     rules = load_rules(opts.config, session.con)
     budget = load_budget(opts.budget) if opts.budget is not None else None   # a bad file fails before the work
-    profile = _load(paths, opts.nsys)
+    if bad is not None:
+        raise bad
+    if mapped_job:
+        import importlib
+        for m in ANALYSIS_MODULES:
+            importlib.import_module(m)
+    profile = _load(paths, files, opts.nsys, mapped_job)
+    from .document.assemble import assemble
     session.attach(profile)
     return assemble(profile, opts, session, rules, budget), session
 
 
-def _load(paths: list[str], nsys_bin: str | None) -> Profile:
+def _mappable(files) -> bool:
+    from .executors import mappable
+    return mappable(files)
+
+
+def _load(paths: list[str], files, nsys_bin: str | None, mapped_job: bool) -> Profile:
     """The job: its per-rank work on the workers when the run has several (mapped.py), else loaded here."""
-    files = expand([*paths])
-    if mapped.eligible(files):
+    if mapped_job:
+        from . import mapped
         prof = mapped.load_job(files, nsys_bin)
         if prof is not None:
             return prof
+    from .load import load
     return load([*paths], nsys_bin=nsys_bin)
 
 
@@ -46,10 +77,12 @@ def run_analyze(paths: list[str], opts: AnalyzeOptions) -> ReportDocument:
 def load_side(label: str, paths: list[str], opts: DiffOptions) -> Side:
     """One side of a diff: load and analyze one run (any input `analyze` accepts), keeping the
     session for the per-family decomposition."""
+    from .diff.decompose import build_side
     doc, session = run_job(paths, opts)
     return build_side(label, paths, doc, session)
 
 
 def run_diff(base_paths: list[str], new_paths: list[str], opts: DiffOptions | None = None) -> DiffDocument:
+    from .diff.document import diff_sides
     opts = opts or DiffOptions()
     return diff_sides(load_side("base", base_paths, opts), load_side("new", new_paths, opts), opts)

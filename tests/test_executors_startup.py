@@ -1,0 +1,95 @@
+"""A mapped job's start-up: the workers' forkserver imports what the workers run once (they import
+nothing per task), the options are still checked before any input is read, the bench's task
+timing is printed only when asked, and the stalls parts' strings are shared without changing them."""
+import importlib
+import os
+import sys
+from concurrent.futures import ProcessPoolExecutor
+
+import pytest
+
+from traceview import executors, mapped, runs
+from traceview.errors import UsageError
+from traceview.runs import AnalyzeOptions
+
+
+def _loaded(names):
+    return sorted(n for n in names if n in sys.modules)
+
+
+@pytest.mark.parametrize("names", [executors.WORKER_MODULES, runs.ANALYSIS_MODULES])
+def test_every_preloaded_module_exists(names):
+    # the forkserver skips a preload module that does not import: a misspelt one would be silently
+    # imported again in every worker
+    for name in names:
+        assert importlib.import_module(name).__name__ == name
+
+
+def test_pool_workers_start_with_what_the_tasks_import():
+    with ProcessPoolExecutor(max_workers=1, mp_context=executors._context()) as pool:
+        have = pool.submit(_loaded, ["duckdb", "traceview.engine.session", "traceview.analysis.stalls",
+                                     "traceview.flops.steps", "traceview.analysis.breakdown"]).result()
+    assert have == sorted(["duckdb", "traceview.engine.session", "traceview.analysis.stalls",
+                           "traceview.flops.steps", "traceview.analysis.breakdown"])
+
+
+def test_warm_starts_nothing_without_a_pool(monkeypatch):
+    started = []
+    from multiprocessing import forkserver
+    monkeypatch.setattr(forkserver, "ensure_running", lambda: started.append(1))
+    executors.warm()                                     # no run configured
+    with executors.configured(executors.RunSettings(jobs=1)):
+        executors.warm()
+    assert started == []
+    with executors.configured(executors.RunSettings(jobs=2)):
+        executors.warm()
+    assert started == [1]
+
+
+def test_options_are_checked_before_a_missing_input_is_said(tmp_path):
+    missing = str(tmp_path / "no-such-trace.json")
+    with executors.configured(executors.RunSettings(jobs=2)):
+        with pytest.raises(UsageError):
+            runs.run_job([missing, missing], AnalyzeOptions(step_regex="(unclosed"))
+
+
+def test_timed_prints_only_under_the_bench(monkeypatch, capsys):
+    monkeypatch.delenv("TRACEVIEW_BENCH_STATS", raising=False)
+    assert executors._task(len, ("abc",)) == (len, "abc")
+    monkeypatch.setenv("TRACEVIEW_BENCH_STATS", "1")
+    fn, *args = executors._task(len, ("abc",))
+    assert fn(*args) == 3
+    line = capsys.readouterr().err.strip()
+    assert line.startswith(f"TRACEVIEW_TASK len pid {os.getpid()} cpu ")
+
+
+def test_shared_strings_are_one_object_and_the_same_values():
+    a, b = "".join(["ker", "nel"]), "".join(["kern", "el"])
+    assert a is not b
+    part = {"rows": [{"name": a, "ns": 1, "f": 0.5, "none": None, "t": ("x", 2)},
+                     {"name": b, "ns": 2, "ev": [{"name": "".join(["ker", "nel"])}]}],
+            "names": ["".join(["ker", "nel"]), 3]}
+    got = mapped._share_strings(part, {})
+    assert got == part
+    rows = got["rows"]
+    assert rows[0]["name"] is rows[1]["name"] is rows[1]["ev"][0]["name"] is got["names"][0]
+    assert rows[0]["t"] is part["rows"][0]["t"]          # a tuple is kept as it is
+
+
+def _dateutil_state():
+    import importlib.util
+    installed = sys.modules.get("dateutil") is not None or (
+        "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is not None)
+    return "dateutil" in sys.modules and sys.modules["dateutil"] is None, installed
+
+
+def test_pool_workers_look_for_a_missing_dateutil_once():
+    with ProcessPoolExecutor(max_workers=1, mp_context=executors._context(),
+                             initializer=executors.worker_init) as pool:
+        marked, installed = pool.submit(_dateutil_state).result()
+    assert marked != installed          # marked absent exactly when it is not installed
+    if not installed:
+        with ProcessPoolExecutor(max_workers=1, mp_context=executors._context(),
+                                 initializer=executors.worker_init) as pool:
+            with pytest.raises(ModuleNotFoundError):
+                pool.submit(importlib.import_module, "dateutil").result()

@@ -50,6 +50,13 @@ _PID = "((({c}) >> 24) & 16777215)"
 _K = 1 << 56  # the nesting sweep's sort key: kind * _K + id
 
 
+def _coded(col: pa.ChunkedArray) -> pa.Array:
+    """A string column as one dictionary array (schema.CODED: int32 codes, each value once)."""
+    enc = pc.dictionary_encode(col)
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+    return enc.cast(schema.CODED)
+
+
 def sniff(path) -> bool:
     return nsys_export.is_sqlite(Path(path))
 
@@ -165,8 +172,9 @@ class _Reader:
         n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
         if n_bad:
             self.warn(f"{n_bad} NVTX ranges with a missing, non-integer or out-of-range start dropped")
-        self.nv = nv
-        self.reg("nv", nv.append_column("pos", pa.array(range(nv.num_rows), pa.int64())))
+        self.nv = nv.append_column("pos", pa.array(range(nv.num_rows), pa.int64()))
+        del nv
+        self.reg("nv", self.nv)
         self.reg("sy", self.timed("sync records", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
             **_GPU, "sync_type": "syncType", "event_id": "eventId", "event_sync_id": "eventSyncId"}, need=_NEED_GPU)))
         self.reg("ce", s.table("CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"correlation": "correlationId", "gpid": "globalPid",
@@ -348,6 +356,7 @@ class _Reader:
         pid, rngs = _PID.format(c="n.gtid"), f"n.event_type IN ({pp}, {se}) AND n.start_ns IS NOT NULL"
         x(f"""CREATE TEMP TABLE dom AS SELECT n.domain_id, any_value(n.name) AS name FROM nv n
               WHERE n.event_type = {dc} AND n.domain_id IS NOT NULL GROUP BY ALL""")
+        self.names = self.parse_names()
         n_open, n_other, end = self.one(f"""
             SELECT count(*) FILTER (n.end_ns IS NULL), count(*) FILTER ({pid} NOT IN (SELECT pid FROM ranks)),
                    greatest(max(n.end_ns), max(n.start_ns), {int(last_gpu or 0)},
@@ -363,7 +372,7 @@ class _Reader:
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
             WHERE {rngs}""")
         self.drop("nv")
-        self.nv = self.nv.select(["name"])  # what the ranges need of it; the rest goes
+        self.nv = None
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
         # running sum is the open-range count. Ends at t come before starts at t (end exclusive), the
         # end of a zero-length range after its start, and a call after everything at its time.
@@ -387,8 +396,8 @@ class _Reader:
         crossing = self.one("SELECT count(*) FROM nest WHERE crosses")[0]
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
-        # Integer columns in id order first; the names are then gathered (Arrow take, no sort of
-        # strings) and parsed in that order.
+        # Integer columns in id order first; the names (parsed and coded in file order) are then
+        # gathered by position (a take of dictionary codes, no sort of strings).
         rows = self.q(f"""
             SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns,
                    r0.end_ns, CASE WHEN r0.domain_id IS NULL OR r0.domain_id = 0 THEN NULL
@@ -397,15 +406,22 @@ class _Reader:
             FROM r0 LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = r0.domain_id
             ORDER BY id""")
         self.drop("r0", "nest")
-        raw = pc.take(self.nv.column("name"), rows.column("pos"))
-        self.nv = None
+        pos = rows.column("pos")
+        names = self.names
+        self.names = None
         rows = rows.drop_columns(["pos"])
-        self.reg("nm", pa.table({"raw": raw}))
-        del raw
-        # emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'
+        for f, col in names.items():
+            rows = rows.append_column(f, pc.take(col, pos))
+        del names, pos
+        return rows
+
+    def parse_names(self) -> dict[str, pa.ChunkedArray]:
+        """kind, name, seq, input_dims of every NVTX_EVENTS row read, in file order (positions `pos`);
+        the strings dictionary-coded, so that the text goes now and ranges gather only codes.
+        emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'."""
         parsed = self.q("""
-            WITH p AS (SELECT raw, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
-                              strpos(raw, ', sizes = ') AS pz, strpos(raw, ', input_op_ids = ') AS pi FROM nm)
+            WITH p AS (SELECT name AS raw, strpos(name, ', seq = ') AS ps, strpos(name, ', op_id = ') AS po,
+                              strpos(name, ', sizes = ') AS pz, strpos(name, ', input_op_ids = ') AS pi FROM nv)
             SELECT CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
                    CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1)
                         ELSE raw END AS name,
@@ -414,12 +430,17 @@ class _Reader:
                         THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END)
                    END AS input_dims
             FROM p""")
-        self.drop("nm")
-        if parsed.num_rows != rows.num_rows:
-            raise ValueError("NVTX names and ranges out of step")
+        if parsed.num_rows != self.nv.num_rows:
+            raise ValueError("NVTX names and rows out of step")
+        self.drop("nv")  # the text goes: the sweep needs the integer columns only
+        self.nv = self.nv.drop_columns(["name"])
+        self.reg("nv", self.nv)
+        out = {}
         for f in parsed.column_names:
-            rows = rows.append_column(f, parsed.column(f))
-        return rows
+            col = parsed.column(f)
+            out[f] = col.combine_chunks() if f == "seq" else _coded(col)
+            parsed = parsed.drop_columns([f])  # each string column goes once coded
+        return out
 
     def launches(self) -> pa.Table:
         x = self.db.execute

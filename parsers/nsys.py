@@ -319,7 +319,7 @@ class _Reader:
             SELECT (row_number() OVER (ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215, rt.correlation)
                     - 1)::BIGINT AS id, r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}""")
         x("""CREATE TEMP TABLE lname AS
-            SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
+            SELECT (row_number() OVER () - 1)::BIGINT AS li, ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
                                                '_v[0-9]{4,}$', '') AS name
             FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
         last = self.one("SELECT (SELECT max(end_ns) FROM gpu0), (SELECT max(end_ns) FROM rt)")
@@ -342,7 +342,7 @@ class _Reader:
             FROM g JOIN gk n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
             ORDER BY id""")
         self.drop("gk", "gpu0", "launches", "rec")
-        gpu = gpu.append_column("name", pc.take(names.column("name"), gpu.column("gi"))).drop_columns(["gi"])
+        gpu = gpu.append_column("name", pc.take(_coded(names.column("name")), gpu.column("gi"))).drop_columns(["gi"])
         del names
         return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
                        cpu_ranges=cpu_ranges,
@@ -451,14 +451,17 @@ class _Reader:
                 SELECT c.id, CASE WHEN p.end_ns > c.t THEN p.id END AS op_id
                 FROM calls c
                 ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.run - 1 AND p.start_ns <= c.t) o USING (id)""")
-        return self.q("""
-            SELECT l.id, l.rank, l.pid, l.gtid & 16777215 AS tid, l.start_ns, l.end_ns, n.name,
+        # the name as a code into the distinct names (gathered, not a string per call)
+        out = self.q("""
+            SELECT l.id, l.rank, l.pid, l.gtid & 16777215 AS tid, l.start_ns, l.end_ns, n.li,
                    COALESCE(l.table_api, a.v, CASE WHEN n.name LIKE 'cuda%' THEN 'runtime'
                                                    WHEN n.name LIKE 'cu%' THEN 'driver' ELSE 'runtime' END) AS api,
                    l.correlation, l.op_id
             FROM launches l LEFT JOIN lname n ON n.name_id IS NOT DISTINCT FROM l.name_id
                             LEFT JOIN e_api a ON a.id = l.event_class
             ORDER BY l.id""")
+        names = _coded(self.q("SELECT name FROM lname ORDER BY li").column("name"))
+        return out.append_column("name", pc.take(names, out.column("li"))).drop_columns(["li"])
 
     def syncs(self) -> pa.Table:
         pid = _PID.format(c="sy.gpid")

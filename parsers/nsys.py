@@ -389,15 +389,23 @@ class _Reader:
         # running sum is the open-range count. Ends at t come before starts at t (end exclusive), the
         # end of a zero-length range after its start, and a call after everything at its time.
         # The sort key packs the kind above the id (ids < 2^56), so the sweep sorts two columns.
-        x(f"""CREATE TEMP TABLE sw AS
-            SELECT gtid, t, kid, (sum(CASE kid // {_K} WHEN 1 THEN 1 WHEN 3 THEN 0 ELSE -1 END)
-                                  OVER (PARTITION BY gtid ORDER BY t, kid ROWS UNBOUNDED PRECEDING))::INTEGER AS run
-            FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop
+        # DuckDB sorts (a plain ORDER BY), Arrow sums: every range adds one start and one end on its
+        # thread, so a thread's sum is 0 and the running sum over all threads in (gtid, t, kid)
+        # order is each thread's own (no window operator, which costs about twice the sort).
+        ev = self.q(f"""
+            SELECT gtid, t, kid FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop
                   UNION ALL SELECT gtid, end_ns, id + CASE WHEN end_ns > start_ns THEN 0 ELSE {2 * _K} END FROM r0
                             WHERE pushpop
                   UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
                             WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
-            QUALIFY kid // {_K} IN (1, 3)""")
+            ORDER BY gtid, t, kid""")
+        kind = pc.divide(ev.column("kid"), _K)
+        step = pc.if_else(pc.equal(kind, 1), 1, pc.if_else(pc.equal(kind, 3), 0, -1)).cast(pa.int32())
+        run = pc.cumulative_sum(step)
+        keep = pc.or_(pc.equal(kind, 1), pc.equal(kind, 3))
+        del kind, step
+        self.reg("sw", ev.append_column("run", run).filter(keep))
+        del ev, run, keep
         x(f"""CREATE TEMP TABLE pp AS SELECT r0.id, r0.gtid, r0.start_ns, r0.end_ns, sw.run - 1 AS depth
               FROM sw JOIN r0 ON r0.id = sw.kid - {_K} WHERE sw.kid // {_K} = 1""")
         x(f"CREATE TEMP TABLE calls AS SELECT kid - {3 * _K} AS id, gtid, t, run FROM sw WHERE kid // {_K} = 3")

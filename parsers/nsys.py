@@ -50,6 +50,13 @@ _PID = "((({c}) >> 24) & 16777215)"
 _K = 1 << 56  # the nesting sweep's sort key: kind * _K + id
 
 
+def _coded(col: pa.ChunkedArray) -> pa.Array:
+    """A string column as one dictionary array (schema.CODED: int32 codes, each value once)."""
+    enc = pc.dictionary_encode(col)
+    enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+    return enc.cast(schema.CODED)
+
+
 def sniff(path) -> bool:
     return nsys_export.is_sqlite(Path(path))
 
@@ -102,6 +109,7 @@ class _Reader:
         self.db = duckdb.connect()
         self.db.execute("SET enable_progress_bar = false")  # a long query writes nothing on stderr
         self.registered: set[str] = set()
+        self.views: set[str] = set()  # numbered(): a view over a sorted table
 
     def warn(self, msg: str) -> None:
         self.warnings.append(f"{self.path}: {msg}")
@@ -119,8 +127,20 @@ class _Reader:
             if n in self.registered:
                 self.db.unregister(n)
                 self.registered.discard(n)
+            elif n in self.views:
+                self.db.execute(f"DROP VIEW {n}")
+                self.db.execute(f"DROP TABLE {n}_rows")
+                self.views.discard(n)
             else:
                 self.db.execute(f"DROP TABLE IF EXISTS {n}")
+
+    def numbered(self, name: str, sql: str) -> None:
+        """`name`: the rows of `sql` (which ends in ORDER BY) with `id` = their position in that order.
+        A sorted table's rowids are that position (DuckDB keeps insertion order), so the ids cost one
+        sort, not a row_number() window (which sorts at about twice the cost) nor a copy."""
+        self.db.execute(f"CREATE TEMP TABLE {name}_rows AS {sql}")
+        self.db.execute(f"CREATE TEMP VIEW {name} AS SELECT rowid::BIGINT AS id, * FROM {name}_rows")
+        self.views.add(name)
 
     def one(self, sql: str):
         return self.db.execute(sql).fetchall()[0]
@@ -165,8 +185,9 @@ class _Reader:
         n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
         if n_bad:
             self.warn(f"{n_bad} NVTX ranges with a missing, non-integer or out-of-range start dropped")
-        self.nv = nv
-        self.reg("nv", nv.append_column("pos", pa.array(range(nv.num_rows), pa.int64())))
+        self.nv = nv.append_column("pos", pa.array(range(nv.num_rows), pa.int64()))
+        del nv
+        self.reg("nv", self.nv)
         self.reg("sy", self.timed("sync records", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
             **_GPU, "sync_type": "syncType", "event_id": "eventId", "event_sync_id": "eventSyncId"}, need=_NEED_GPU)))
         self.reg("ce", s.table("CUPTI_ACTIVITY_KIND_CUDA_EVENT", {"correlation": "correlationId", "gpid": "globalPid",
@@ -307,11 +328,10 @@ class _Reader:
         n_other = self.one(f"SELECT count(*) FROM rt WHERE {_PID.format(c='gtid')} NOT IN (SELECT pid FROM ranks)")[0]
         if n_other:
             self.warn(f"{n_other} CUDA API calls of processes without GPU activity dropped")
-        x(f"""CREATE TEMP TABLE l0 AS
-            SELECT (row_number() OVER (ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215, rt.correlation)
-                    - 1)::BIGINT AS id, r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}""")
+        self.numbered("l0", f"""SELECT r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}
+            ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215, rt.correlation""")
         x("""CREATE TEMP TABLE lname AS
-            SELECT ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
+            SELECT (row_number() OVER () - 1)::BIGINT AS li, ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
                                                '_v[0-9]{4,}$', '') AS name
             FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
         last = self.one("SELECT (SELECT max(end_ns) FROM gpu0), (SELECT max(end_ns) FROM rt)")
@@ -323,18 +343,18 @@ class _Reader:
         names = self.q("SELECT kind, a, b, c, name FROM gname")
         self.drop("gname")
         self.reg("gk", names.drop_columns(["name"]).append_column("gi", pa.array(range(names.num_rows), pa.int64())))
+        self.numbered("g", """SELECT r.rank, g.* FROM gpu0 g JOIN ranks r USING (pid)
+            ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind, g.a, g.b, g.c""")
+        self.drop("gpu0")
         gpu = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
-                       FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation),
-            g AS (SELECT (row_number() OVER (ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind,
-                                             g.a, g.b, g.c) - 1)::BIGINT AS id, r.rank, g.*
-                  FROM gpu0 g JOIN ranks r USING (pid))
+                       FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation)
             SELECT g.id, g.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, n.gi, g.correlation,
                    l.id AS launch_id, l.op_id, g.bytes, g.grid, g.block
             FROM g JOIN gk n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
             ORDER BY id""")
-        self.drop("gk", "gpu0", "launches", "rec")
-        gpu = gpu.append_column("name", pc.take(names.column("name"), gpu.column("gi"))).drop_columns(["gi"])
+        self.drop("gk", "g", "launches", "rec")
+        gpu = gpu.append_column("name", pc.take(_coded(names.column("name")), gpu.column("gi"))).drop_columns(["gi"])
         del names
         return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
                        cpu_ranges=cpu_ranges,
@@ -348,6 +368,7 @@ class _Reader:
         pid, rngs = _PID.format(c="n.gtid"), f"n.event_type IN ({pp}, {se}) AND n.start_ns IS NOT NULL"
         x(f"""CREATE TEMP TABLE dom AS SELECT n.domain_id, any_value(n.name) AS name FROM nv n
               WHERE n.event_type = {dc} AND n.domain_id IS NOT NULL GROUP BY ALL""")
+        self.names = self.parse_names()
         n_open, n_other, end = self.one(f"""
             SELECT count(*) FILTER (n.end_ns IS NULL), count(*) FILTER ({pid} NOT IN (SELECT pid FROM ranks)),
                    greatest(max(n.end_ns), max(n.start_ns), {int(last_gpu or 0)},
@@ -357,26 +378,34 @@ class _Reader:
             self.warn(f"{n_open} NVTX ranges were never closed; clipped to the end of the capture ({end} ns)")
         if n_other:
             self.warn(f"{n_other} NVTX ranges of processes without GPU activity dropped")
-        x(f"""CREATE TEMP TABLE r0 AS
-            SELECT (row_number() OVER (ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.rn) - 1)::BIGINT AS id,
-                   n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
+        self.numbered("r0", f"""
+            SELECT n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
-            WHERE {rngs}""")
+            WHERE {rngs}
+            ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.rn""")
         self.drop("nv")
-        self.nv = self.nv.select(["name"])  # what the ranges need of it; the rest goes
+        self.nv = None
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
         # running sum is the open-range count. Ends at t come before starts at t (end exclusive), the
         # end of a zero-length range after its start, and a call after everything at its time.
         # The sort key packs the kind above the id (ids < 2^56), so the sweep sorts two columns.
-        x(f"""CREATE TEMP TABLE sw AS
-            SELECT gtid, t, kid, (sum(CASE kid // {_K} WHEN 1 THEN 1 WHEN 3 THEN 0 ELSE -1 END)
-                                  OVER (PARTITION BY gtid ORDER BY t, kid ROWS UNBOUNDED PRECEDING))::INTEGER AS run
-            FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop
+        # DuckDB sorts (a plain ORDER BY), Arrow sums: every range adds one start and one end on its
+        # thread, so a thread's sum is 0 and the running sum over all threads in (gtid, t, kid)
+        # order is each thread's own (no window operator, which costs about twice the sort).
+        ev = self.q(f"""
+            SELECT gtid, t, kid FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop
                   UNION ALL SELECT gtid, end_ns, id + CASE WHEN end_ns > start_ns THEN 0 ELSE {2 * _K} END FROM r0
                             WHERE pushpop
                   UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
                             WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
-            QUALIFY kid // {_K} IN (1, 3)""")
+            ORDER BY gtid, t, kid""")
+        kind = pc.divide(ev.column("kid"), _K)
+        step = pc.if_else(pc.equal(kind, 1), 1, pc.if_else(pc.equal(kind, 3), 0, -1)).cast(pa.int32())
+        run = pc.cumulative_sum(step)
+        keep = pc.or_(pc.equal(kind, 1), pc.equal(kind, 3))
+        del kind, step
+        self.reg("sw", ev.append_column("run", run).filter(keep))
+        del ev, run, keep
         x(f"""CREATE TEMP TABLE pp AS SELECT r0.id, r0.gtid, r0.start_ns, r0.end_ns, sw.run - 1 AS depth
               FROM sw JOIN r0 ON r0.id = sw.kid - {_K} WHERE sw.kid // {_K} = 1""")
         x(f"CREATE TEMP TABLE calls AS SELECT kid - {3 * _K} AS id, gtid, t, run FROM sw WHERE kid // {_K} = 3")
@@ -387,8 +416,8 @@ class _Reader:
         crossing = self.one("SELECT count(*) FROM nest WHERE crosses")[0]
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
-        # Integer columns in id order first; the names are then gathered (Arrow take, no sort of
-        # strings) and parsed in that order.
+        # Integer columns in id order first; the names (parsed and coded in file order) are then
+        # gathered by position (a take of dictionary codes, no sort of strings).
         rows = self.q(f"""
             SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns,
                    r0.end_ns, CASE WHEN r0.domain_id IS NULL OR r0.domain_id = 0 THEN NULL
@@ -397,15 +426,22 @@ class _Reader:
             FROM r0 LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = r0.domain_id
             ORDER BY id""")
         self.drop("r0", "nest")
-        raw = pc.take(self.nv.column("name"), rows.column("pos"))
-        self.nv = None
+        pos = rows.column("pos")
+        names = self.names
+        self.names = None
         rows = rows.drop_columns(["pos"])
-        self.reg("nm", pa.table({"raw": raw}))
-        del raw
-        # emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'
+        for f, col in names.items():
+            rows = rows.append_column(f, pc.take(col, pos))
+        del names, pos
+        return rows
+
+    def parse_names(self) -> dict[str, pa.ChunkedArray]:
+        """kind, name, seq, input_dims of every NVTX_EVENTS row read, in file order (positions `pos`);
+        the strings dictionary-coded, so that the text goes now and ranges gather only codes.
+        emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'."""
         parsed = self.q("""
-            WITH p AS (SELECT raw, strpos(raw, ', seq = ') AS ps, strpos(raw, ', op_id = ') AS po,
-                              strpos(raw, ', sizes = ') AS pz, strpos(raw, ', input_op_ids = ') AS pi FROM nm)
+            WITH p AS (SELECT name AS raw, strpos(name, ', seq = ') AS ps, strpos(name, ', op_id = ') AS po,
+                              strpos(name, ', sizes = ') AS pz, strpos(name, ', input_op_ids = ') AS pi FROM nv)
             SELECT CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
                    CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1)
                         ELSE raw END AS name,
@@ -414,12 +450,17 @@ class _Reader:
                         THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END)
                    END AS input_dims
             FROM p""")
-        self.drop("nm")
-        if parsed.num_rows != rows.num_rows:
-            raise ValueError("NVTX names and ranges out of step")
+        if parsed.num_rows != self.nv.num_rows:
+            raise ValueError("NVTX names and rows out of step")
+        self.drop("nv")  # the text goes: the sweep needs the integer columns only
+        self.nv = self.nv.drop_columns(["name"])
+        self.reg("nv", self.nv)
+        out = {}
         for f in parsed.column_names:
-            rows = rows.append_column(f, parsed.column(f))
-        return rows
+            col = parsed.column(f)
+            out[f] = col.combine_chunks() if f == "seq" else _coded(col)
+            parsed = parsed.drop_columns([f])  # each string column goes once coded
+        return out
 
     def launches(self) -> pa.Table:
         x = self.db.execute
@@ -430,14 +471,17 @@ class _Reader:
                 SELECT c.id, CASE WHEN p.end_ns > c.t THEN p.id END AS op_id
                 FROM calls c
                 ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.run - 1 AND p.start_ns <= c.t) o USING (id)""")
-        return self.q("""
-            SELECT l.id, l.rank, l.pid, l.gtid & 16777215 AS tid, l.start_ns, l.end_ns, n.name,
+        # the name as a code into the distinct names (gathered, not a string per call)
+        out = self.q("""
+            SELECT l.id, l.rank, l.pid, l.gtid & 16777215 AS tid, l.start_ns, l.end_ns, n.li,
                    COALESCE(l.table_api, a.v, CASE WHEN n.name LIKE 'cuda%' THEN 'runtime'
                                                    WHEN n.name LIKE 'cu%' THEN 'driver' ELSE 'runtime' END) AS api,
                    l.correlation, l.op_id
             FROM launches l LEFT JOIN lname n ON n.name_id IS NOT DISTINCT FROM l.name_id
                             LEFT JOIN e_api a ON a.id = l.event_class
             ORDER BY l.id""")
+        names = _coded(self.q("SELECT name FROM lname ORDER BY li").column("name"))
+        return out.append_column("name", pc.take(names, out.column("li"))).drop_columns(["li"])
 
     def syncs(self) -> pa.Table:
         pid = _PID.format(c="sy.gpid")

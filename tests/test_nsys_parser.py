@@ -11,6 +11,8 @@ import tempfile
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import duckdb
+import pyarrow as pa
 import pytest
 import tools
 
@@ -492,3 +494,19 @@ def test_kernels_ending_before_they_start_become_zero_length(tmp_path):
     for cp in doc["critical_path"]:
         assert sum(cp[k] for k in ("compute_ns", "all_to_all_ns", "other_comm_ns", "launch_bound_ns",
                                    "host_sync_ns", "idle_ns")) == cp["window_ns"]
+
+
+def test_numbered_ids_are_positions_in_the_sort_order():
+    """Ids come from a sorted table's rowids: over several row groups (sorted in parallel), with many
+    ties broken by a second key, each row's id is its position in the order Python's sort gives."""
+    r = nsys._Reader.__new__(nsys._Reader)
+    r.db, r.registered, r.views = duckdb.connect(), set(), set()
+    n = 300_000
+    keys = [(i * 7919) % 1000 for i in range(n)]
+    r.reg("t", pa.table({"k": pa.array(keys, pa.int64()), "i": pa.array(range(n), pa.int64())}))
+    r.numbered("s", "SELECT k, i FROM t ORDER BY k DESC, i")
+    expect = {i: pos for pos, i in enumerate(sorted(range(n), key=lambda i: (-keys[i], i)))}
+    got = r.db.execute("SELECT id, i FROM s").fetchall()
+    assert len(got) == n and all(expect[i] == rid for rid, i in got)
+    r.drop("s", "t")
+    assert not r.db.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 's_rows'").fetchall()[0][0]

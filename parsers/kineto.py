@@ -461,11 +461,15 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
 def read(path: Path) -> Profile:
     path = Path(path)
     try:
-        return _read(path)
+        profile = _read(path)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         # values of the wrong type or out of range (e.g. "ts": "abc", or a timestamp past int64 ns)
         msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise TraceError(path, f"event fields of the wrong type or out of range ({msg})") from None
+    # the chunks' columns and the link lookups are freed: hand their pages back to the system, so
+    # that what comes next (DuckDB, another allocator) starts from the tables alone
+    pa.default_memory_pool().release_unused()
+    return profile
 
 
 def _ingest_stream(path: Path) -> tuple:

@@ -545,7 +545,7 @@ def _read(path: Path) -> Profile:
     li = _lookup(_first(lau["correlation"], pa.array(range(n_l), type=pa.int64())), gpu["correlation"])
     g_launch = pc.add(li, n_g)
     g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), _lookup(by_ext, _nonzero(gpu_ext)))
-    fwd = _fwd_links(cpu, c_tid, c_start, c_end, flows[0], flows[1])
+    fwd = _fwd_links(cpu, flows[0], flows[1])
 
     meta_info = _meta(path, trace, gpu["device"].to_pylist())
     rank = meta_info["rank"]
@@ -657,7 +657,7 @@ def _tid(t):
     return v if v is not None else 0
 
 
-def _fwd_links(cpu: dict, c_tid, c_start, c_end, flows_s: list, flows_f: list) -> list:
+def _fwd_links(cpu: dict, flows_s: list, flows_f: list) -> list:
     """fwd_id for backward ops from `fwdbwd` flows ((id, tid, ts) each): the flow starts at the
     forward op and ends inside the backward op (binding point 'e': the enclosing slice)."""
     n_c = len(cpu["id"])
@@ -669,10 +669,10 @@ def _fwd_links(cpu: dict, c_tid, c_start, c_end, flows_s: list, flows_f: list) -
     pts = [p[0] for p in pairs] + [p[1] for p in pairs]
     tids = [_tid(f[1]) for f in pts]
     ts = _ns_array([f[2] for f in pts]).to_pylist()
-    ops = pc.indices_nonzero(pc.equal(cpu["kind"], "op")).to_pylist()
+    ops = pc.indices_nonzero(pc.equal(cpu["kind"], "op")).cast(pa.int64())
     first = cpu["id"][0].as_py() if n_c else 0
-    found = innermost_container([c_tid[i] for i in ops], [c_start[i] for i in ops], [c_end[i] for i in ops],
-                                [first + i for i in ops], tids, ts, ts)
+    o_tid, o_start, o_end = (_view(cpu[k].take(ops)) for k in ("tid", "start_ns", "end_ns"))
+    found = innermost_container(o_tid, o_start, o_end, _view(pc.add(ops, first)), tids, ts, ts)
     n = len(pairs)
     for j in range(n):
         f_op, b_op = found[j], found[n + j]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from operator import attrgetter, itemgetter
+from itertools import compress, repeat
+from operator import attrgetter, is_not, itemgetter
 from pathlib import Path
 from typing import Any, Optional, Sequence
 
@@ -88,6 +89,40 @@ def _ints(vals: list):
         return pa.array([_int(v) for v in vals], type=pa.int64())
 
 
+_NONE = type(None)
+_INT_OR_NONE = {int, _NONE}
+
+
+def _only(vals: Sequence, types: set) -> bool:
+    """Whether every value's exact type is one of `types` (bool is not int here), at C speed."""
+    return set(map(type, vals)) <= types
+
+
+def _opt_ints(vals: list) -> pa.Array:
+    """Optional ints column; any value that is not an int (a string, a float, a bool) read by `_int`."""
+    if _only(vals, _INT_OR_NONE):
+        return pa.array(vals, type=pa.int64())
+    return pa.array([_int(v) for v in vals], type=pa.int64())
+
+
+def _int_or(vals: list, other: list, unreadable_too: bool = False) -> pa.Array:
+    """`_int(v)` of each value, or `_int` of the other list's value where the first is None (or,
+    with `unreadable_too`, where `_int` cannot read it either)."""
+    if _only(vals, {int}):
+        return pa.array(vals, type=pa.int64())
+    if _only(vals, _INT_OR_NONE) and _only(other, _INT_OR_NONE):
+        return pc.coalesce(pa.array(vals, type=pa.int64()), pa.array(other, type=pa.int64()))
+    pairs = zip(vals, other, strict=False)
+    if unreadable_too:
+        return pa.array([_either(v, o) for v, o in pairs], type=pa.int64())
+    return pa.array([_int(v) if v is not None else _int(o) for v, o in pairs], type=pa.int64())
+
+
+def _either(v, other):
+    got = _int(v)
+    return got if got is not None else _int(other)
+
+
 def _raws(vals: Sequence) -> list:
     return [bytes(r).decode("utf-8", "replace") if r is not None and len(r) else None for r in vals]
 
@@ -117,6 +152,18 @@ def _dims(r) -> str | None:
     if b[:1] != b"[":
         return None
     return b[1:-1].replace(b" ", b"").decode("ascii", "replace")
+
+
+def _dims_col(vals: Sequence) -> pa.Array:
+    """`_dims` of every raw value, with Arrow string kernels when the text is ASCII (it always is:
+    lists of ints); one by one otherwise."""
+    sep = b"\x1f"  # a control character: never unescaped inside JSON text
+    joined = sep.join(vals)
+    if not vals or not joined.isascii() or joined.count(sep) != len(vals) - 1:
+        return pa.array([_dims(x) for x in vals], type=pa.string())
+    arr = pa.array(joined.decode("ascii").split("\x1f"), type=pa.string())
+    inner = pc.replace_substring(pc.utf8_slice_codeunits(arr, 1, -1), " ", "")
+    return pc.if_else(pc.starts_with(arr, "["), inner, pa.scalar(None, pa.string()))
 
 
 # Timestamps are kept as int64 ns; beyond +-2^62 ns (about 146 years from the epoch) sums and
@@ -218,9 +265,12 @@ def _raw_texts(vals: Sequence) -> pa.Array:
     """Raw JSON slices -> their text (None where absent), decoded in one call when possible."""
     sep = b"\x1f"  # a control character: never unescaped inside JSON text
     joined = sep.join(vals)
+    if not vals:
+        return pa.array([], type=pa.string())
     if joined.count(sep) == len(vals) - 1:
-        texts = joined.decode("utf-8", "replace").split("\x1f") if vals else []
-        return pa.array([t if t else None for t in texts], type=pa.string())
+        arr = pa.array(joined.decode("utf-8", "replace").split("\x1f"), type=pa.string())
+        empty = pc.equal(arr, "")
+        return pc.if_else(empty, pa.scalar(None, pa.string()), arr) if pc.any(empty).as_py() else arr
     return pa.array(_raws(vals), type=pa.string())
 
 
@@ -232,7 +282,9 @@ def _tids(vals: Sequence) -> pa.Array:
 
 def _times(ts: Sequence, dur: Sequence):
     start = _ns_array(list(ts))
-    dur_ns = _ns_array([d if d is not None else 0 for d in dur], "dur")
+    dur_ns = _ns_array(list(dur), "dur")  # an absent dur is 0
+    if dur_ns.null_count:
+        dur_ns = dur_ns.fill_null(0)
     end = pc.add(start, pc.max_element_wise(dur_ns, 0))  # both within +-2^62: no overflow
     worst = pc.max(pc.abs(end)).as_py() if len(end) else None
     if worst is not None and worst > MAX_ABS_NS:
@@ -249,9 +301,13 @@ class _ArgCols:
 
     def __init__(self, rows, typ):
         self.rows = _args(_get(rows, "args"), typ)
+        self.cache: dict[str, list] = {}
 
     def __getitem__(self, field: str) -> list:
-        return _get(self.rows, field)
+        got = self.cache.get(field)
+        if got is None:
+            got = self.cache[field] = _get(self.rows, field)
+        return got
 
 
 def _args(raws: list, typ) -> list:
@@ -273,27 +329,19 @@ def _args(raws: list, typ) -> list:
 
 
 def _exts(a: _ArgCols) -> pa.Array:
-    pairs = zip(a["external_id"], a["external_id_old"], strict=False)
-    return pa.array([x if type(x) is int else _ext(x, o) for x, o in pairs],
-                    type=pa.int64())
-
-
-def _ext(x, old):
-    v = _int(x)
-    return v if v is not None else _int(old)
+    """`External id` (an int, or a string of one), else the older `external id`."""
+    return _int_or(a["external_id"], a["external_id_old"], unreadable_too=True)
 
 
 def _gpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
     corr, ext, old = a["correlation"], a["external_id"], a["external_id_old"]
-    out.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False) if c is None and x is None and o is None)
+    if None in corr:
+        out.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False)
+                           if c is None and x is None and o is None)
     d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=pa.string()), "name": _strs(e["name"]),
-         "correlation": _ints(list(corr)), "bytes": _ints(list(a["bytes"])),
-         "grid": pa.array([_dims(x) for x in a["grid"]], type=pa.string()),
-         "block": pa.array([_dims(x) for x in a["block"]], type=pa.string()),
-         "device": pa.array([_int(d) if d is not None else _int(p)
-                             for d, p in zip(a["device"], e["pid"], strict=False)], type=pa.int64()),
-         "stream": pa.array([_int(s) if s is not None else _int(t)
-                             for s, t in zip(a["stream"], e["tid"], strict=False)], type=pa.int64()),
+         "correlation": _ints(corr), "bytes": _ints(a["bytes"]),
+         "grid": _dims_col(a["grid"]), "block": _dims_col(a["block"]),
+         "device": _int_or(a["device"], e["pid"]), "stream": _int_or(a["stream"], e["tid"]),
          "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     _colls(d, a)
@@ -301,30 +349,28 @@ def _gpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
 
 
 def _launch_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
-    d = {"pid": _ints(list(e["pid"])), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
-         "api": pa.array(_kinds(e["cat"], _LAUNCH), type=pa.string()), "correlation": _ints(list(a["correlation"])),
+    d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
+         "api": pa.array(_kinds(e["cat"], _LAUNCH), type=pa.string()), "correlation": _ints(a["correlation"]),
          "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     out.add(d)
 
 
 def _sync_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
-    i64 = pa.int64()
+    waits = _opt_ints(a["wait_on_stream"])
     d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=pa.string()),
-         "device": pa.array([_int(x) for x in a["device"]], type=i64),
-         "stream": pa.array([_int(x) for x in a["stream"]], type=i64),
-         "event_id": pa.array([_int(x) for x in a["wait_event"]], type=i64),
-         "event_stream": pa.array([w if w is not None and w >= 0 else None
-                                   for w in (_int(x) for x in a["wait_on_stream"])], type=i64),
-         "correlation": pa.array([_int(x) for x in a["correlation"]], type=i64)}
+         "device": _opt_ints(a["device"]), "stream": _opt_ints(a["stream"]),
+         "event_id": _opt_ints(a["wait_event"]),
+         "event_stream": pc.if_else(pc.greater_equal(waits, 0), waits, pa.scalar(None, pa.int64())),
+         "correlation": _opt_ints(a["correlation"])}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     out.add(d)
 
 
 def _cpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
-    d = {"pid": _ints(list(e["pid"])), "tid": _tids(e["tid"]),
+    d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]),
          "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=pa.string()), "name": _strs(e["name"]),
-         "seq": _ints(list(a["seq"])),
+         "seq": _ints(a["seq"]),
          "input_dims": _raw_texts(a["input_dims"]), "input_types": _raw_texts(a["input_types"]),
          "concrete_inputs": _raw_texts(a["concrete"]), "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
@@ -374,11 +420,17 @@ class _Acc:
 
 
 class _EvCols:
+    """A group's events read one field at a time (each field extracted once)."""
+
     def __init__(self, rows):
         self.rows = rows
+        self.cache: dict[str, list] = {}
 
     def __getitem__(self, field: str) -> list:
-        return _get(self.rows, field)
+        got = self.cache.get(field)
+        if got is None:
+            got = self.cache[field] = _get(self.rows, field)
+        return got
 
 
 def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
@@ -395,23 +447,29 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
                 else:
                     flows[2].append(None)
             continue
-        if None in _get(rows, "ts") or None in _get(rows, "name"):  # events without ts or name: dropped, counted
+        cols = _EvCols(rows)
+        if None in cols["ts"] or None in cols["name"]:  # events without ts or name: dropped, counted
             keep = [ev for ev in rows if ev.ts is not None and ev.name is not None]
             dropped[_GROUPS[code]] += len(rows) - len(keep)
             rows = keep
             if not rows:
                 continue
-        _CHUNK_FN[code](_EvCols(rows), _ArgCols(rows, _ARGS_TYPE[code]), accs[code])
+            cols = _EvCols(rows)
+        _CHUNK_FN[code](cols, _ArgCols(rows, _ARGS_TYPE[code]), accs[code])
 
 
 def read(path: Path) -> Profile:
     path = Path(path)
     try:
-        return _read(path)
+        profile = _read(path)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:
         # values of the wrong type or out of range (e.g. "ts": "abc", or a timestamp past int64 ns)
         msg = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise TraceError(path, f"event fields of the wrong type or out of range ({msg})") from None
+    # the chunks' columns and the link lookups are freed: hand their pages back to the system, so
+    # that what comes next (DuckDB, another allocator) starts from the tables alone
+    pa.default_memory_pool().release_unused()
+    return profile
 
 
 def _ingest_stream(path: Path) -> tuple:
@@ -487,7 +545,7 @@ def _read(path: Path) -> Profile:
     li = _lookup(_first(lau["correlation"], pa.array(range(n_l), type=pa.int64())), gpu["correlation"])
     g_launch = pc.add(li, n_g)
     g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), _lookup(by_ext, _nonzero(gpu_ext)))
-    fwd = _fwd_links(cpu, c_tid, c_start, c_end, flows[0], flows[1])
+    fwd = _fwd_links(cpu, flows[0], flows[1])
 
     meta_info = _meta(path, trace, gpu["device"].to_pylist())
     rank = meta_info["rank"]
@@ -573,13 +631,12 @@ def _colls(d: dict, a: _ArgCols) -> None:
     """Collective metadata columns of a chunk (null where an event has no collective name)."""
     names = a["coll_name"]
     n = len(names)
-    has = [i for i, x in enumerate(names) if x is not None]
-    if not has:
+    if names.count(None) == n:
         for k, _ in _COLL:
             d[k] = pa.nulls(n, _COLL_TYPE[k])
         return
     cols: dict[str, list[Any]] = {k: [None] * n for k, _ in _COLL}
-    for i in has:
+    for i in compress(range(n), map(is_not, names, repeat(None))):
         r = a.rows[i]
         cols["coll_name"][i] = str(r.coll_name)
         cols["coll_in_nelems"][i] = _int(r.in_nelems)
@@ -600,7 +657,7 @@ def _tid(t):
     return v if v is not None else 0
 
 
-def _fwd_links(cpu: dict, c_tid, c_start, c_end, flows_s: list, flows_f: list) -> list:
+def _fwd_links(cpu: dict, flows_s: list, flows_f: list) -> list:
     """fwd_id for backward ops from `fwdbwd` flows ((id, tid, ts) each): the flow starts at the
     forward op and ends inside the backward op (binding point 'e': the enclosing slice)."""
     n_c = len(cpu["id"])
@@ -612,10 +669,10 @@ def _fwd_links(cpu: dict, c_tid, c_start, c_end, flows_s: list, flows_f: list) -
     pts = [p[0] for p in pairs] + [p[1] for p in pairs]
     tids = [_tid(f[1]) for f in pts]
     ts = _ns_array([f[2] for f in pts]).to_pylist()
-    ops = pc.indices_nonzero(pc.equal(cpu["kind"], "op")).to_pylist()
+    ops = pc.indices_nonzero(pc.equal(cpu["kind"], "op")).cast(pa.int64())
     first = cpu["id"][0].as_py() if n_c else 0
-    found = innermost_container([c_tid[i] for i in ops], [c_start[i] for i in ops], [c_end[i] for i in ops],
-                                [first + i for i in ops], tids, ts, ts)
+    o_tid, o_start, o_end = (_view(cpu[k].take(ops)) for k in ("tid", "start_ns", "end_ns"))
+    found = innermost_container(o_tid, o_start, o_end, _view(pc.add(ops, first)), tids, ts, ts)
     n = len(pairs)
     for j in range(n):
         f_op, b_op = found[j], found[n + j]

@@ -167,16 +167,46 @@ def _last_sep(buf: bytearray) -> int | None:
         w *= 4
 
 
+# brackets of either kind as ( and ), quotes kept, everything else dropped
+_PARENS = bytes.maketrans(b"[{]}", b"(())")
+_DROP = bytes(b for b in range(256) if b not in b'[]{}"')
+_STRING = re.compile(rb'"[^"]*"')
+
+
+def too_deep(text: bytes, limit: int) -> bool:
+    """Whether a text nests more than `limit` levels: the answer of `json_depth.depth_exceeds` for
+    valid JSON, in fewer passes (both bracket kinds kept as one and peeled one level per pass).
+    For a text that is not valid JSON it may say True where the exact count says False (brackets
+    of different kinds paired): the caller then reads the file whole, whose exact check and
+    decoder report it."""
+    if b"\\" in text:  # escapes inside strings: the exact count
+        return json_depth.depth_exceeds(text, limit)
+    marks = text.translate(_PARENS, _DROP).replace(b'""', b"")  # strings without brackets gone
+    if 0x22 in marks:
+        marks = _STRING.sub(b"", marks)  # the strings that hold brackets
+    for _ in range(limit):
+        if not marks:
+            return False
+        fewer = marks.replace(b"()", b"")  # one level: a pair it empties is not matched in the same pass
+        if len(fewer) == len(marks):  # unbalanced (a cut inside an event): the decoder refuses it
+            return False
+        marks = fewer
+    return len(marks.replace(b"()", b"")) < len(marks)
+
+
 def _decode_batch(buf: bytearray, cut: int) -> list | None:
     """The events of buf[:cut] (None when that is not a run of complete events)."""
-    text = b"[" + bytes(memoryview(buf)[:cut]) + b"]"
-    if json_depth.depth_exceeds(text, json_depth.MAX_DEPTH - 1):  # the whole file nests one level more
+    comma = buf[cut]
+    buf[cut] = 0x5D  # the batch as one JSON array, copied once: "[" + events + "]"
+    text = b"[" + bytes(memoryview(buf)[:cut + 1])
+    buf[cut] = comma
+    if too_deep(text, json_depth.MAX_DEPTH - 1):  # the whole file nests one level more
         raise Fallback
     try:
         return msgspec.json.decode(text, type=list[Event])
     except msgspec.DecodeError:
         return None
-    except msgspec.ValidationError:  # an event that is not an object: reported by the whole read
+    except (msgspec.ValidationError, RecursionError):  # an event that is not an object: reported by the whole read
         raise Fallback from None
 
 

@@ -280,3 +280,64 @@ def test_repeating_strings_are_stored_once(tmp_path, monkeypatch):
     assert con.execute("SELECT name, count(*) FROM g GROUP BY name ORDER BY name").fetchall() == [
         (f"gemm{k}", 3) for k in range(1, 5)]
     assert con.execute("SELECT typeof(name) FROM g LIMIT 1").fetchone() == ("VARCHAR",)
+
+
+def _nesting(v) -> int:
+    """Levels of arrays and objects of a decoded value (the reference the fast counts are checked by)."""
+    if isinstance(v, list):
+        return 1 + max((_nesting(x) for x in v), default=0)
+    if isinstance(v, dict):
+        return 1 + max((_nesting(x) for x in v.values()), default=0)
+    return 0
+
+
+def _random_value(rng, depth: int):
+    if depth == 0 or rng.random() < 0.2:
+        return rng.choice([1, 2.5, None, True, "a", "[x]", "{", "}]", "", 'q"uote', "b\\s"])
+    if rng.random() < 0.5:
+        return [_random_value(rng, depth - 1) for _ in range(rng.randrange(0, 4))]
+    return {f"k{i}": _random_value(rng, depth - 1) for i in range(rng.randrange(0, 4))}
+
+
+def test_the_stream_depth_check_counts_as_the_decoder_nests():
+    """The stream's depth check (bracket kinds as one, strings without brackets dropped at once)
+    against the nesting of the decoded value, on random JSON with strings that hold brackets,
+    quotes and backslashes, around the limit."""
+    import random
+
+    from traceview.parsers import kineto_stream
+    rng = random.Random(7)
+    for _ in range(400):
+        v = _random_value(rng, rng.randrange(0, 9))
+        text = json.dumps(v, ensure_ascii=rng.random() < 0.5).encode()
+        d = _nesting(v)
+        for limit in {max(0, d - 1), d, d + 1}:
+            assert kineto_stream.too_deep(text, limit) is (d > limit), (text, limit)
+    deep = b'[{"a": "[", "b": ' + b"[" * 70 + b"]" * 70 + b"}]"
+    assert kineto_stream.too_deep(deep, 63) and not kineto_stream.too_deep(deep, 72)
+    assert not kineto_stream.too_deep(b'[{"a": [1, 2]}, {"b": ', 63)  # a cut inside an event: the decoder refuses it
+
+
+def test_int_columns_fast_and_one_by_one_agree():
+    """The int columns built at C speed (ints and None only) and one value at a time (strings,
+    floats, bools) follow the same rules: `_int` of the value, else of the fallback."""
+    vals = [3, None, "7", 2.0, True, None, "x"]
+    other = [10, 11, 12, 13, 14, "15", 16]
+    want_or = [3, 11, 7, 2, None, 15, None]  # the fallback only where the value is absent
+    want_either = [3, 11, 7, 2, 14, 15, 16]  # External id: also where it cannot be read
+    assert kineto._int_or(vals, other).to_pylist() == want_or
+    assert kineto._int_or(vals, other, unreadable_too=True).to_pylist() == want_either
+    assert kineto._int_or([1, None], [5, 6]).to_pylist() == [1, 6]
+    assert kineto._int_or([1, 2], ["a", None]).to_pylist() == [1, 2]
+    assert kineto._opt_ints([1, None, "4", False]).to_pylist() == [1, None, 4, None]
+
+
+def test_dims_column_matches_one_by_one():
+    import msgspec
+    raws = [b"[1, 2, 3]", b"", b"7", b'"[1]"', b"[ 4 ,5 ]", b"[]", "[\u00e9]".encode()]
+    vals = [msgspec.Raw(r) for r in raws]
+    want = ["1,2,3", None, None, None, "4,5", "", None]
+    assert kineto._dims_col(vals[:6]).to_pylist() == want[:6]
+    assert [kineto._dims(v) for v in vals[:6]] == want[:6]
+    assert kineto._dims_col(vals).to_pylist() == [kineto._dims(v) for v in vals]  # not ASCII: one by one
+    assert kineto._dims_col([]).to_pylist() == []

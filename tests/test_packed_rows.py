@@ -11,8 +11,8 @@ import pytest
 
 from reports import json_report
 from traceview.document import packed
-from traceview.errors import UsageError
 from traceview.document.packed import PackedRows, msgpack_pieces, pack, pack_lists, plain
+from traceview.errors import UsageError
 from traceview.output import Pieces, write_file
 from traceview.plain_data import scan
 from traceview.store import Store
@@ -110,3 +110,29 @@ def test_write_file_of_pieces(tmp_path):
     with pytest.raises(UsageError):
         write_file(Pieces(failing), out)
     assert out.read_bytes() == b"{}\n" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_sort_rows_is_a_stable_sort_of_the_parts():
+    parts = [rows(3000, seed=s) for s in (1, 2, 3)]
+    for p in parts:
+        for r in p:
+            r["dur_ns"] %= 7                        # many ties: the order among them is the parts' order
+    key = lambda r: (-r["dur_ns"], r["rank"])       # noqa: E731
+    want = sorted((r for p in parts for r in p), key=key)
+    got, keys = packed.sort_rows([packed.row_bytes(p) for p in parts], key)
+    assert type(got) is PackedRows and got == want and keys == [key(r) for r in want]
+    small, _ = packed.sort_rows([packed.row_bytes(p[:100]) for p in parts], key)
+    assert type(small) is list and small == sorted((r for p in parts for r in p[:100]), key=key)
+    mixed, _ = packed.sort_rows([packed.row_bytes(parts[0]), parts[1]], key)
+    assert mixed == sorted(parts[0] + parts[1], key=key)
+    import pickle
+    rb = packed.row_bytes(parts[0])
+    assert list(pickle.loads(pickle.dumps(rb))) == parts[0]
+
+
+def test_pack_table_is_to_pylist():
+    import pyarrow as pa
+    r = [{"a": i, "s": f"x{i % 5}", "f": i / 3, "b": i % 2 == 0, "n": None if i % 3 else i} for i in range(5000)]
+    t = pa.Table.from_pylist(r)
+    p = packed.pack_table(t)
+    assert type(p) is PackedRows and p == r and scan(p) == scan(r)

@@ -2,7 +2,8 @@
 (no Python code per value; memory bounded by a batch): whether it is plain data (dicts, lists,
 tuples, str, int, float, bool, None, each of exactly that type), whether it holds tuples, and
 whether its floats are finite and inside [1e-4, 1e16) (where Python's float repr writes no
-exponent).
+exponent), whether its ints fit 64 bits and its dict keys are all str. A registered packed sequence
+of rows (document/packed.py) counts as the plain rows it holds, by the shape it carries.
 
 The JSON writer uses it to know when msgspec writes the bytes json.dumps writes; the store, to know
 when msgpack gives a document back exactly. Imports nothing of traceview.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
+from typing import cast
 
 from traceview.document.packed import PackedRows, plain
 from traceview.document.types import DiffDocument, ReportDocument
@@ -68,7 +69,7 @@ def pieces(doc: ReportDocument, shape: Shape | None = None) -> Iterator[bytes]:
         return
     yield b"{\n"
     for i, k in enumerate(keys):
-        v = doc[k]
+        v = cast(dict, doc)[k]
         yield b"  " + _fix_controls(_json().encode(k)) + b": "
         if k in small:
             yield small.pop(k)

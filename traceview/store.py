@@ -25,7 +25,7 @@ import uuid
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -98,11 +98,12 @@ class KeptWriter:
         tag = f"{key}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._body, self._tmp = self._folder / f".tmp-{tag}.body", self._folder / f".tmp-{tag}"
         self._hash, self._size = hashlib.sha256(), 0
+        self._f: BinaryIO | None = None
         try:
             self._folder.mkdir(parents=True, exist_ok=True)
             self._f = open(self._body, "wb")
         except OSError:
-            self._f = None
+            pass
 
     def write(self, piece) -> None:
         if self._f is None:

@@ -122,7 +122,7 @@ def _has_controls(obj) -> bool:
     the C JSON encoder over the document instead of a Python call per string (a 1,024-rank document
     holds millions). True when the document cannot be encoded, so the walk decides."""
     try:
-        text = json.dumps(obj, ensure_ascii=False, check_circular=False)
+        text = json.dumps(obj, ensure_ascii=False, check_circular=False, default=_packed_list)
     except (TypeError, ValueError):
         return True
     if "\x7f" in text or (not text.isascii() and any(c in text for c in _RAW_CONTROLS)):
@@ -130,6 +130,13 @@ def _has_controls(obj) -> bool:
     if not any(e in text for e in ("\\b", "\\f", "\\r", "\\u00")):   # substring scans, fast
         return False
     return _JSON_HAS_CONTROL.search(text) is not None
+
+
+def _packed_list(obj):
+    from traceview.document.packed import PackedRows
+    if type(obj) is PackedRows:
+        return list(obj)
+    raise TypeError(f"not JSON: {type(obj).__name__}")
 
 
 def neutralize(obj, fn=controls):
@@ -152,6 +159,9 @@ def _neutralize(obj, fn):
             changed = changed or k2 is not k or v2 is not v
             out[k2] = v2
         return out if changed else obj
+    from traceview.document.packed import PackedRows
+    if type(obj) is PackedRows:
+        return obj.map(lambda row: _neutralize(row, fn))
     if isinstance(obj, (list, tuple)):
         items = [_neutralize(v, fn) for v in obj]
         if all(a is b for a, b in zip(items, obj, strict=False)):

@@ -14,7 +14,10 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from typing import cast
 
+from traceview.document.packed import PackedRows, plain
 from traceview.document.types import DiffDocument, ReportDocument
 from traceview.plain_data import CONTAINERS, HIGH, LOW, Shape, scan
 
@@ -26,17 +29,84 @@ _NON_ASCII = re.compile("[^\x00-\x7f]")
 
 
 def render(doc: ReportDocument) -> str:
-    fast = _fast(doc, 2)
-    if fast is None:
-        return _stdlib(doc)
-    return fast.decode("utf-8")
+    try:
+        return render_bytes(doc).decode("utf-8")
+    except UnicodeEncodeError:      # a lone surrogate (a file name that is not UTF-8): json.dumps's str
+        return _stdlib(plain(doc))
 
 
 def render_bytes(doc: ReportDocument, shape: Shape | None = None) -> bytes:
     """`render(doc)` as UTF-8 bytes (no str copy of a large report); `shape`: scan(doc) when the
     caller has it."""
-    fast = _fast(doc, 2, shape)
-    return _stdlib(doc).encode("utf-8") if fast is None else fast
+    return b"".join(pieces(doc, shape))
+
+
+STREAM_ROWS = 1024          # a long list's elements written together
+
+
+def pieces(doc: ReportDocument, shape: Shape | None = None) -> Iterator[bytes]:
+    """The bytes of `render_bytes(doc)` in pieces, written as they come: the document's top-level
+    values one after the other and a long list of them (a list or PackedRows of more than
+    STREAM_ROWS elements) STREAM_ROWS elements at a time, so no whole copy of a large report is
+    ever in memory. Each piece is msgspec's formatted JSON of one value, indented to its depth
+    (a JSON string holds no raw line break: every line break of a formatted value is one of
+    its layout)."""
+    shape = scan(doc) if shape is None else shape
+    if not shape.plain or not shape.finite or shape.wide_ints or not shape.str_keys or type(doc) is not dict:
+        yield _stdlib(plain(doc)).encode("utf-8")
+        return
+    keys = sorted(doc)
+    if not keys:
+        yield b"{}\n"
+        return
+    raw = shape.exponent_floats
+    import msgspec
+    try:        # the values not streamed first: one msgspec cannot write goes to json.dumps whole
+        small = {k: _formatted(plain(v), raw).replace(b"\n", b"\n  ") for k, v in doc.items()
+                 if not _streamed(v)}
+    except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
+        yield _stdlib(plain(doc)).encode("utf-8")
+        return
+    yield b"{\n"
+    for i, k in enumerate(keys):
+        v = cast(dict, doc)[k]
+        yield b"  " + _fix_controls(_json().encode(k)) + b": "
+        if k in small:
+            yield small.pop(k)
+        else:
+            yield b"[\n"
+            batches = v.chunks() if type(v) is PackedRows else \
+                (v[j:j + STREAM_ROWS] for j in range(0, len(v), STREAM_ROWS))
+            first = True
+            for batch in batches:
+                if not first:
+                    yield b",\n"
+                first = False
+                text = _formatted(batch, raw)      # "[\n  e1,\n  e2\n]": the elements at depth 2
+                yield b"  " + text[2:-2].replace(b"\n", b"\n  ")
+            yield b"\n  ]"
+        yield b",\n" if i < len(keys) - 1 else b"\n}\n"
+
+
+def _streamed(v) -> bool:
+    return type(v) is PackedRows or (type(v) is list and len(v) > STREAM_ROWS)
+
+
+def _json():
+    import msgspec
+    return msgspec.json
+
+
+def _formatted(value, raw: bool) -> bytes:
+    js = _json()
+    return _fix_controls(js.format(js.encode(_with_raw_floats(value) if raw else value, order="sorted"), indent=2))
+
+
+def _fix_controls(out: bytes) -> bytes:
+    if (b"\x7f" in out if out.isascii() else any(c in out for c in _RAW_CONTROLS)) \
+            and _RAW_CONTROL_UTF8.search(out):
+        out = _RAW_CONTROL_UTF8.sub(lambda m: b"\\u%04x" % ord(m.group(0).decode("utf-8")), out)
+    return out
 
 
 def render_diff(doc: DiffDocument) -> str:
@@ -54,7 +124,17 @@ def _stdlib(doc) -> str:
 
 
 def _stdlib_diff(doc) -> str:
-    return json_controls(json.dumps(doc, indent=1, sort_keys=True, default=str)) + "\n"
+    return json_controls(json.dumps(doc, indent=1, sort_keys=True, default=_packed_list_or_str)) + "\n"
+
+
+def _packed_list(obj):
+    if type(obj) is PackedRows:
+        return list(obj)
+    raise TypeError(f"not JSON: {type(obj).__name__}")
+
+
+def _packed_list_or_str(obj):
+    return list(obj) if type(obj) is PackedRows else str(obj)
 
 
 def _ascii_escape(m: re.Match) -> str:
@@ -67,14 +147,15 @@ def _ascii_escape(m: re.Match) -> str:
 
 def _fast(doc, indent: int, shape: Shape | None = None) -> bytes | None:
     """The document as json.dumps would write it (with the controls escaped and a final newline),
-    or None when only json.dumps itself can say."""
+    or None when only json.dumps itself can say (the diff's writer)."""
     import msgspec
     shape = scan(doc) if shape is None else shape
     if not shape.plain or not shape.finite:
         return None
     try:
         prepared = _with_raw_floats(doc) if shape.exponent_floats else doc
-        out = msgspec.json.format(msgspec.json.encode(prepared, order="sorted"), indent=indent)
+        out = msgspec.json.format(msgspec.json.encode(prepared, order="sorted", enc_hook=_packed_list),
+                                  indent=indent)
     except (TypeError, ValueError, OverflowError, RecursionError, msgspec.EncodeError):
         return None
     if (b"\x7f" in out if out.isascii() else any(c in out for c in _RAW_CONTROLS)) \
@@ -88,6 +169,8 @@ def _with_raw_floats(obj):
     floats as msgspec.Raw of Python's repr; every other container shared with `obj`."""
     import msgspec
     t = type(obj)
+    if t is PackedRows:
+        obj, t = list(obj), list
     if t is float:
         return msgspec.Raw(repr(obj).encode()) if obj and not LOW <= abs(obj) < HIGH else obj
     if t is dict:

@@ -97,6 +97,7 @@ LAYER_OF: dict[str, str] = {
     # base: imports nothing of traceview; anything may import it
     "traceview.errors": "base",
     "traceview.markers": "base",              # training-side markers (NVTX / record_function): no traceview import
+    "traceview.document.packed": "base",      # rows held packed (msgpack chunks): made by metrics, read by all
     "traceview.plain_data": "base",           # what a document holds (types, floats): JSON writer and store
 }
 

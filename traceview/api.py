@@ -230,7 +230,8 @@ def open(paths: PathLike | Iterable[PathLike], *, step_regex: str | None = None,
                           budget=Path(budget) if budget is not None else None, nsys=nsys, whole_trace=whole_trace)
     files = _paths(paths)
     doc, session = run_job(files, opts)
-    return Job(files, opts, doc, session)
+    from .document.packed import plain
+    return Job(files, opts, plain(doc), session)      # a user's document holds lists
 
 
 __all__ = ["open", "Job", "TraceError"]

@@ -124,7 +124,7 @@ def analyze(
                            fmt if out_dir is None and per_rank_rows is None else None)
         if state.skipped:
             job.document["skipped_ranks"] = state.skipped
-        text = job.render(fmt, per_rank_rows)
+        text = job.output(fmt, per_rank_rows)
         if out_dir is not None:
             from .output import write_tree
             from .reports import bundle_files

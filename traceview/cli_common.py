@@ -27,16 +27,20 @@ def fail(message: str, code: int = EXIT_INPUT) -> None:
     raise typer.Exit(code)
 
 
-def write_output(text: str | bytes, out: Optional[Path]) -> None:
+def write_output(text, out: Optional[Path]) -> None:
     """Print, or write to `out` all or nothing (traceview/output.py: symlinks are written through,
-    FIFOs and devices written to in place)."""
+    FIFOs and devices written to in place). `text`: str, bytes or output.Pieces (a large JSON
+    report, written piece by piece)."""
     if out is None:
         buffer = getattr(sys.stdout, "buffer", None)
-        if isinstance(text, bytes) and buffer is not None:     # a large JSON report: no str copy
+        if not isinstance(text, str) and buffer is not None:     # a large JSON report: no str copy
             sys.stdout.flush()
-            buffer.write(text)
+            for piece in ([text] if isinstance(text, bytes) else text):
+                buffer.write(piece)
             buffer.flush()
             return
+        if not isinstance(text, (str, bytes)):
+            text = text.join()
         sys.stdout.write(text if isinstance(text, str) else text.decode("utf-8"))
         return
     from .output import write_file

@@ -76,7 +76,7 @@ class Job:
         if self._doc is None:
             doc = self._store.get_document(self._key) if self._store is not None and self._key else None
             # the kept report was there but the document is not (removed or damaged since): analyze
-            self._doc = doc if doc is not None else self._run(self._paths)
+            self._doc = _packed(doc if doc is not None else self._run(self._paths))
         return self._doc
 
     @property
@@ -113,6 +113,47 @@ class Job:
                 self._kept_fmt = fmt
         return out
 
+    def output(self, fmt: str, per_rank_rows: int | None = None):
+        """`render(fmt, per_rank_rows)` for writing out: the JSON report as output.Pieces, written
+        (and kept in the store as it is written) a piece at a time, never whole in memory."""
+        if fmt != "json" or (self._report is not None and self._report[0] == fmt and per_rank_rows is None):
+            return self.render(fmt, per_rank_rows)
+        doc = self.document
+        from .output import Pieces
+        from .reports import json_report
+        store, key, shape = self._store, self._key, self._shape
+
+        def make():
+            pieces = json_report.pieces(cast(ReportDocument, doc), shape)
+            if store is None or not key or per_rank_rows is not None:
+                return pieces
+            return _teed(pieces, store.kept_writer(key, fmt, {"budget_violated": _budget_violated(doc)}))
+        return Pieces(make)
+
+
+# the document's per-rank row lists (hundreds of thousands of rows at 1,024 ranks): held packed
+PACKED_SECTIONS = ("stalls", "layers", "a2a", "critical_path", "steps")
+
+
+def _packed(doc):
+    from .document.packed import pack_lists
+    return pack_lists(doc, PACKED_SECTIONS) if isinstance(doc, dict) else doc
+
+
+def _teed(pieces, writer):
+    """`pieces` as they come, each also given to the store's `writer` (kept when all came)."""
+    done = False
+    try:
+        for piece in pieces:
+            writer.write(piece)
+            yield piece
+        done = True
+    finally:
+        if done:
+            writer.commit()
+        else:
+            writer.abort()
+
 
 def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], fmt: str | None = None) -> Job:
     """The job of `paths` analyzed with the options `fields` (run(paths) -> document), or what the
@@ -121,7 +162,7 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
     from .executors import current
     state = current()
     if state is None or state.settings.store is None:
-        return Job(paths, run, run(paths))
+        return Job(paths, run, _packed(run(paths)))
     store = Store(state.settings.store)
     k = key(paths, fields, store)
     if k is not None:
@@ -132,9 +173,10 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
                 return Job(paths, run, None, store, k, (fmt, got[0], got[1]), from_store=True)
         doc = store.get_document(k)
         if doc is not None:
+            doc = _packed(doc)
             state.stats = {**state.stats, "document_from_store": True}
             return Job(paths, run, doc, store, k, from_store=True)
-    doc = run(paths)
+    doc = _packed(run(paths))
     if state.skipped:                      # not the job's whole answer: nothing kept
         return Job(paths, run, doc)
     k = key(paths, fields, store)          # the traces are in the store now
@@ -149,4 +191,5 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
 def analyze(paths: list[str], fields: dict, run: Callable[[list[str]], dict]) -> dict:
     """run(paths) -> document (the analysis with the options `fields`), or the stored document of
     this job when there is one."""
-    return open_job(paths, fields, run).document
+    from .document.packed import plain
+    return plain(open_job(paths, fields, run).document)

@@ -35,6 +35,31 @@ from .errors import UsageError
 BUNDLE_TOP = ("report.json", "report.md", "report.html", "charts")
 
 
+class Pieces:
+    """An output written piece by piece (a large JSON report: no whole copy in memory). `make()`
+    gives an iterator of bytes-like pieces each time it is called; iterating a Pieces calls it."""
+
+    def __init__(self, make):
+        self._make = make
+
+    def __iter__(self):
+        return iter(self._make())
+
+    def join(self) -> bytes:
+        return b"".join(self)
+
+
+def _chunks(data: str | bytes | Pieces):
+    if isinstance(data, Pieces):
+        return data
+    return [data.encode("utf-8") if isinstance(data, str) else data]
+
+
+def _write_all(fh, data) -> None:
+    for piece in _chunks(data):
+        fh.write(piece)
+
+
 class Interrupted(BaseException):
     """SIGTERM or SIGINT arrived while outputs were being written (they were cleaned up)."""
 
@@ -138,16 +163,15 @@ def _check_dir_chain(directory: Path, shown: Path, flag: str) -> None:
         raise UsageError(shown, f"{flag}: cannot create files in {p} ({_reason(e)})") from None
 
 
-def write_file(data: str | bytes, path: Path) -> None:
+def write_file(data: str | bytes | Pieces, path: Path) -> None:
     """Write `data` to `path` as described in the module docstring (UsageError when it cannot)."""
     path = Path(path)
-    raw = data.encode("utf-8") if isinstance(data, str) else data
     with _signals_raise():
         if _is_special(path):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
                 with os.fdopen(fd, "wb") as fh:
-                    fh.write(raw)
+                    _write_all(fh, data)
             except OSError as e:
                 raise UsageError(path, f"cannot write output ({_reason(e)})") from e
             return
@@ -161,7 +185,7 @@ def write_file(data: str | bytes, path: Path) -> None:
                 mode = 0o666 & ~_umask()
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
             with os.fdopen(fd, "wb") as fh:
-                fh.write(raw)
+                _write_all(fh, data)
             os.chmod(tmp, mode)
             _test_delay()
             with _signals_held():
@@ -230,7 +254,7 @@ def _own_files(directory: Path) -> list[str]:
     return out
 
 
-def write_tree(files: list[tuple[str, str | bytes]], out_dir: Path) -> None:
+def write_tree(files: list[tuple[str, str | bytes | Pieces]], out_dir: Path) -> None:
     """Write (relative path, content) pairs as the directory `out_dir`, all or nothing."""
     out_dir = Path(out_dir)
     target = Path(os.path.realpath(out_dir))      # a symlink to a directory: replace what it names
@@ -245,7 +269,7 @@ def write_tree(files: list[tuple[str, str | bytes]], out_dir: Path) -> None:
                 p = tmp / rel
                 p.parent.mkdir(parents=True, exist_ok=True)
                 with open(p, "wb") as fh:
-                    fh.write(data.encode("utf-8") if isinstance(data, str) else data)
+                    _write_all(fh, data)
                 os.chmod(p, fmode)
                 if i == 0:
                     _test_delay()

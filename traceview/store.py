@@ -25,7 +25,7 @@ import uuid
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, BinaryIO
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -85,6 +85,65 @@ class Stored:
     tables: dict[str, pa.Table]
     warnings: list[str]
     max_id: int | None = None        # lookup_light: the largest row id (the other tables are left empty)
+
+
+class KeptWriter:
+    """What Store.kept_writer gives: the pieces go to a file beside the kept one (their size and
+    SHA-256 taken as they come), then after the header line into a file renamed into place. A
+    write that fails keeps nothing (commit says False), and never fails the caller."""
+
+    def __init__(self, store: Store, key: str, what: str, info: dict | None):
+        self._store, self._key, self._what, self._info = store, key, what, info or {}
+        self._folder = store.root / "jobs"
+        tag = f"{key}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        self._body, self._tmp = self._folder / f".tmp-{tag}.body", self._folder / f".tmp-{tag}"
+        self._hash, self._size = hashlib.sha256(), 0
+        self._f: BinaryIO | None = None
+        try:
+            self._folder.mkdir(parents=True, exist_ok=True)
+            self._f = open(self._body, "wb")
+        except OSError:
+            pass
+
+    def write(self, piece) -> None:
+        if self._f is None:
+            return
+        try:
+            self._hash.update(piece)
+            self._size += memoryview(piece).nbytes
+            self._f.write(piece)
+        except (OSError, TypeError, ValueError):
+            self.abort()
+
+    def abort(self) -> None:
+        if self._f is not None:
+            with suppress(OSError):
+                self._f.close()
+            self._f = None
+        for p in (self._body, self._tmp):
+            with suppress(OSError):
+                p.unlink()
+
+    def commit(self) -> bool:
+        if self._f is None:
+            return False
+        try:
+            self._f.close()
+            self._f = None
+            head = {"format": KEPT_FORMAT, "key": self._key, "what": self._what, "size": self._size,
+                    "sha256": self._hash.hexdigest(), "info": self._info}
+            line = json.dumps(head, sort_keys=True).encode() + b"\n"
+            if len(line) > 4096:
+                return False
+            with open(self._tmp, "wb") as out, open(self._body, "rb") as src:
+                out.write(line)
+                shutil.copyfileobj(src, out, 1 << 20)
+            os.replace(self._tmp, self._store._kept_path(self._key, self._what))
+            return True
+        except (OSError, TypeError, ValueError):
+            return False
+        finally:
+            self.abort()
 
 
 class Store:
@@ -229,24 +288,23 @@ class Store:
 
     def put_kept(self, key: str, what: str, payload: bytes, info: dict | None = None) -> bool:
         """Keep `payload` under (key, what), replacing what was there; False when it cannot be written."""
-        head = {"format": KEPT_FORMAT, "key": key, "what": what, "size": len(payload),
-                "sha256": hashlib.sha256(payload).hexdigest(), "info": info or {}}
-        folder = self.root / "jobs"
-        tmp = folder / f".tmp-{key}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        return self.put_kept_pieces(key, what, [payload], info)
+
+    def put_kept_pieces(self, key: str, what: str, pieces, info: dict | None = None) -> bool:
+        """put_kept of b"".join(pieces) (an iterable of bytes-like pieces), never joined in memory."""
+        w = self.kept_writer(key, what, info)
         try:
-            line = json.dumps(head, sort_keys=True).encode() + b"\n"
-            if len(line) > 4096:
-                return False
-            folder.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "wb") as f:
-                f.write(line)
-                f.write(payload)
-            os.replace(tmp, self._kept_path(key, what))
-            return True
-        except (OSError, TypeError, ValueError):
-            with suppress(OSError):
-                tmp.unlink()
-            return False
+            for piece in pieces:
+                w.write(piece)
+        except BaseException:
+            w.abort()
+            raise
+        return w.commit()
+
+    def kept_writer(self, key: str, what: str, info: dict | None = None) -> KeptWriter:
+        """A writer of what is kept under (key, what), piece by piece (`write`), kept by `commit`
+        (`abort` keeps nothing): a JSON report is kept as it is written out."""
+        return KeptWriter(self, key, what, info)
 
     def get_document(self, key: str) -> dict | None:
         """The document kept under `key` (put_document), or None."""
@@ -263,19 +321,15 @@ class Store:
     def put_document(self, key: str, doc: dict, info: dict | None = None, shape=None) -> bool:
         """Keep the finished document of a job when msgpack gives it back exactly: plain data of
         exactly dict/list/str/int/float/bool/None (a tuple would come back a list, a subclass or
-        another type as something else). False, and nothing kept, otherwise. `shape`:
-        plain_data.scan(doc) when the caller has it."""
-        import msgspec
-
+        another type as something else; rows held packed count as the lists they hold). False,
+        and nothing kept, otherwise. `shape`: plain_data.scan(doc) when the caller has it. Written
+        a top-level value at a time (document.packed.msgpack_pieces): no whole copy in memory."""
+        from .document.packed import msgpack_pieces
         from .plain_data import scan
         shape = scan(doc) if shape is None else shape
-        if not shape.plain or shape.tuples or not isinstance(doc, dict):
+        if not shape.plain or shape.tuples or shape.wide_ints or not isinstance(doc, dict):
             return False
-        try:
-            payload = msgspec.msgpack.encode(doc)
-        except (msgspec.EncodeError, TypeError, ValueError, OverflowError):
-            return False
-        return self.put_kept(key, "document", payload, info)
+        return self.put_kept_pieces(key, "document", msgpack_pieces(doc), info)
 
     def _source_matches(self, path: Path, man: dict, entry: Path) -> bool:
         try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 from ..config import Rules
+from ..document import packed
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..engine.steps import python_step
@@ -79,8 +80,15 @@ def prepare(session: Session, rules: Rules) -> None:
 
 
 def layer_rows(session: Session) -> list[dict]:
+    """The layer_times rows in report order: a list of dicts, or when long PackedRows (packed from
+    the Arrow result a chunk at a time: the whole list of dicts is never made)."""
     build(session, ["layer_times"])
-    return session.rows("SELECT * FROM layer_times ORDER BY rank, step, layer NULLS LAST, phase, stage, region")
+    sql = "SELECT * FROM layer_times ORDER BY rank, step, layer NULLS LAST, phase, stage, region"
+    t = session.sql(sql)
+    if t.num_rows < packed.MIN_ROWS:
+        del t
+        return session.rows(sql)
+    return packed.pack_table(t)
 
 
 def attribution_summary(session: Session) -> dict:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 
+from ..document.packed import row_bytes, sort_rows
 from ..engine.pipeline import build
 from ..engine.session import Session
 from . import collectives, critical_path
@@ -255,25 +256,25 @@ def rank_part(session: Session, job: dict, idle: dict, ranks: list[int] | None =
                    "gpu_idle_ns": idle.get((w["rank"], w["step"])),
                    "idle_assigned_ns": comp["host_sync_ns"] + comp["launch_bound_ns"] + comp["idle_ns"]})
         del w, mine
-    return {"ranks": ranks, "critical_path": cp, "stalls": stalls, "a2a": a2a, "non_compute_ns": non_compute}
+    return {"ranks": ranks, "critical_path": row_bytes(cp), "stalls": row_bytes(stalls), "a2a": row_bytes(a2a),
+            "non_compute_ns": non_compute}
 
 
 def merge(job: dict, parts: list[dict], top: int = 10) -> dict:
     """The report's sections from the per-rank parts (any order; disjoint ranks) and the job part:
     exactly what `sections` returns."""
-    def by_window(key):  # rows in (rank, step) order, each window's rows in the order its part made them
-        return sorted((r for p in parts for r in p[key]), key=lambda r: (r["rank"], r["step"]))
-    cp = by_window("critical_path")
-    stalls = by_window("stalls")
-    a2a = by_window("a2a")
-    stalls.sort(key=lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
-    a2a.sort(key=lambda d: (d["rank"], d["step"], d["start_ns"]))
-    total = sum(s["dur_ns"] for s in stalls)
+    # one stable sort of the parts' rows in part order (their keys hold (rank, step), the windows'
+    # order): long lists come back packed (document/packed.py)
+    cp, _ = sort_rows([p["critical_path"] for p in parts], lambda r: (r["rank"], r["step"]))
+    stalls, keys = sort_rows([p["stalls"] for p in parts],
+                             lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
+    a2a, _ = sort_rows([p["a2a"] for p in parts], lambda d: (d["rank"], d["step"], d["start_ns"]))
+    total = -sum(k[0] for k in keys)
     if total != sum(p["non_compute_ns"] for p in parts):
         raise AssertionError(f"stalls ({total}) != non-compute critical path "
                              f"({sum(p['non_compute_ns'] for p in parts)})")
     summary = {"top": top, "total_ns": total,
-               "by_cause": {c: sum(s["dur_ns"] for s in stalls if s["cause"] == c) for c in CAUSES}}
+               "by_cause": {c: -sum(k[0] for k in keys if k[4] == c) for c in CAUSES}}
     return {"critical_path": cp, "stalls": stalls, "stall_summary": summary,
             "a2a": a2a,
             "collectives": job["collectives"], "stragglers": job["stragglers"], "clock": job["clock"],

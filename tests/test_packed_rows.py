@@ -1,0 +1,138 @@
+"""Rows held packed (document/packed.py), the JSON report written in pieces and the kept document
+written in pieces: each compared with what the standard library (json.dumps) or msgspec writes of
+the same rows as plain lists."""
+from __future__ import annotations
+
+import json
+import random
+
+import msgspec
+import pytest
+
+from reports import json_report
+from traceview.document import packed
+from traceview.document.packed import PackedRows, msgpack_pieces, pack, pack_lists, plain
+from traceview.errors import UsageError
+from traceview.output import Pieces, write_file
+from traceview.plain_data import scan
+from traceview.store import Store
+
+
+def rows(n: int, seed: int = 1) -> list[dict]:
+    rnd = random.Random(seed)
+    out = []
+    for i in range(n):
+        out.append({"rank": i % 97, "step": i // 97, "dur_ns": rnd.randrange(10**12),
+                    "share": rnd.random(), "cause": rnd.choice(["peer_wait", "compute", "h\u00e9"]),
+                    "evidence": {"kernel": f"k{i % 13}", "pieces": [1, 2, i], "none": None, "ok": i % 2 == 0}})
+    return out
+
+
+def stdlib(doc) -> bytes:
+    return (json.dumps(doc, indent=2, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n").encode()
+
+
+def test_packed_rows_read_back_as_the_rows():
+    r = rows(5000)
+    p = pack(r)
+    assert type(p) is PackedRows and len(p) == 5000
+    assert list(p) == r and p == r and r[4999] == p[-1] and p[1023] == r[1023] and p[1024] == r[1024]
+    assert p[1000:3100] == r[1000:3100] and p[::700] == r[::700] and p[4990:9000] == r[4990:]
+    with pytest.raises(IndexError):
+        p[5000]
+    assert sum(len(c) for c in p._chunks) < 0.7 * len(json.dumps(r))   # smaller than its compact JSON
+    assert scan(p) == scan(r) and scan({"a": p, "b": 1e-7}).exponent_floats
+
+
+def test_what_is_not_packed():
+    assert pack(rows(100)) == rows(100) and type(pack(rows(100))) is list          # short
+    with_tuple = rows(5000)
+    with_tuple[7]["evidence"]["pieces"] = (1, 2)
+    assert type(pack(with_tuple)) is list                       # msgpack would give a list back
+    assert type(pack([1] * 5000)) is list                       # not rows
+    assert type(pack(rows(5000) + [{"x": float("nan")}])) is PackedRows   # NaN: packed, the shape says it
+
+
+def test_scan_flags():
+    assert scan({"a": [2**64]}).wide_ints and not scan({"a": [2**64 - 1, -2**63]}).wide_ints
+    assert not scan({"a": {1: 2}}).str_keys and scan({"a": {"1": 2}}).str_keys
+
+
+@pytest.mark.parametrize("n", [0, 5, 1024, 1025, 4096, 5000])
+def test_json_in_pieces_is_the_standard_librarys(n):
+    doc = {"stalls": rows(n), "zeta": {"tiny": 1e-7, "big": 1e20}, "alpha": [], "name": "a\x7fb\u2028c", "n": 3}
+    want = stdlib(doc)
+    # DEL, U+2028 as escapes in the report (json_controls): compare the parsed value and the writer
+    assert json.loads(json_report.render_bytes(doc)) == json.loads(want)
+    assert json_report.render_bytes(doc) == json_report._stdlib(doc).encode()
+    pack_lists(doc, ["stalls"])
+    assert type(doc["stalls"]) is (PackedRows if n >= packed.MIN_ROWS else list)
+    assert b"".join(json_report.pieces(doc)) == json_report._stdlib(plain(doc)).encode()
+
+
+def test_json_pieces_fall_back_whole():
+    doc = {"rows": rows(5000), "k": {1: "int key"}}            # json.dumps writes the key as "1"
+    pack_lists(doc, ["rows"])
+    assert list(json_report.pieces(doc)) == [json_report._stdlib(plain(doc)).encode()]
+
+
+def test_msgpack_in_pieces_is_msgspecs():
+    doc = {"stalls": rows(5000), "x": {"y": [1, 2.5, None]}, **{f"k{i}": i for i in range(20)}}
+    want = msgspec.msgpack.encode(doc)
+    pack_lists(doc, ["stalls"])
+    assert b"".join(map(bytes, msgpack_pieces(doc))) == want
+    assert msgspec.msgpack.decode(want) == plain(doc)
+
+
+def test_store_keeps_pieces_and_document(tmp_path):
+    s = Store(tmp_path / "s")
+    assert s.put_kept_pieces("k", "json", [b"ab", memoryview(b"cd"), b""], {"budget_violated": True})
+    assert s.get_kept("k", "json") == (b"abcd", {"budget_violated": True})
+    doc = {"stalls": rows(5000), "n": 1}
+    pack_lists(doc, ["stalls"])
+    assert s.put_document("d", doc)
+    assert s.get_document("d") == plain(doc)
+    w = s.kept_writer("k2", "json")
+    w.write(b"half")
+    w.abort()
+    assert s.get_kept("k2", "json") is None
+    assert sorted(p.name for p in (tmp_path / "s" / "jobs").iterdir()) == ["d.document.kept", "k.json.kept"]
+
+
+def test_write_file_of_pieces(tmp_path):
+    out = tmp_path / "r.json"
+    write_file(Pieces(lambda: iter([b"{", b"}\n"])), out)
+    assert out.read_bytes() == b"{}\n"
+
+    def failing():
+        yield b"{"
+        raise OSError(28, "No space left on device")
+    with pytest.raises(UsageError):
+        write_file(Pieces(failing), out)
+    assert out.read_bytes() == b"{}\n" and [p.name for p in tmp_path.iterdir()] == ["r.json"]
+
+
+def test_sort_rows_is_a_stable_sort_of_the_parts():
+    parts = [rows(3000, seed=s) for s in (1, 2, 3)]
+    for p in parts:
+        for r in p:
+            r["dur_ns"] %= 7                        # many ties: the order among them is the parts' order
+    key = lambda r: (-r["dur_ns"], r["rank"])       # noqa: E731
+    want = sorted((r for p in parts for r in p), key=key)
+    got, keys = packed.sort_rows([packed.row_bytes(p) for p in parts], key)
+    assert type(got) is PackedRows and got == want and keys == [key(r) for r in want]
+    small, _ = packed.sort_rows([packed.row_bytes(p[:100]) for p in parts], key)
+    assert type(small) is list and small == sorted((r for p in parts for r in p[:100]), key=key)
+    mixed, _ = packed.sort_rows([packed.row_bytes(parts[0]), parts[1]], key)
+    assert mixed == sorted(parts[0] + parts[1], key=key)
+    import pickle
+    rb = packed.row_bytes(parts[0])
+    assert list(pickle.loads(pickle.dumps(rb))) == parts[0]
+
+
+def test_pack_table_is_to_pylist():
+    import pyarrow as pa
+    r = [{"a": i, "s": f"x{i % 5}", "f": i / 3, "b": i % 2 == 0, "n": None if i % 3 else i} for i in range(5000)]
+    t = pa.Table.from_pylist(r)
+    p = packed.pack_table(t)
+    assert type(p) is PackedRows and p == r and scan(p) == scan(r)

@@ -1,0 +1,252 @@
+"""`PackedRows`: a long list of row dicts of a document held as msgpack chunks (a few tens of bytes
+a row instead of a dict and its values, several hundred); each row is decoded when it is read.
+
+It is a read-only Sequence (len, iteration, indexing, slices give lists, equality with a list), so
+renderers and checks that read rows see the same dicts. Rows are packed only when msgpack gives
+them back exactly (plain data of exactly dict/list/str/int/float/bool/None, no tuple): `pack`
+returns the list unchanged otherwise. The JSON writer and the store write a packed list chunk by
+chunk (`chunks`, `raw_chunks`), never as one whole list.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import msgspec
+
+from ..plain_data import Shape, register_packed, scan
+
+CHUNK = 1024            # rows a chunk: one chunk's dicts at a time in memory when it is read
+MIN_ROWS = 4096         # shorter lists stay lists (nothing to gain)
+
+_decode = msgspec.msgpack.Decoder().decode
+_encode = msgspec.msgpack.Encoder().encode
+
+
+def _array_header_size(n: int) -> int:
+    return 1 if n < 16 else 3 if n < 2**16 else 5
+
+
+class PackedRows(Sequence):
+    """Rows as msgpack chunks of CHUNK rows (each chunk the msgpack of a list of rows)."""
+
+    __slots__ = ("_chunks", "_len", "shape")
+
+    def __init__(self, chunks: list[bytes], length: int, shape: Shape):
+        self._chunks = chunks
+        self._len = length
+        self.shape = shape          # plain_data.scan of the rows
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[Any]:
+        for c in self._chunks:
+            yield from _decode(c)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            idx = range(*i.indices(self._len))
+            if idx.step == 1:
+                return self._range(idx.start, idx.stop)
+            return [self[j] for j in idx]
+        if i < 0:
+            i += self._len
+        if not 0 <= i < self._len:
+            raise IndexError("PackedRows index out of range")
+        return _decode(self._chunks[i // CHUNK])[i % CHUNK]
+
+    def _range(self, start: int, stop: int) -> list:
+        out: list = []
+        if start >= stop:
+            return out
+        for c in range(start // CHUNK, (stop - 1) // CHUNK + 1):
+            rows = _decode(self._chunks[c])
+            lo, hi = c * CHUNK, c * CHUNK + len(rows)
+            out.extend(rows[max(start, lo) - lo:min(stop, hi) - lo])
+        return out
+
+    def __eq__(self, other) -> bool:
+        if isinstance(other, PackedRows):
+            return self._len == other._len and self._chunks == other._chunks
+        if isinstance(other, (list, tuple)):
+            return len(other) == self._len and all(a == b for a, b in zip(self, other, strict=True))
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"PackedRows({self._len} rows, {sum(map(len, self._chunks))} bytes)"
+
+    def __reduce__(self):
+        return PackedRows, (self._chunks, self._len, self.shape)
+
+    def chunks(self) -> Iterator[list]:
+        """The rows, a chunk's list at a time."""
+        for c in self._chunks:
+            yield _decode(c)
+
+    def raw_chunks(self) -> Iterator[memoryview]:
+        """Each chunk's msgpack of its rows without the array header: joined after the header of
+        a list of len(self) they are the msgpack of the whole list."""
+        last = len(self._chunks) - 1
+        for i, c in enumerate(self._chunks):
+            n = CHUNK if i < last else self._len - CHUNK * last
+            yield memoryview(c)[_array_header_size(n):]
+
+    def map(self, fn) -> PackedRows:
+        """fn applied to every row, packed again."""
+        return pack_iter((fn(r) for r in self), self.shape)
+
+
+register_packed(PackedRows)
+
+
+def packable(rows: list, shape: Shape | None = None) -> bool:
+    shape = scan(rows) if shape is None else shape
+    return shape.plain and not shape.tuples and all(type(r) is dict for r in rows)
+
+
+def pack(rows):
+    """`rows` as PackedRows when it is a long list of row dicts msgpack gives back exactly, else
+    `rows` itself."""
+    if type(rows) is not list or len(rows) < MIN_ROWS:
+        return rows
+    shape = scan(rows)
+    if not packable(rows, shape):
+        return rows
+    chunks = [_encode(rows[i:i + CHUNK]) for i in range(0, len(rows), CHUNK)]
+    return PackedRows(chunks, len(rows), shape)
+
+
+def pack_iter(rows, shape: Shape) -> PackedRows:
+    """Rows from an iterator packed as they come (`shape`: what scan says of all of them)."""
+    chunks, batch, n = [], [], 0
+    for r in rows:
+        batch.append(r)
+        if len(batch) == CHUNK:
+            chunks.append(_encode(batch))
+            n += len(batch)
+            batch = []
+    if batch:
+        chunks.append(_encode(batch))
+        n += len(batch)
+    return PackedRows(chunks, n, shape)
+
+
+def pack_lists(doc: dict, keys) -> dict:
+    """The document with its row lists under `keys` packed (in place; the lists are let go)."""
+    for k in keys:
+        if k in doc:
+            doc[k] = pack(doc[k])
+    return doc
+
+
+def _header(n: int, small: int, tag16: int) -> bytes:
+    if n < 16:
+        return bytes([small | n])
+    return bytes([tag16]) + n.to_bytes(2, "big") if n < 2**16 else bytes([tag16 + 1]) + n.to_bytes(4, "big")
+
+
+def msgpack_pieces(doc: dict) -> Iterator[bytes | memoryview]:
+    """The msgpack of `doc` (as msgspec writes it, its PackedRows as the lists they hold) in
+    pieces: the map header, then each key and value, a PackedRows as its array header and its
+    chunks as they are held."""
+    yield _header(len(doc), 0x80, 0xde)
+    for k, v in doc.items():
+        yield _encode(k)
+        if type(v) is PackedRows:
+            yield _header(len(v), 0x90, 0xdc)
+            yield from v.raw_chunks()
+        else:
+            yield _encode(v)
+
+
+def plain(obj):
+    """`obj` with every PackedRows made a list (containers above them copied): for a caller that
+    needs exactly plain data (json.dumps, a user of the API)."""
+    t = type(obj)
+    if t is PackedRows:
+        return list(obj)
+    if t is dict:
+        if not any(type(v) is PackedRows for v in obj.values()):
+            return obj
+        return {k: plain(v) for k, v in obj.items()}
+    return obj
+
+
+def combine(shapes) -> Shape:
+    """The Shape of rows made of parts of these shapes."""
+    shapes = list(shapes)
+    return Shape(plain=all(s.plain for s in shapes), tuples=any(s.tuples for s in shapes),
+                 finite=all(s.finite for s in shapes), exponent_floats=any(s.exponent_floats for s in shapes),
+                 wide_ints=any(s.wide_ints for s in shapes), str_keys=all(s.str_keys for s in shapes))
+
+
+class RowBytes:
+    """Rows each as its own msgpack (what a worker sends back instead of the dicts: a fraction of
+    their size, pickled as a list of bytes); `sort_rows` orders and packs them."""
+
+    __slots__ = ("rows", "shape")
+
+    def __init__(self, rows: list[bytes], shape: Shape):
+        self.rows, self.shape = rows, shape
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __iter__(self):
+        return map(_decode, self.rows)
+
+    def __getstate__(self):
+        return self.rows, self.shape
+
+    def __setstate__(self, state):
+        self.rows, self.shape = state
+
+
+def row_bytes(rows: list):
+    """`rows` (a list of row dicts) as RowBytes, or the list itself when msgpack would not give it
+    back exactly."""
+    shape = scan(rows)
+    if not packable(rows, shape):
+        return rows
+    return RowBytes(list(map(_encode, rows)), shape)
+
+
+def from_row_bytes(rows: list[bytes], shape: Shape) -> PackedRows:
+    """PackedRows of rows given each as its msgpack (a chunk is an array header and its rows)."""
+    chunks = [_header(len(rows[i:i + CHUNK]), 0x90, 0xdc) + b"".join(rows[i:i + CHUNK])
+              for i in range(0, len(rows), CHUNK)]
+    return PackedRows(chunks, len(rows), shape)
+
+
+def sort_rows(parts: list, key) -> tuple[Any, list]:
+    """The rows of `parts` (each a list of row dicts or RowBytes) in one list sorted by `key` (a
+    stable sort of their concatenation), and the keys in that order: PackedRows when they are
+    MIN_ROWS or more and all could be packed, else a list of the row dicts."""
+    if not all(type(p) is RowBytes for p in parts):
+        rows = sorted((r for p in parts for r in p), key=key)
+        return rows, [key(r) for r in rows]
+    items = [(key(_decode(b)), b) for p in parts for b in p.rows]
+    items.sort(key=lambda kb: kb[0])
+    keys = [k for k, _ in items]
+    blobs = [b for _, b in items]
+    del items
+    if len(blobs) < MIN_ROWS:
+        return [_decode(b) for b in blobs], keys
+    return from_row_bytes(blobs, combine(p.shape for p in parts)), keys
+
+
+def pack_table(table):
+    """An Arrow table's rows (to_pylist, as Session.rows gives them) as PackedRows, a chunk of rows
+    at a time; a list of them when some chunk cannot be packed."""
+    chunks, shapes = [], []
+    for i in range(0, table.num_rows, CHUNK):
+        rows = table.slice(i, CHUNK).to_pylist()
+        shape = scan(rows)
+        if not packable(rows, shape):
+            return table.to_pylist()
+        chunks.append(_encode(rows))
+        shapes.append(shape)
+    return PackedRows(chunks, table.num_rows, combine(shapes))

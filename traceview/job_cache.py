@@ -69,7 +69,7 @@ class Job:
         self._store, self._key, self._report = store, key, report
         self._shape = shape             # plain_data.scan of the document, when it was taken
         self.from_store = from_store    # the document or the report was kept: nothing analyzed
-        self._kept_fmt: str | None = None   # the format render() last kept
+        self._kept_fmt: str | None = None   # the format render() or output() last kept
 
     @property
     def document(self) -> dict:
@@ -127,7 +127,10 @@ class Job:
             pieces = json_report.pieces(cast(ReportDocument, doc), shape)
             if store is None or not key or per_rank_rows is not None:
                 return pieces
-            return _teed(pieces, store.kept_writer(key, fmt, {"budget_violated": _budget_violated(doc)}))
+            return _teed(pieces, store.kept_writer(key, fmt, {"budget_violated": _budget_violated(doc)}), kept)
+
+        def kept() -> None:
+            self._kept_fmt = fmt
         return Pieces(make)
 
 
@@ -140,8 +143,9 @@ def _packed(doc):
     return pack_lists(doc, PACKED_SECTIONS) if isinstance(doc, dict) else doc
 
 
-def _teed(pieces, writer):
-    """`pieces` as they come, each also given to the store's `writer` (kept when all came)."""
+def _teed(pieces, writer, on_kept: Callable[[], None]):
+    """`pieces` as they come, each also given to the store's `writer` (kept when all came:
+    then on_kept())."""
     done = False
     try:
         for piece in pieces:
@@ -150,7 +154,8 @@ def _teed(pieces, writer):
         done = True
     finally:
         if done:
-            writer.commit()
+            if writer.commit():
+                on_kept()
         else:
             writer.abort()
 

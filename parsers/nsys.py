@@ -331,8 +331,9 @@ class _Reader:
         self.numbered("l0", f"""SELECT r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}
             ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215, rt.correlation""")
         x("""CREATE TEMP TABLE lname AS
-            SELECT (row_number() OVER () - 1)::BIGINT AS li, ids.name_id, regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
-                                               '_v[0-9]{4,}$', '') AS name
+            SELECT (row_number() OVER () - 1)::BIGINT AS li, ids.name_id,
+                   regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
+                                  '_v[0-9]{4,}$', '') AS name
             FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
         last = self.one("SELECT (SELECT max(end_ns) FROM gpu0), (SELECT max(end_ns) FROM rt)")
         self.drop("rt")
@@ -428,7 +429,7 @@ class _Reader:
         self.drop("r0", "nest")
         pos = rows.column("pos")
         names = self.names
-        self.names = None
+        self.names = {}           # the text goes with it
         rows = rows.drop_columns(["pos"])
         for f, col in names.items():
             rows = rows.append_column(f, pc.take(col, pos))

@@ -128,7 +128,7 @@ def analyze(
         if out_dir is not None:
             from .output import write_tree
             from .reports import bundle_files
-            files = bundle_files(cast(Any, job.document), per_rank_rows)
+            files: list[tuple[str, Any]] = list(bundle_files(cast(Any, job.document), per_rank_rows))
             if staged:                  # -o inside the bundle: written with it, all or nothing
                 files = [f for f in files if f[0] != staged] + [(staged, text)]
             write_tree(files, out_dir)

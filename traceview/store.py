@@ -88,22 +88,25 @@ class Stored:
 
 
 class KeptWriter:
-    """What Store.kept_writer gives: the pieces go to a file beside the kept one (their size and
-    SHA-256 taken as they come), then after the header line into a file renamed into place. A
-    write that fails keeps nothing (commit says False), and never fails the caller."""
+    """What Store.kept_writer gives: the pieces go to a file beside the kept one after a header
+    line of fixed width (blank until commit, which writes the size and SHA-256 taken as the pieces
+    came, padded with spaces, over it), and the file is then renamed into place. A write that
+    fails keeps nothing (commit says False), and never fails the caller."""
+
+    HEAD = 2048                      # bytes of the header line, its newline included
 
     def __init__(self, store: Store, key: str, what: str, info: dict | None):
         self._store, self._key, self._what, self._info = store, key, what, info or {}
         self._folder = store.root / "jobs"
-        tag = f"{key}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._body, self._tmp = self._folder / f".tmp-{tag}.body", self._folder / f".tmp-{tag}"
+        self._tmp = self._folder / f".tmp-{key}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._hash, self._size = hashlib.sha256(), 0
         self._f: BinaryIO | None = None
         try:
             self._folder.mkdir(parents=True, exist_ok=True)
-            self._f = open(self._body, "wb")
+            self._f = open(self._tmp, "wb")
+            self._f.write(b" " * (self.HEAD - 1) + b"\n")
         except OSError:
-            pass
+            self.abort()
 
     def write(self, piece) -> None:
         if self._f is None:
@@ -120,24 +123,22 @@ class KeptWriter:
             with suppress(OSError):
                 self._f.close()
             self._f = None
-        for p in (self._body, self._tmp):
-            with suppress(OSError):
-                p.unlink()
+        with suppress(OSError):
+            self._tmp.unlink()
 
     def commit(self) -> bool:
         if self._f is None:
             return False
         try:
-            self._f.close()
-            self._f = None
             head = {"format": KEPT_FORMAT, "key": self._key, "what": self._what, "size": self._size,
                     "sha256": self._hash.hexdigest(), "info": self._info}
-            line = json.dumps(head, sort_keys=True).encode() + b"\n"
-            if len(line) > 4096:
+            line = json.dumps(head, sort_keys=True).encode()
+            if len(line) >= self.HEAD:
                 return False
-            with open(self._tmp, "wb") as out, open(self._body, "rb") as src:
-                out.write(line)
-                shutil.copyfileobj(src, out, 1 << 20)
+            self._f.seek(0)
+            self._f.write(line.ljust(self.HEAD - 1) + b"\n")
+            self._f.close()
+            self._f = None
             os.replace(self._tmp, self._store._kept_path(self._key, self._what))
             return True
         except (OSError, TypeError, ValueError):

@@ -163,8 +163,8 @@ def _candidates(argv: list[str]) -> list[Path]:
             add(p.parent / ".traceview")
         if len(out) > 64:
             break
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    add((Path(xdg) if xdg else Path.home() / ".cache") / "traceview")
+    from .store import user_dir
+    add(user_dir())
     return out
 
 

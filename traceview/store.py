@@ -52,6 +52,11 @@ def default_dir(inputs: list[Path]) -> Path:
         parent = first if first.is_dir() else first.parent
         if _writable(parent):
             return parent / ".traceview"
+    return user_dir()
+
+
+def user_dir() -> Path:
+    """The per-user cache: $XDG_CACHE_HOME/traceview, else ~/.cache/traceview."""
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "traceview"
 

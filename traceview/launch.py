@@ -1,14 +1,22 @@
 """The `traceview` command's entry point: a repeated `analyze` whose report the store keeps is
-written out at once (replay.py), before the command line (typer) is even imported; every other
-command runs through cli.main()."""
+written out at once (replay.py), and a request for help from the kept copy of its text
+(help_cache.py), before the command line (typer) is even imported; every other command runs
+through cli.main()."""
 from __future__ import annotations
 
 import sys
 
 
 def main() -> None:
-    from . import replay
     argv = sys.argv[1:]
+    from . import help_cache
+    if help_cache.wanted(argv):
+        if help_cache.serve(argv):
+            sys.exit(0)
+        from . import cli, cli_common
+        cli_common.IN_CLI = True
+        sys.exit(help_cache.render_and_keep(argv, cli.run_cli))
+    from . import replay
     replay.INVOCATION = argv
     rc = replay.try_replay(argv)
     if rc is not None:

@@ -43,9 +43,9 @@ def reference(acts, ws, we, syncs_by_tid=None, infer_waits=False):
     end, start = list(acts.end), list(acts.start)
     last = min(k for k in range(n) if end[k] == end[n - 1])
     t, seen, cur = we, set(), last
-    if ws < end[last] < we:
-        out.append((end[last], we, None, "idle", []))
-        t = end[last]
+    if end[last] < we:   # nothing ran after the last activity (which may end at or before ws)
+        t = max(end[last], ws)
+        out.append((t, we, None, "idle", []))
     while t > ws:
         if cur is None or cur in seen:
             out.append((ws, t, None, "idle", []))

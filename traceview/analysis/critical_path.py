@@ -272,9 +272,9 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     append = pieces.add
     p_start, p_end, p_k, p_cause, p_syncs = pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs
     t, seen = we, bytearray(n)
-    if ws < end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
-        append((end[last], we, None, "idle", _EMPTY))
-        t = end[last]
+    if end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
+        t = end[last] if end[last] > ws else ws
+        append((t, we, None, "idle", _EMPTY))
     cur: int | None = last
     wm1 = ws - 1
     while t > ws:

@@ -260,8 +260,11 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     if n == 0:
         pieces.add((ws, we, None, "idle", _EMPTY))
         return pieces
-    start, end, ostart, oend, ids = acts.start, acts.end, acts.ostart, acts.oend, acts.id
-    prev_k, prev_end, wsrc_k, wsrc_end = acts.prev_k, acts.prev_end, acts.wsrc_k, acts.wsrc_end
+    # the columns as lists: indexing one returns its objects (an array makes a new int each time)
+    start, end, ostart, oend = acts.start.tolist(), acts.end.tolist(), acts.ostart.tolist(), acts.oend.tolist()
+    ids, stream = acts.id.tolist(), acts.stream.tolist()
+    prev_k, prev_end = acts.prev_k.tolist(), acts.prev_end.tolist()
+    wsrc_k, wsrc_end = acts.wsrc_k.tolist(), acts.wsrc_end.tolist()
     last = n - 1  # the activity ending last (earliest start, then lowest id, among ties)
     while last > 0 and end[last - 1] == end[n - 1]:
         last -= 1
@@ -269,10 +272,11 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     append = pieces.add
     p_start, p_end, p_k, p_cause, p_syncs = pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs
     t, seen = we, bytearray(n)
-    if ws < end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
-        append((end[last], we, None, "idle", _EMPTY))
-        t = end[last]
+    if end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
+        t = end[last] if end[last] > ws else ws
+        append((t, we, None, "idle", _EMPTY))
     cur: int | None = last
+    wm1 = ws - 1
     while t > ws:
         if cur is None or seen[cur]:
             append((ws, t, None, "idle", _EMPTY))
@@ -293,33 +297,42 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
             t = s
         if t <= ws:
             break
-        # candidates (time, id, k): the stream predecessor and the wait source, where in the window
-        best = None
+        # the candidate that finished last (time, then id, then k): the stream predecessor, the
+        # wait source (where in the window) and, without wait records, the inferred wait
+        g = pred = None
         pk = prev_k[cur]
         if pk >= 0:
-            pe = prev_end[cur]
-            best = (pe if pe < t else t, ids[pk], pk)
+            g = prev_end[cur]
+            if g > t:
+                g = t
+            pred, b_id = pk, ids[pk]
         wk = wsrc_k[cur]
         if wk >= 0:
             pe = wsrc_end[cur]
-            c2 = (pe if pe < t else t, ids[wk], wk)
-            if best is None or c2 > best:
-                best = c2
+            if pe > t:
+                pe = t
+            if pred is None or pe > g or (pe == g and (ids[wk] > b_id or (ids[wk] == b_id and wk > pred))):
+                g, pred, b_id = pe, wk, ids[wk]
         if infer_waits:  # no stream-wait records: the other stream's work that ended last before cur
-            lo = ws - 1 if best is None or best[0] < ws - 1 else best[0]
-            inf = _inferred(acts, cur, lo, t, launched_before=ostart[cur])
-            if inf is not None:
-                c2 = (end[inf], ids[inf], inf)
-                if best is None or c2 > best:
-                    best = c2
-        g, pred = (None, None) if best is None else (best[0], best[2])
+            lo = wm1 if pred is None or g < wm1 else g
+            # (`_inferred` with launched_before = ostart[cur], inlined: once per activity on the path)
+            lb, cs = ostart[cur], stream[cur]
+            i = bisect_right(end, t) - 1
+            while i >= 0 and end[i] > lo:
+                # a null launch start (NULL) is below every launch: it passes the test, as it always did
+                if i != cur and stream[i] != cs and (lb == NULL or ostart[i] < lb):
+                    pe = end[i]
+                    if pred is None or pe > g or (pe == g and (ids[i] > b_id or (ids[i] == b_id and i > pred))):
+                        g, pred, b_id = pe, i, ids[i]
+                    break
+                i -= 1
         g_eff = ws if g is None or g < ws else g
         if g_eff < t:
             if oend[cur] > g_eff:  # (a null launch end is NULL, below every time)
                 found = _syncs_in(syncs_by_tid, acts, cur, g_eff, ostart[cur])
                 append((g_eff, t, cur, "host_sync" if found else "launch_bound", found or _EMPTY))
             else:
-                inf = _inferred(acts, cur, g_eff, t)
+                inf = _inferred(acts, cur, g_eff, t, ends=end, streams=stream)
                 if inf is not None:
                     if end[inf] < t:
                         append((end[inf], t, cur, "idle", _EMPTY))
@@ -327,10 +340,11 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
                     continue
                 append((g_eff, t, cur, "idle", _EMPTY))
             t = g_eff
-        cur = pred if pred is not None and g is not None and g > ws - 1 else None
+        cur = pred if pred is not None and g is not None and g > wm1 else None
         if cur is None and t > ws:
             # no recorded predecessor inside the window: the latest activity that ended by now
-            inf = _inferred(acts, None, ws - 1, t)
+            i = bisect_right(end, t) - 1
+            inf = i if i >= 0 and end[i] > wm1 else None
             if inf is None:
                 append((ws, t, None, "idle", _EMPTY))
                 break
@@ -341,14 +355,16 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     return pieces
 
 
-def _inferred(acts: Acts, cur: int | None, lo: int, hi: int, launched_before: int = NULL) -> int | None:
+def _inferred(acts: Acts, cur: int | None, lo: int, hi: int, launched_before: int = NULL,
+              ends=None, streams=None) -> int | None:
     """The activity (another stream than cur's; launched before `launched_before` unless that is
-    NULL) that ended last within (lo, hi]."""
-    ends = acts.end
+    NULL) that ended last within (lo, hi]. ends, streams: acts.end, acts.stream as lists."""
+    ends = acts.end if ends is None else ends
     i = bisect_right(ends, hi) - 1
     if cur is None:
         return i if i >= 0 and ends[i] > lo else None
-    stream, ostart, cs = acts.stream, acts.ostart, acts.stream[cur]
+    stream, ostart = acts.stream if streams is None else streams, acts.ostart
+    cs = stream[cur]
     while i >= 0 and ends[i] > lo:
         # a null launch start (NULL) is below every launch: it passes the test, as it always did
         if i != cur and stream[i] != cs and (launched_before == NULL or ostart[i] < launched_before):
@@ -382,7 +398,7 @@ def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
     activity (k -1: they merge across activities, only their sums are used).
     comm: id -> {"kind", "wait_until", "imbalance"} for communication activities."""
     out = Path(acts)
-    ids, cls = acts.id, acts.cls
+    ids, cls = acts.id.tolist(), acts.cls   # (lists: indexing returns their objects)
     p_start, p_end, p_k, p_cat, p_cause, p_extra = out.start, out.end, out.k, out.category, out.cause, out.extra
     comm_list = [(acts.start[k], i, acts.end[k], k) for k, i in enumerate(ids) if cls[k] == "comm" and i in comm]
 
@@ -418,7 +434,7 @@ def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
             a += imb
         add(a, b, cat, exposed, ck)
 
-    st, se, sc, sm, sx = segs.t, segs.e, segs.c, segs.m, segs.x
+    st, se, sc, sm, sx = segs.t.tolist(), segs.e.tolist(), segs.c.tolist(), segs.m.tolist(), segs.x.tolist()
     nseg, j = len(st), 0
     src = zip(pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs, strict=True) \
         if isinstance(pieces, Pieces) else ((a, b, -1 if k is None else k, c, y) for a, b, k, c, y in pieces)

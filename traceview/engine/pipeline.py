@@ -12,7 +12,12 @@ from __future__ import annotations
 from typing import Iterable, Mapping
 
 from .. import schema
-from .steps import Step, StepError, lookup
+from .steps import Step, StepError, all_steps, lookup
+
+# Steps whose tables only other steps read (no analysis, report or API user queries them): dropped
+# once every step that requires them is built in the session, at the next `build` (a caller still
+# reads what one `build` returned, as a mapped job's worker does).
+TRANSIENT = frozenset({"range_context_raw", "layer_heads", "layer_blocks"})
 
 
 def plan(targets: Iterable[str], given: Iterable[str] = ()) -> list[Step]:
@@ -73,6 +78,7 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
     """Materialize `targets` and what they need in `session`; returns the names built by this call.
     On a mapped job (`_remote`) the per-rank steps are built on the workers, in one round."""
     params = dict(params or {})
+    free_transient(session)
     built_now = []
     steps = plan(targets, session.tables() - set(session.built))
     remote = _remote(session)
@@ -107,3 +113,16 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
         session.build_counts[step.name] = session.build_counts.get(step.name, 0) + 1
         built_now.append(step.name)
     return built_now
+
+
+def free_transient(session) -> list[str]:
+    """Drop the TRANSIENT tables materialized in `session` whose consumers (the steps that require
+    them) are all built; returns their names."""
+    drop = getattr(session, "drop", None)
+    if drop is None:
+        return []
+    done = [name for name in sorted(TRANSIENT) if session.materialized(name)
+            and all(s.name in session.built for s in all_steps().values() if name in s.requires)]
+    for name in done:
+        drop(name)
+    return done

@@ -1,0 +1,75 @@
+"""engine/pipeline.free_transient: a TRANSIENT step's temp table is dropped once every step that
+requires it is built (at the next `build`), never before, and never a table someone still reads."""
+import pytest
+from helpers import TRACES, make_profile
+
+from traceview.engine import pipeline
+from traceview.engine.pipeline import build
+from traceview.engine.session import Session
+from traceview.engine.steps import python_step
+
+
+@python_step("tf_raw", scope="rank", requires=("gpu_activities",), produces=("rank", "n"))
+def _tf_raw(session, params):
+    return session.sql("SELECT rank, count(*)::BIGINT AS n FROM gpu_activities GROUP BY rank")
+
+
+@python_step("tf_a", scope="rank", requires=("tf_raw",), produces=("rank", "a"))
+def _tf_a(session, params):
+    return session.sql("SELECT rank, n + 1 AS a FROM tf_raw")
+
+
+@python_step("tf_b", scope="rank", requires=("tf_raw",), produces=("rank", "b"))
+def _tf_b(session, params):
+    return session.sql("SELECT rank, n * 10 AS b FROM tf_raw")
+
+
+def _session():
+    return Session(make_profile(gpu=[dict(id=1, rank=0, start_ns=0, end_ns=10),
+                                     dict(id=2, rank=0, start_ns=10, end_ns=30)]))
+
+
+def test_dropped_after_its_last_consumer(monkeypatch):
+    monkeypatch.setattr(pipeline, "TRANSIENT", frozenset({"tf_raw"}))
+    s = _session()
+    assert build(s, ["tf_a"]) == ["tf_raw", "tf_a"]
+    assert s.materialized("tf_raw")            # tf_b, which reads it too, is not built yet
+    build(s, ["tf_a"])
+    assert s.materialized("tf_raw")
+    assert build(s, ["tf_b"]) == ["tf_b"]      # still there for tf_b: 2 activities * 10
+    assert s.rows("SELECT b FROM tf_b") == [{"b": 20}]
+    assert s.materialized("tf_raw")            # what one build returned stays readable after it
+    assert pipeline.free_transient(s) == ["tf_raw"]
+    assert not s.materialized("tf_raw") and "tf_raw" not in s.tables()
+    assert s.rows("SELECT a FROM tf_a") == [{"a": 3}]
+    # counted as built: asking again for its consumers builds nothing, it is not made again
+    assert build(s, ["tf_a", "tf_b"]) == [] and s.build_counts == {"tf_raw": 1, "tf_a": 1, "tf_b": 1}
+
+
+def test_not_transient_is_kept(monkeypatch):
+    monkeypatch.setattr(pipeline, "TRANSIENT", frozenset())
+    s = _session()
+    build(s, ["tf_a", "tf_b"])
+    build(s, ["tf_a"])
+    assert s.materialized("tf_raw")
+
+
+def test_registered_tables_are_not_dropped(monkeypatch):
+    monkeypatch.setattr(pipeline, "TRANSIENT", frozenset({"tf_raw"}))
+    s = _session()
+    import pyarrow as pa
+    s.register("tf_raw", pa.table({"rank": pa.array([0], pa.int32()), "n": pa.array([5], pa.int64())}))
+    build(s, ["tf_a", "tf_b"])
+    assert pipeline.free_transient(s) == []
+    assert s.rows("SELECT n FROM tf_raw") == [{"n": 5}]
+
+
+def test_analyze_frees_the_layer_intermediates():
+    path = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
+    if not path.exists():
+        pytest.skip("the shared corpus is not beside the checkout")
+    from traceview.runs import AnalyzeOptions, run_job
+    doc, session = run_job([str(path)], AnalyzeOptions())
+    assert session.freed == {"range_context_raw", "layer_heads", "layer_blocks"}
+    left = {r["name"] for r in session.rows("SELECT table_name AS name FROM duckdb_tables()")}
+    assert not left & session.freed and {"range_context", "activity_attribution"} <= left

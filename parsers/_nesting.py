@@ -1,87 +1,138 @@
 """Interval nesting on one thread: parents of ranges and the innermost range around a point/interval.
 
-One sort and one stack sweep per call (O(n log n)); shared by the parsers, which must resolve
-nesting from raw begin/end times.
+Columnar, in Arrow kernels (no Python work per range). One sort (by thread, start, longer first),
+then every answer is "the nearest range before this one in sorted order, on the same thread, whose
+end reaches a threshold" (see `_nearest`), found for all ranges at once by pointer jumping: each
+round, a range whose candidate falls short moves to that candidate's own candidate (everything in
+between ends before the threshold too), so the rounds needed grow with the log of the distances.
+Depth is the number of ancestors, counted by pointer doubling over the parents.
+
+The answers are those of a stack sweep over the sorted ranges (pop the ranges that ended before
+the next starts, a zero-length range at that instant staying; the parent is the nearest range
+left on the stack that ends at or after the new one's end), for any input, crossing ranges included:
+a range that ends after the new one's start is never popped before it, so the nearest one on the
+stack reaching the new end is the nearest one before it in sorted order; for a zero-length range,
+a range ending exactly at its instant counts only if it starts there too.
 """
 from __future__ import annotations
+
+from typing import Sequence
 
 import pyarrow as pa
 import pyarrow.compute as pc
 
+_I64 = pa.int64()
+_NULL = pa.scalar(None, _I64)
 
-def _order(*keys) -> list[int]:
-    """Indices sorting by the given columns (ascending), using Arrow's sort (C speed)."""
-    t = pa.table({f"k{i}": pa.array(k, type=pa.int64()) for i, k in enumerate(keys)})
-    return pc.sort_indices(t, sort_keys=[(f"k{i}", "ascending") for i in range(len(keys))]).to_pylist()
+
+def _col(v) -> pa.Array:
+    if isinstance(v, pa.ChunkedArray):
+        v = v.combine_chunks()
+    if isinstance(v, pa.Array):
+        return v if v.type == _I64 else v.cast(_I64)
+    return pa.array(v if isinstance(v, (list, tuple)) else list(v), type=_I64)
+
+
+def _prev_on_thread(tid: pa.Array, candidate: pa.Array) -> pa.Array:
+    """For each position (sorted by thread), the last earlier candidate position on the same
+    thread (null when none)."""
+    n = len(tid)
+    if not n:
+        return pa.array([], type=_I64)
+    pos = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, _I64), n)), 1)
+    last = pc.cumulative_max(pc.if_else(candidate, pos, -1))  # the last candidate at or before
+    before = pa.concat_arrays([pa.array([-1], type=_I64), last[:-1]])
+    new_thread = pc.not_equal(tid, pa.concat_arrays([tid[:1], tid[:-1]]))
+    first = pc.cumulative_max(pc.if_else(new_thread, pos, 0))  # where the position's thread begins
+    return pc.if_else(pc.greater_equal(before, first), before, _NULL)
+
+
+def _nearest(tid: pa.Array, end: pa.Array, is_range: pa.Array, need: pa.Array) -> pa.Array:
+    """Positions sorted by (thread, start): for each, the nearest earlier range on its thread with
+    end >= need (null when none). Queries (not ranges) are never candidates.
+
+    The invariant: every range strictly between a position and its candidate ends before its need.
+    A candidate that falls short (end < need) has need <= its own end + 1 <= the asker's need, so the
+    asker may jump to the candidate's candidate (an answer or a lower bound) and keep the invariant."""
+    cand = _prev_on_thread(tid, is_range)
+    while True:
+        reach = pc.take(end, cand)
+        short = pc.fill_null(pc.less(reach, need), False)  # a candidate that falls short: jump
+        if not pc.any(short).as_py():
+            return cand
+        cand = pc.if_else(short, pc.take(cand, cand), cand)
+
+
+def _depths(parent: pa.Array) -> pa.Array:
+    """Number of ancestors of each node from parent positions (null at a root), by pointer doubling."""
+    up = parent
+    depth = pc.if_else(pc.is_valid(parent), 1, 0).cast(_I64)
+    while up.null_count < len(up):
+        depth = pc.add(depth, pc.fill_null(pc.take(depth, up), 0))
+        up = pc.take(up, up)
+    return depth
+
+
+def _sort(tid, start, end, typ=None) -> pa.Array:
+    cols = {"t": tid, "s": start, "e": pc.negate(end)}
+    keys = [("t", "ascending"), ("s", "ascending"), ("e", "ascending")]
+    if typ is not None:
+        cols["y"] = typ
+        keys.insert(2, ("y", "ascending"))
+    return pc.sort_indices(pa.table(cols), sort_keys=keys)  # stable: equal keys keep input order
+
+
+def _unsort(sorted_vals: pa.Array, order: pa.Array) -> pa.Array:
+    """Values given in sorted order back in input order."""
+    return pc.take(sorted_vals, pc.sort_indices(order))
 
 
 def nest(tids, starts, ends, ids, qtids=(), qstarts=(), qends=()):
-    """Depth and parent id of each range among ranges on the same thread (by containment).
-    With query intervals (q*), also returns, in the same sweep, the innermost range that
-    contains each query (see innermost_container)."""
-    n, nq = len(ids), len(qtids)
-    parent_ix = [-1] * n
-    found = [None] * nq
-    all_t = list(tids) + list(qtids) if nq else tids
-    all_s = list(starts) + list(qstarts) if nq else starts
-    neg_e = [-e for e in ends] + ([-e for e in qends] if nq else [])
-    typ = [0] * n + [1] * nq
-    order = _order(all_t, all_s, typ, neg_e) if nq else _order(tids, starts, neg_e, range(n))
-    stack: list[int] = []
-    cur_tid = object()
-    for i in order:
-        t, s = all_t[i], all_s[i]
-        if t != cur_tid:
-            stack.clear()
-            cur_tid = t
-        if i < n:
-            e = ends[i]
-            while stack and ends[stack[-1]] <= s and not (ends[stack[-1]] == s == starts[stack[-1]]):
-                stack.pop()
-            for j in range(len(stack) - 1, -1, -1):
-                if ends[stack[j]] >= e:
-                    parent_ix[i] = stack[j]
-                    break
-            stack.append(i)
-        else:  # a query: no popping; ranges that ended before it fail the containment test
-            e = qends[i - n]
-            for j in range(len(stack) - 1, -1, -1):
-                if ends[stack[j]] >= e and starts[stack[j]] <= s:
-                    found[i - n] = ids[stack[j]]
-                    break
-    depth = [0] * n
-    for i in order:  # parents come before their children in sweep order
-        if i < n and parent_ix[i] >= 0:
-            depth[i] = depth[parent_ix[i]] + 1
-    parent = [ids[p] if p >= 0 else None for p in parent_ix]
-    return (depth, parent, found) if nq else (depth, parent)
+    """Depth (int64) and parent id (int64, null at the outermost) of each range among ranges on the
+    same thread (by containment). With query intervals (q*), also the innermost range containing
+    each query (id or null): the same as `innermost_container` gives."""
+    tid, start, end, ident = _col(tids), _col(starts), _col(ends), _col(ids)
+    n, nq = len(tid), len(qtids)
+    if nq:
+        tid = pa.concat_arrays([tid, _col(qtids)])
+        start = pa.concat_arrays([start, _col(qstarts)])
+        end = pa.concat_arrays([end, _col(qends)])
+    kind = pa.concat_arrays([pa.repeat(pa.scalar(0, pa.int8()), n), pa.repeat(pa.scalar(1, pa.int8()), nq)])
+    order = _sort(tid, start, end, kind if nq else None)
+    t, s, e = (pc.take(c, order) for c in (tid, start, end))
+    is_range = pc.less(order, n)
+    # a zero-length range reaches back past a range ending at its instant unless one starts there too
+    same_start = pc.and_(pc.equal(t, _shift(t)), pc.equal(s, _shift(s)))
+    zero_first = pc.and_(pc.and_(is_range, pc.equal(s, e)), pc.invert(pc.fill_null(same_start, False)))
+    need = pc.add(e, pc.if_else(zero_first, 1, 0).cast(_I64))
+    par = _nearest(t, pc.if_else(is_range, e, _NULL), is_range, need)
+    depth = _unsort(_depths(par), order)
+    held = _unsort(pc.take(order, par), order)  # input index of the container (null: none)
+    parent = pc.take(ident, held[:n])
+    if not nq:
+        return depth[:n], parent
+    return depth[:n], parent, pc.take(ident, held[n:])
 
 
-def innermost_container(ctids, cstarts, cends, cids, qtids, qstarts, qends):
+def _shift(a: pa.Array) -> pa.Array:
+    """The previous value at each position (null at the first)."""
+    return pa.concat_arrays([pa.nulls(1, a.type), a[:-1]]) if len(a) else a
+
+
+def innermost_container(ctids, cstarts, cends, cids, qtids, qstarts, qends) -> pa.Array:
     """For each query interval, the id of the innermost container on the same thread
-    (container.start <= q.start and q.end <= container.end), or None."""
-    nc, nq = len(cids), len(qtids)
-    all_t = list(ctids) + list(qtids)
-    all_s = list(cstarts) + list(qstarts)
-    all_e = list(cends) + list(qends)
-    typ = [0] * nc + [1] * nq
-    out = [None] * nq
-    stack: list[int] = []
-    cur_tid = object()
-    for i in _order(all_t, all_s, typ, [-e for e in all_e]):
-        t = all_t[i]
-        if t != cur_tid:
-            stack.clear()
-            cur_tid = t
-        s = all_s[i]
-        while stack and cends[stack[-1]] < s:
-            stack.pop()
-        if i < nc:
-            stack.append(i)
-        else:
-            e = all_e[i]
-            for j in range(len(stack) - 1, -1, -1):
-                if cends[stack[j]] >= e:
-                    out[i - nc] = cids[stack[j]]
-                    break
-    return out
+    (container.start <= q.start and q.end <= container.end), or null."""
+    nc = len(cids)
+    tid = pa.concat_arrays([_col(ctids), _col(qtids)])
+    start = pa.concat_arrays([_col(cstarts), _col(qstarts)])
+    end = pa.concat_arrays([_col(cends), _col(qends)])
+    kind = pa.concat_arrays([pa.repeat(pa.scalar(0, pa.int8()), nc), pa.repeat(pa.scalar(1, pa.int8()), len(tid) - nc)])
+    order = _sort(tid, start, end, kind)
+    t, e = pc.take(tid, order), pc.take(end, order)
+    is_range = pc.less(order, nc)
+    found = _nearest(t, pc.if_else(is_range, e, _NULL), is_range, e)
+    held = _unsort(pc.take(order, found), order)
+    return pc.take(_col(cids), held[nc:])
+
+
+__all__: Sequence[str] = ("nest", "innermost_container")

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from collections import Counter
 from itertools import compress, repeat
-from operator import attrgetter, is_not, itemgetter
+from operator import attrgetter, is_not, itemgetter, not_
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 import msgspec
 import pyarrow as pa
@@ -22,7 +22,7 @@ from traceview.profile import Profile
 
 from . import bounded_read, json_depth, kineto_stream
 from ._nesting import innermost_container, nest
-from .kineto_events import CpuArgs, Event, GpuArgs, LaunchArgs, SyncArgs, Trace, TypedTrace  # noqa: F401
+from .kineto_events import Args, Trace, TypedEvent, TypedTrace  # noqa: F401
 
 _EMPTY_RAW = msgspec.Raw(b"")
 
@@ -203,7 +203,7 @@ _AT = re.compile(r"`\$\[(\d+)\]")
 def _decode_chunk(path: Path, raws: list, first: int) -> list:
     buf = b"[" + b",".join(raws) + b"]"
     try:
-        return msgspec.json.decode(buf, type=list[Event])
+        return msgspec.json.decode(buf, type=list[TypedEvent])
     except msgspec.ValidationError as e:  # e.g. an event that is not an object: name it as in the file
         msg = _AT.sub(lambda m: f"`$.traceEvents[{first + int(m.group(1))}]", str(e))
         raise TraceError(path, f"not a Kineto trace ({msg})") from None
@@ -292,15 +292,15 @@ def _times(ts: Sequence, dur: Sequence):
     return start, end
 
 
-_NULL = b"null"
-
-
 class _ArgCols:
-    """The `args` of a group's events decoded with the group's struct, read one field at a time
-    (absent or non-object args: the struct's defaults)."""
+    """The `args` of a group's events (decoded with the events), read one field at a time
+    (absent or non-object args: the defaults)."""
 
-    def __init__(self, rows, typ):
-        self.rows = _args(_get(rows, "args"), typ)
+    def __init__(self, rows):
+        args = _get(rows, "args")
+        if not set(map(type, args)) <= {Args}:
+            args = [a if type(a) is Args else _NO_ARGS for a in args]
+        self.rows = args
         self.cache: dict[str, list] = {}
 
     def __getitem__(self, field: str) -> list:
@@ -310,22 +310,7 @@ class _ArgCols:
         return got
 
 
-def _args(raws: list, typ) -> list:
-    """The raw `args` of many events decoded in one call."""
-    empty = typ()
-    buf = b"[" + b",".join([r if len(r) else _NULL for r in raws]) + b"]"
-    try:
-        out = msgspec.json.decode(buf, type=list[Optional[typ]])
-    except msgspec.ValidationError:  # a field of an unexpected shape: decode one by one, leniently
-        out = []
-        for r in raws:
-            try:
-                out.append(msgspec.json.decode(r, type=typ) if len(r) else None)
-            except msgspec.ValidationError:
-                out.append(None)
-    if None in out:
-        out = [a if a is not None else empty for a in out]
-    return out
+_NO_ARGS = Args()
 
 
 def _exts(a: _ArgCols) -> pa.Array:
@@ -379,7 +364,6 @@ def _cpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
 
 
 _CHUNK_FN = {1: _gpu_chunk, 2: _cpu_chunk, 3: _launch_chunk, 4: _sync_chunk}
-_ARGS_TYPE = {1: GpuArgs, 2: CpuArgs, 3: LaunchArgs, 4: SyncArgs}
 
 
 class _Acc:
@@ -441,6 +425,8 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
         idx = pc.indices_nonzero(pc.equal(codes, code)).to_pylist()
         rows: Sequence = _take(evs, idx)
         if code == _FLOW:
+            if _flows_fast(rows, flows):
+                continue
             for ev in rows:  # kept as (id, tid, ts): the event itself (and its raw args) is let go
                 if type(ev.id) in (int, str, float) and _number(ev.ts):
                     (flows[0] if ev.ph == "s" else flows[1]).append((ev.id, ev.tid, ev.ts))
@@ -455,7 +441,24 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
             if not rows:
                 continue
             cols = _EvCols(rows)
-        _CHUNK_FN[code](cols, _ArgCols(rows, _ARGS_TYPE[code]), accs[code])
+        _CHUNK_FN[code](cols, _ArgCols(rows), accs[code])
+
+
+def _flows_fast(rows: Sequence, flows: tuple) -> bool:
+    """Flow events as (id, tid, ts) at C speed when every id and ts has a usable type (else False:
+    the caller sorts them one by one)."""
+    ids, ts = _get(rows, "id"), _get(rows, "ts")
+    if not (set(map(type, ids)) <= _FLOW_ID and set(map(type, ts)) <= _NUMBER):
+        return False
+    trip = list(zip(ids, _get(rows, "tid"), ts, strict=True))
+    starts = list(map("s".__eq__, _get(rows, "ph")))
+    flows[0].extend(compress(trip, starts))
+    flows[1].extend(compress(trip, map(not_, starts)))
+    return True
+
+
+_FLOW_ID = {int, str, float}
+_NUMBER = {int, float}
 
 
 def read(path: Path) -> Profile:
@@ -530,19 +533,15 @@ def _read(path: Path) -> Profile:
     gpu_ext, lau_ext, cpu_ext = (d.pop("ext") for d in (gpu, lau, cpu))
 
     # --- links (Arrow lookups; the nesting sweep reads the columns' buffers in place) -----------
-    c_tid, c_start, c_end = (_view(cpu[k]) for k in ("tid", "start_ns", "end_ns"))
     by_ext = _first(cpu_ext, cpu["id"])  # External id -> the first CPU range that carries it
     op_of_launch = _lookup(by_ext, _nonzero(lau_ext))
     # launches whose External id names no op: the innermost range around them, found in the same sweep
-    missing = pc.indices_nonzero(pc.is_null(op_of_launch)).to_pylist() if op_of_launch.null_count else []
-    if missing:
-        l_tid, l_start, l_end = (lau[k].take(missing).to_pylist() for k in ("tid", "start_ns", "end_ns"))
-    depth, parent, *rest = nest(c_tid, c_start, c_end, range(n_g + n_l + n_s, n_g + n_l + n_s + n_c),
-                                l_tid if missing else [], l_start if missing else [], l_end if missing else [])
-    if missing:
-        mask = pc.is_null(op_of_launch)
-        op_of_launch = pc.replace_with_mask(op_of_launch, mask, pa.array(rest[0], type=pa.int64()))
-    li = _lookup(_first(lau["correlation"], pa.array(range(n_l), type=pa.int64())), gpu["correlation"])
+    missing = pc.indices_nonzero(pc.is_null(op_of_launch)) if op_of_launch.null_count else None
+    queries = [lau[k].take(missing) for k in ("tid", "start_ns", "end_ns")] if missing is not None else [(), (), ()]
+    depth, parent, *rest = nest(cpu["tid"], cpu["start_ns"], cpu["end_ns"], cpu["id"], *queries)
+    if missing is not None:
+        op_of_launch = pc.replace_with_mask(op_of_launch, pc.is_null(op_of_launch), rest[0])
+    li = _lookup(_first(lau["correlation"], _ids(0, n_l)), gpu["correlation"])
     g_launch = pc.add(li, n_g)
     g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), _lookup(by_ext, _nonzero(gpu_ext)))
     fwd = _fwd_links(cpu, flows[0], flows[1])
@@ -564,25 +563,16 @@ def _read(path: Path) -> Profile:
 
 
 def _ids(first: int, n: int) -> pa.Array:
-    return pa.array(range(first, first + n), type=pa.int64())
-
-
-def _view(col: pa.Array):
-    """The values of a non-null int64 column as a read-only sequence of ints over its buffer (no
-    Python int per value is kept; each is made when read)."""
-    if col.null_count or col.type != pa.int64():
-        return col.to_pylist()
-    if not len(col):
-        return []
-    return memoryview(col.buffers()[1]).cast("q")[col.offset:col.offset + len(col)]
+    if not n:
+        return pa.array([], type=pa.int64())
+    return pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n)), first - 1)
 
 
 def _first(keys: pa.Array, vals: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """Each distinct non-null key and the smallest of `vals` over its rows (for increasing vals:
-    the value of its first row)."""
-    t = pa.table({"k": keys, "v": vals}).filter(pc.is_valid(keys))
-    g = t.group_by("k", use_threads=False).aggregate([("v", "min")])
-    return g.column("k").combine_chunks(), g.column("v_min").combine_chunks()
+    """Each distinct non-null key and the value of its first row (for increasing vals, as both
+    callers' are: the smallest)."""
+    uniq = pc.unique(keys).drop_null()
+    return uniq, vals.take(pc.index_in(uniq, value_set=keys))  # index_in: a key's first position
 
 
 def _lookup(table: tuple[pa.Array, pa.Array], query: pa.Array) -> pa.Array:
@@ -668,11 +658,11 @@ def _fwd_links(cpu: dict, flows_s: list, flows_f: list) -> list:
         return fwd
     pts = [p[0] for p in pairs] + [p[1] for p in pairs]
     tids = [_tid(f[1]) for f in pts]
-    ts = _ns_array([f[2] for f in pts]).to_pylist()
+    ts = _ns_array([f[2] for f in pts])
     ops = pc.indices_nonzero(pc.equal(cpu["kind"], "op")).cast(pa.int64())
     first = cpu["id"][0].as_py() if n_c else 0
-    o_tid, o_start, o_end = (_view(cpu[k].take(ops)) for k in ("tid", "start_ns", "end_ns"))
-    found = innermost_container(o_tid, o_start, o_end, _view(pc.add(ops, first)), tids, ts, ts)
+    o_tid, o_start, o_end = (cpu[k].take(ops) for k in ("tid", "start_ns", "end_ns"))
+    found = innermost_container(o_tid, o_start, o_end, pc.add(ops, first), tids, ts, ts).to_pylist()
     n = len(pairs)
     for j in range(n):
         f_op, b_op = found[j], found[n + j]

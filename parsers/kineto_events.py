@@ -1,10 +1,11 @@
 """Typed msgspec structs for Kineto Chrome-trace JSON: only the fields traceview reads.
 
-The file is decoded in steps: the top-level object with `traceEvents` as a list of raw
-(undecoded) slices of the file, then those slices a chunk at a time into `Event` with `args`
-still raw, then the args of each event group of the chunk (GPU activities, launches, CPU ranges,
-syncs) with the small structs below. A chunk's events become Arrow columns before the next chunk
-is decoded, so the decoded Python objects of only one chunk are alive at a time.
+The events are decoded a batch at a time (`kineto_stream`) straight into `TypedEvent`, their
+`args` into `Args` (every field any group of events reads; non-object args kept as they are and
+read as absent), in the same single pass that the benchmarks' floor makes (`TypedTrace`). A
+batch's events become Arrow columns before the next batch is decoded, so the decoded Python objects
+of only one batch are alive at a time. A file the stream cannot split is decoded whole into
+`Trace` (each event a raw slice of the file), then a chunk of those slices at a time.
 """
 from __future__ import annotations
 
@@ -20,55 +21,8 @@ def _f(name: str, default=None):
     return msgspec.field(default=default, name=name)
 
 
-class _CollArgs(msgspec.Struct, gc=False):
-    """Collective metadata (PyTorch >= 2.1 writes it on NCCL kernels and record_param_comms)."""
-    coll_name: Any = _f("Collective name")
-    in_nelems: Any = _f("In msg nelems")
-    out_nelems: Any = _f("Out msg nelems")
-    group_size: Any = _f("Group size")
-    dtype: Any = None
-    in_split: _RawOpt = _f("In split size", _EMPTY)
-    out_split: _RawOpt = _f("Out split size", _EMPTY)
-    pg_name: Any = _f("Process Group Name")
-
-
-class CpuArgs(_CollArgs, gc=False):
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-    seq: Any = _f("Sequence number")
-    input_dims: _RawOpt = _f("Input Dims", _EMPTY)
-    input_types: _RawOpt = _f("Input type", _EMPTY)
-    concrete: _RawOpt = _f("Concrete Inputs", _EMPTY)
-
-
-class LaunchArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-
-
-class GpuArgs(_CollArgs, gc=False):
-    correlation: Any = None
-    external_id: Any = _f("External id")
-    external_id_old: Any = _f("external id")
-    device: Any = None
-    stream: Any = None
-    bytes: Any = None
-    grid: _RawOpt = _EMPTY
-    block: _RawOpt = _EMPTY
-
-
-class SyncArgs(msgspec.Struct, gc=False):
-    correlation: Any = None
-    device: Any = None
-    stream: Any = None
-    sync_kind: Any = _f("cuda_sync_kind")
-    wait_on_stream: Any = None
-    wait_event: Any = _f("wait_on_cuda_event_id")
-
-
 class Args(msgspec.Struct, gc=False):
-    """Every `args` field any group reads (the benchmarks' floor decodes all events into it)."""
+    """Every `args` field any group of events reads."""
     # collective metadata (PyTorch >= 2.1 writes it on NCCL kernels and record_param_comms)
     coll_name: Any = _f("Collective name")
     in_nelems: Any = _f("In msg nelems")

@@ -3,7 +3,7 @@
 The text arrives in pieces (`bounded_read.pieces`). The top-level object up to the
 `"traceEvents": [` key is decoded alone (`Trace`, its events left out); then the array's events are
 cut into batches of about `TEXT_BYTES` at a separator `},{` and each batch is decoded by itself
-(`[batch]` as a list of `Event`); what follows the last separator (the last events, the `]` and the
+(`[batch]` as a list of `TypedEvent`, args included); what follows the last separator (the last events, the `]` and the
 keys after the array) is decoded at the end as `{"traceEvents":[` + rest.
 
 A cut at a `},{` that lies inside a string or inside an event (an object in `args`) leaves the
@@ -25,7 +25,7 @@ from typing import Any, Iterator, Optional
 import msgspec
 
 from . import bounded_read, json_depth
-from .kineto_events import DeviceProps, Event, Trace
+from .kineto_events import DeviceProps, Trace, TypedEvent
 
 TEXT_BYTES = 4 << 20  # JSON text per batch of events
 MAX_HELD = 64 << 20  # text held without a cut (before the events, one event, after them): beyond, read whole
@@ -44,7 +44,7 @@ class Fallback(Exception):
 
 class _Tail(msgspec.Struct):
     """The end of the text: the last events and the top-level keys after the array."""
-    traceEvents: Optional[list[Event]] = None
+    traceEvents: Optional[list[TypedEvent]] = None
     schemaVersion: Any = None
     deviceProperties: Optional[list[DeviceProps]] = None
     distributedInfo: Optional[dict[str, Any]] = None
@@ -203,7 +203,7 @@ def _decode_batch(buf: bytearray, cut: int) -> list | None:
     if too_deep(text, json_depth.MAX_DEPTH - 1):  # the whole file nests one level more
         raise Fallback
     try:
-        return msgspec.json.decode(text, type=list[Event])
+        return msgspec.json.decode(text, type=list[TypedEvent])
     except msgspec.DecodeError:
         return None
     except (msgspec.ValidationError, RecursionError):  # an event that is not an object: reported by the whole read

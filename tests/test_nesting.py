@@ -1,5 +1,19 @@
-"""Interval nesting used by the parsers, checked on hand-made cases."""
+"""Interval nesting used by the parsers: hand-made cases, and the columnar sweep against a plain
+stack sweep (the definition) on random ranges with ties, zero-length and crossing ranges."""
+import pytest
+
 from traceview.parsers._nesting import innermost_container, nest
+
+hypothesis = pytest.importorskip("hypothesis")
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+
+def _nest(*args):
+    return tuple(a.to_pylist() for a in nest(*args))
+
+
+def _inner(*args):
+    return innermost_container(*args).to_pylist()
 
 
 def test_nest_depth_and_parent():
@@ -8,21 +22,35 @@ def test_nest_depth_and_parent():
     starts = [0, 10, 20, 60, 0]
     ends = [100, 50, 30, 90, 100]
     ids = [10, 11, 12, 13, 14]
-    depth, parent = nest(tids, starts, ends, ids)
+    depth, parent = _nest(tids, starts, ends, ids)
     assert depth == [0, 1, 2, 1, 0]
     assert parent == [None, 10, 11, 10, None]
 
 
 def test_nest_same_start_longer_is_parent():
-    depth, parent = nest([1, 1], [0, 0], [10, 100], [1, 2])
+    depth, parent = _nest([1, 1], [0, 0], [10, 100], [1, 2])
     assert parent == [2, None] and depth == [1, 0]
+
+
+def test_nest_zero_length_and_crossing_by_hand():
+    # A[0,10); D[2,12) crosses A's end: no parent (A ends first); E[3,11) inside D only;
+    # F[5,5] zero-length inside A, D and E: the innermost started last, E; B[10,10] zero-length
+    # at A's end: not inside A (it has ended), inside E; C[10,10] a second zero-length range at the
+    # same instant: inside B (identical ranges nest in input order)
+    tids = [0] * 6
+    starts = [0, 10, 10, 2, 3, 5]
+    ends = [10, 10, 10, 12, 11, 5]
+    ids = [1, 2, 3, 4, 5, 6]
+    depth, parent = _nest(tids, starts, ends, ids)
+    assert parent == [None, 5, 2, None, 4, 5]
+    assert depth == [0, 2, 3, 0, 1, 2]
 
 
 def test_innermost_container():
     ctids, cs, ce, cids = [1, 1, 1, 2], [0, 10, 60, 0], [100, 50, 90, 5], [10, 11, 13, 20]
     # queries: inside B; inside A only; inside D; other thread outside; thread 2 inside; straddles B's end
     q = [(1, 20, 22), (1, 55, 56), (1, 70, 71), (3, 1, 2), (2, 1, 2), (1, 45, 55)]
-    got = innermost_container(ctids, cs, ce, cids, [t for t, _, _ in q], [s for _, s, _ in q], [e for _, _, e in q])
+    got = _inner(ctids, cs, ce, cids, [t for t, _, _ in q], [s for _, s, _ in q], [e for _, _, e in q])
     assert got == [11, 10, 13, None, 20, 10]
 
 
@@ -31,6 +59,108 @@ def test_nest_with_queries_matches_innermost_container():
     ctids, cs, ce, cids = [1, 1, 1, 2, 1], [0, 10, 60, 0, 10], [100, 50, 90, 5, 10], [10, 11, 13, 20, 14]
     q = [(1, 20, 22), (1, 55, 56), (1, 70, 71), (3, 1, 2), (2, 1, 2), (1, 45, 55), (1, 10, 10), (1, 0, 100)]
     qt, qs, qe = [t for t, _, _ in q], [s for _, s, _ in q], [e for _, _, e in q]
-    depth, parent, found = nest(ctids, cs, ce, cids, qt, qs, qe)
-    assert (depth, parent) == nest(ctids, cs, ce, cids)
-    assert found == innermost_container(ctids, cs, ce, cids, qt, qs, qe) == [11, 10, 13, None, 20, 10, 14, 10]
+    depth, parent, found = _nest(ctids, cs, ce, cids, qt, qs, qe)
+    assert (depth, parent) == _nest(ctids, cs, ce, cids)
+    assert found == _inner(ctids, cs, ce, cids, qt, qs, qe) == [11, 10, 13, None, 20, 10, 14, 10]
+
+
+def test_empty_inputs():
+    assert _nest([], [], [], []) == ([], [])
+    assert _nest([], [], [], [], [1], [0], [1]) == ([], [], [None])
+    assert _inner([], [], [], [], [1], [0], [1]) == [None]
+    assert _inner([1], [0], [5], [7], [], [], []) == []
+
+
+# --- the definition: a stack sweep, one range at a time ---------------------------------------
+
+def _sorted(keys):
+    return sorted(range(len(keys[0])), key=lambda i: tuple(k[i] for k in keys))
+
+
+def _stack_nest(tids, starts, ends, ids, qtids=(), qstarts=(), qends=()):
+    """Ranges by (thread, start, longer first, input order), queries after the ranges that start
+    with them; pop what ended before the next range starts (a zero-length range at that instant
+    stays); a range's parent is the nearest range on the stack ending at or after its end, a
+    query's container the nearest ending at or after the query's end."""
+    n = len(ids)
+    t = list(tids) + list(qtids)
+    s = list(starts) + list(qstarts)
+    e = list(ends) + list(qends)
+    kind = [0] * n + [1] * len(qtids)
+    order = _sorted([t, s, kind, [-x for x in e], list(range(len(t)))])
+    parent = [None] * n
+    depth = [0] * n
+    found = [None] * len(qtids)
+    stack: list[int] = []
+    thread = None
+    for i in order:
+        if t[i] != thread:
+            stack, thread = [], t[i]
+        if i < n:
+            while stack and e[stack[-1]] <= s[i] and not (e[stack[-1]] == s[i] == s[stack[-1]]):
+                stack.pop()
+        hit = next((j for j in reversed(stack) if e[j] >= e[i]), None)
+        if i < n:
+            if hit is not None:
+                parent[i], depth[i] = ids[hit], depth[hit] + 1
+            stack.append(i)
+        elif hit is not None:
+            found[i - n] = ids[hit]
+    return (depth, parent, found) if qtids else (depth, parent)
+
+
+def _stack_inner(ctids, cstarts, cends, cids, qtids, qstarts, qends):
+    """Containers popped once they end before the next start; the innermost one left reaching the
+    query's end."""
+    nc = len(cids)
+    t, s, e = list(ctids) + list(qtids), list(cstarts) + list(qstarts), list(cends) + list(qends)
+    kind = [0] * nc + [1] * len(qtids)
+    out = [None] * len(qtids)
+    stack: list[int] = []
+    thread = None
+    for i in _sorted([t, s, kind, [-x for x in e], list(range(len(t)))]):
+        if t[i] != thread:
+            stack, thread = [], t[i]
+        while stack and e[stack[-1]] < s[i]:
+            stack.pop()
+        if i < nc:
+            stack.append(i)
+        else:
+            out[i - nc] = next((cids[j] for j in reversed(stack) if e[j] >= e[i]), None)
+    return out
+
+
+_ranges = st.lists(st.tuples(st.integers(0, 2), st.integers(0, 12), st.integers(0, 6)), max_size=60)
+
+
+def _cols(rows, first_id=100):
+    return ([r[0] for r in rows], [r[1] for r in rows], [r[1] + r[2] for r in rows],
+            list(range(first_id, first_id + len(rows))))
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ranges, st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(0, 4)), max_size=20))
+def test_nest_matches_the_stack_sweep(rows, queries):
+    tids, starts, ends, ids = _cols(rows)
+    assert _nest(tids, starts, ends, ids) == _stack_nest(tids, starts, ends, ids)
+    qt, qs, qe, _ = _cols(queries)
+    if queries:
+        assert _nest(tids, starts, ends, ids, qt, qs, qe) == _stack_nest(tids, starts, ends, ids, qt, qs, qe)
+
+
+@settings(max_examples=400, deadline=None)
+@given(_ranges, st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(0, 4)), max_size=20))
+def test_innermost_container_matches_the_stack_sweep(rows, queries):
+    tids, starts, ends, ids = _cols(rows)
+    qt, qs, qe, _ = _cols(queries)
+    assert _inner(tids, starts, ends, ids, qt, qs, qe) == _stack_inner(tids, starts, ends, ids, qt, qs, qe)
+
+
+def test_nest_deep_and_long_chains():
+    """A 2,000-deep staircase and 2,000 siblings: depths and parents by construction."""
+    n = 2000
+    depth, parent = _nest([0] * n, list(range(n)), [2 * n - i for i in range(n)], list(range(n)))
+    assert depth == list(range(n)) and parent == [None] + list(range(n - 1))
+    depth, parent = _nest([0] * (n + 1), [0] + [2 * i for i in range(n)], [2 * n] + [2 * i + 1 for i in range(n)],
+                          list(range(n + 1)))
+    assert depth == [0] + [1] * n and parent == [None] + [0] * n

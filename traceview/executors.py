@@ -166,9 +166,11 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
             if not _reread() and (hit := (store.lookup_light(p) if light else store.lookup(p))) is not None:
                 return "stored", hit if light else None         # another run stored it meanwhile
             before = p.stat()
-            content_hash = file_hash(p)
             with exports_in(store):                 # an nsys report's SQLite export lies in the store
                 prof = parse(p, nsys_bin)
+            # hashed after the parse, which refuses a file over the input size limit before reading it
+            # (put() keeps nothing when the file's stat moved since `before`)
+            content_hash = file_hash(p)
             got = Stored(prof.tables(), list(prof.warnings))
             if store.put(p, got, before, content_hash):
                 return "stored", light_of(got) if light else None

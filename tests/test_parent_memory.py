@@ -78,3 +78,26 @@ def test_mapped_tables_read_after_their_pages_are_let_go(tmp_path):
     assert len(maps) == 1 and got.equals(t)
     remote.release_pages()
     assert got.equals(t) and pa.compute.sum(got.column("a")).as_py() == 50_000 * 49_999 // 2
+
+
+def test_spilled_row_parts_come_back_mapped_and_sort_the_same(tmp_path):
+    import mmap
+    key = lambda r: (-r["dur_ns"], r["rank"], r["step"])   # noqa: E731
+    parts = [_rows(5000, s) for s in (4, 5)]
+    sent = []
+    for i, p in enumerate(parts):
+        rb = packed.row_bytes(p)
+        rb.spill(str(tmp_path / f"part{i}.rows"))
+        sent.append(pickle.dumps(rb))
+    assert all(len(b) < 5000 * 12 for b in sent)           # the path and the row ends, not the rows
+    back = [pickle.loads(b) for b in sent]
+    assert all(type(rb.data) is mmap.mmap for rb in back)
+    assert [list(rb) for rb in back] == parts
+    got, _ = packed.sort_rows(back, key, keys=False)
+    for rb in back:
+        rb.release()
+    assert list(got) == sorted(parts[0] + parts[1], key=key)
+    assert pickle.loads(pickle.dumps(got)) == got
+    empty = packed.RowBytes(b"", packed.array("q"), back[0].shape)
+    empty.spill(str(tmp_path / "none.rows"))
+    assert list(pickle.loads(pickle.dumps(empty))) == []

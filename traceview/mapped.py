@@ -117,6 +117,8 @@ class Remote:
             args.append((str(self.scratch), b, given, part, {k: v for k, v in idle.items() if k[0] in ranks}))
         t0 = time.perf_counter()
         parts = executors.map_tasks(stalls_task, args)
+        from .document.packed import RowBytes
+        self.maps += [v.data for p in parts for v in p.values() if type(v) is RowBytes and type(v.data) is mmap.mmap]
         self.rounds += 1
         _stat(f"round {self.rounds}: {len(args)} batches, critical paths and stalls", t0)
         return parts
@@ -317,6 +319,10 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
     session = _batch_session(Path(scratch), batch, given)
     part = stalls.rank_part(session, job, idle)
     session.con.close()
+    from .document.packed import RowBytes
+    for k, v in part.items():     # the long row lists go back as files, which the parent maps
+        if type(v) is RowBytes and len(v):
+            v.spill(str(_file(Path(scratch), batch, f"part-{k}").with_suffix(".rows")))
     return _share_strings(part, {})
 
 

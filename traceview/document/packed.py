@@ -10,6 +10,8 @@ chunk (`chunks`, `raw_chunks`), never as one whole list.
 from __future__ import annotations
 
 import heapq
+import mmap
+import os
 from array import array
 from collections.abc import Iterator, Sequence
 from itertools import accumulate
@@ -19,6 +21,7 @@ import msgspec
 
 from ..plain_data import Shape, register_packed, scan
 
+RELEASE_EVERY = 16      # chunks read between two releases of mapped parts' pages
 CHUNK = 1024            # rows a chunk: one chunk's dicts at a time in memory when it is read
 MIN_ROWS = 4096         # shorter lists stay lists (nothing to gain)
 
@@ -193,10 +196,25 @@ class RowBytes:
     worker sends back instead of the dicts, a fraction of their size and one allocation in this
     process, not an object per row; `sort_rows` orders them."""
 
-    __slots__ = ("data", "ends", "shape")
+    __slots__ = ("data", "ends", "shape", "path")
 
-    def __init__(self, data: bytes, ends: array, shape: Shape):
-        self.data, self.ends, self.shape = data, ends, shape
+    def __init__(self, data: bytes | mmap.mmap, ends: array, shape: Shape, path: str | None = None):
+        self.data, self.ends, self.shape, self.path = data, ends, shape, path
+
+    def spill(self, path: str) -> None:
+        """Write the rows to the file `path`: from now on this pickles as that path, and a process
+        that unpickles it maps the file (its rows are then file pages, which `release` lets go,
+        not memory of its own)."""
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(self.data)
+        os.replace(tmp, path)
+        self.path = path
+
+    def release(self) -> None:
+        """Mapped rows: let go of the pages read so far (they are read again when needed)."""
+        if type(self.data) is mmap.mmap:
+            self.data.madvise(mmap.MADV_DONTNEED)
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -212,10 +230,21 @@ class RowBytes:
             a = b
 
     def __getstate__(self):
-        return self.data, self.ends, self.shape
+        return (None if self.path is not None else self.data), self.ends, self.shape, self.path
 
     def __setstate__(self, state):
-        self.data, self.ends, self.shape = state
+        data, self.ends, self.shape, self.path = state
+        if data is None:
+            assert self.path is not None
+            if len(self.ends) == 0 or self.ends[-1] == 0:
+                data = b""
+            else:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    data = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+                finally:
+                    os.close(fd)
+        self.data = data
 
 
 def row_bytes(rows: list):
@@ -254,6 +283,9 @@ class _MergedChunks(Sequence):
         body = b"".join([parts[p].row(i) for p, i in zip(self._part[lo:hi], self._index[lo:hi], strict=True)])
         chunk = _header(hi - lo, 0x90, 0xdc) + body
         self._last = (c, chunk)
+        if c % RELEASE_EVERY == RELEASE_EVERY - 1:      # mapped parts: the pages read for the last chunks
+            for p in parts:
+                p.release()
         return chunk
 
 
@@ -287,6 +319,9 @@ def sort_rows(parts: list, key, keys: bool = True) -> tuple[Any, list | None]:
         for pi, i in heapq.merge(*streams, key=lambda t: key(_decode(parts[t[0]].row(t[1])))):
             part_of.append(pi)
             index_of.append(i)
+            if len(index_of) % (RELEASE_EVERY * CHUNK) == 0:
+                for p in parts:
+                    p.release()
         if out_keys is not None:
             out_keys.extend(key(_decode(parts[pi].row(i))) for pi, i in zip(part_of, index_of, strict=True))
     del orders
@@ -301,6 +336,7 @@ def _tagged(pi: int, order: array):
 def _order(part: RowBytes, key) -> array:
     """The row indices of `part` in the stable order of `key` of the decoded rows."""
     ks = [key(_decode(part.row(i))) for i in range(len(part))]
+    part.release()
     if all(ks[i] <= ks[i + 1] for i in range(len(ks) - 1)):
         return array("q", range(len(ks)))
     return array("q", sorted(range(len(ks)), key=ks.__getitem__))

@@ -20,6 +20,7 @@ Dask) and its per-job work in this process: map per rank, reduce per job.
 """
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import tempfile
@@ -54,10 +55,19 @@ class Remote:
     given: dict[str, dict] = field(default_factory=dict)      # step -> its parameters, in build order
     rounds: int = 0
     early: list[str] = field(default_factory=list)            # built while placing, not yet adopted
+    maps: list[mmap.mmap] = field(default_factory=list)       # every table file this process mapped
 
     def _adopt(self, session, name: str, own: dict) -> None:
-        session.adopt(name, _concat([_read(self.scratch, b, name) for b in range(len(self.batches))]), own)
+        session.adopt(name, _concat([_read(self.scratch, b, name, self.maps) for b in range(len(self.batches))]), own)
         self.given[name] = own
+
+    def release_pages(self) -> None:
+        """Let go of the mapped tables' pages that queries touched (they count in this process's
+        RSS until then; a later query reads them again from the page cache) and of the Arrow
+        pool's unused memory: called after each section of the document."""
+        for mm in self.maps:
+            mm.madvise(mmap.MADV_DONTNEED)
+        pa.default_memory_pool().release_unused()
 
     def build(self, session, names: list[str], params: dict) -> list[str]:
         """Build per-rank steps `names` (and what they need) on the workers, one round; adopt them."""
@@ -107,6 +117,8 @@ class Remote:
             args.append((str(self.scratch), b, given, part, {k: v for k, v in idle.items() if k[0] in ranks}))
         t0 = time.perf_counter()
         parts = executors.map_tasks(stalls_task, args)
+        from .document.packed import RowBytes
+        self.maps += [v.data for p in parts for v in p.values() if type(v) is RowBytes and type(v.data) is mmap.mmap]
         self.rounds += 1
         _stat(f"round {self.rounds}: {len(args)} batches, critical paths and stalls", t0)
         return parts
@@ -159,9 +171,10 @@ def load_job(files: list[Path], nsys_bin: str | None) -> Profile | None:
     t0 = time.perf_counter()
     early = executors.map_tasks(place_task, [(str(scratch), b, batch, root) for b, batch in enumerate(batches)])
     _stat(f"placed {len(placements)} files in {len(batches)} batches", t0)
-    tables = {name: _concat([_read(scratch, b, name) for b in range(len(batches))])
+    maps: list[mmap.mmap] = []
+    tables = {name: _concat([_read(scratch, b, name, maps) for b in range(len(batches))])
               for name in schema.TABLES if name != "meta"}
-    remote = Remote(scratch, batches)
+    remote = Remote(scratch, batches, maps=maps)
     remote.early = early[0]
     return Profile(**tables, meta=job.meta, warnings=job.warnings, remote=remote)
 
@@ -216,9 +229,20 @@ def _write(scratch: Path, batch: int, name: str, table: pa.Table) -> None:
     os.replace(tmp, f)
 
 
-def _read(scratch: Path, batch: int, name: str) -> pa.Table:
-    """Memory-mapped: no copy; pages are read when a query touches them."""
-    return pa.ipc.open_file(pa.memory_map(str(_file(scratch, batch, name)))).read_all()
+def _read(scratch: Path, batch: int, name: str, maps: list[mmap.mmap] | None = None) -> pa.Table:
+    """Memory-mapped: no copy; pages are read when a query touches them. With `maps`, the mapping
+    is added to it and the pages the read itself touched (the footer and every batch's header,
+    with the kernel's fault-around) are let go at once: see Remote.release_pages."""
+    fd = os.open(_file(scratch, batch, name), os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    table = pa.ipc.open_file(pa.py_buffer(mm)).read_all()
+    if maps is not None:
+        mm.madvise(mmap.MADV_DONTNEED)
+        maps.append(mm)
+    return table
 
 
 def _concat(tables: list[pa.Table]) -> pa.Table:
@@ -274,7 +298,7 @@ def _batch_session(scratch: Path, batch: int, given: list[tuple[str, dict]]):
 
 def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets: list[str], params: dict) -> dict:
     """Build per-rank steps over one batch (the steps built before given) and write them."""
-    from .analysis import breakdown, layers  # noqa: F401  (they declare the Python steps)
+    from .analysis import breakdown, capture, layers  # noqa: F401  (they declare the Python steps)
     from .engine.pipeline import build
     from .flops import steps as flops_steps  # noqa: F401
     t0 = time.perf_counter()
@@ -295,6 +319,10 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
     session = _batch_session(Path(scratch), batch, given)
     part = stalls.rank_part(session, job, idle)
     session.con.close()
+    from .document.packed import RowBytes
+    for k, v in part.items():     # the long row lists go back as files, which the parent maps
+        if type(v) is RowBytes and len(v):
+            v.spill(str(_file(Path(scratch), batch, f"part-{k}").with_suffix(".rows")))
     return _share_strings(part, {})
 
 

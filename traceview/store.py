@@ -91,6 +91,30 @@ class Stored:
     warnings: list[str]
     max_id: int | None = None        # lookup_light: the largest row id (the other tables are left empty)
 
+    def __reduce__(self):
+        # a light one (a worker's answer to the parent of a mapped job, 1,024 of them) travels as
+        # its meta table alone: its empty tables come back as the shared ones of this process
+        if self.max_id is not None and all(n == "meta" or t.num_rows == 0 and t.schema == _empty(n).schema
+                                           for n, t in self.tables.items()):
+            return _light_stored, (self.tables.get("meta"), self.warnings, self.max_id, sorted(self.tables))
+        return Stored, (self.tables, self.warnings, self.max_id)
+
+
+def _empty(name: str) -> pa.Table:
+    """The canonical empty table `name`, one object per process (tables are immutable)."""
+    got = _EMPTIES.get(name)
+    if got is None:
+        from . import schema
+        got = _EMPTIES[name] = schema.empty(name)
+    return got
+
+
+_EMPTIES: dict[str, pa.Table] = {}
+
+
+def _light_stored(meta, warnings: list[str], max_id: int, names: list[str]) -> Stored:
+    return Stored({n: meta if n == "meta" else _empty(n) for n in names}, warnings, max_id)
+
 
 class KeptWriter:
     """What Store.kept_writer gives: the pieces go to a file beside the kept one after a header
@@ -240,7 +264,7 @@ class Store:
         import pyarrow.parquet as pq
 
         from . import schema
-        tables = {name: schema.empty(name) for name in schema.TABLES}
+        tables = {name: _empty(name) for name in schema.TABLES}
         try:
             meta = [pq.read_table(entry / part["file"]) for part in man["tables"]["meta"]]
             tables["meta"] = _restore("meta", meta)
@@ -475,7 +499,7 @@ def max_id(tables: dict[str, pa.Table]) -> int:
 def light(stored: Stored) -> Stored:
     """`stored` as lookup_light gives it: the meta table, warnings and largest id."""
     from . import schema
-    return Stored({name: stored.tables[name] if name == "meta" else schema.empty(name) for name in schema.TABLES},
+    return Stored({name: stored.tables[name] if name == "meta" else _empty(name) for name in schema.TABLES},
                   list(stored.warnings), max_id(stored.tables))
 
 

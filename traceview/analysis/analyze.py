@@ -9,9 +9,10 @@ from ..engine.session import Session
 from ..profile import Profile
 
 
-def inputs_section(profile: Profile) -> list[dict]:
+def inputs_section(profile: Profile, first: dict[int, int] | None = None) -> list[dict]:
+    """One row per rank (`first`: capture.first_event_ns of the profile, where known)."""
     from .capture import capture_fields
-    captured = capture_fields(profile)
+    captured = capture_fields(profile, first)
     out = []
     for m in sorted(profile.meta.to_pylist(), key=lambda m: m["rank"]):
         out.append({

@@ -17,6 +17,7 @@ from typing import overload
 
 import pyarrow as pa
 
+from ..engine.steps import python_step
 from ..profile import Profile
 
 # 2001-09-09T01:46:40Z: no monotonic clock (boot-relative) or session-relative timestamp reaches it,
@@ -42,6 +43,25 @@ def utc_text(epoch_ns: int | None) -> str | None:
         return None
     t = dt.datetime.fromtimestamp(epoch_ns // 1000 / 1e6, tz=dt.UTC)
     return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+@python_step("rank_first_event", scope="rank", requires=("gpu_activities", "cpu_ranges", "launches", "syncs"),
+             produces=("rank", "first_ns"))
+def rank_first_event(session, params: dict) -> pa.Table:
+    """rank -> earliest start_ns (first_event_ns) as a step: per rank, so that a mapped job's
+    workers compute it over their ranks and this process reads one row per rank instead of the
+    start of every row of the job."""
+    union = " UNION ALL ".join(f"SELECT rank, min(start_ns) AS s FROM {t} GROUP BY rank"
+                               for t in ("gpu_activities", "cpu_ranges", "launches", "syncs"))
+    return session.sql(f"SELECT rank, min(s) AS first_ns FROM ({union}) WHERE s IS NOT NULL "
+                       "GROUP BY rank ORDER BY rank")
+
+
+def first_events(session) -> dict[int, int]:
+    """first_event_ns of the session's profile, from the rank_first_event step."""
+    from ..engine.pipeline import build
+    build(session, ["rank_first_event"])
+    return {r["rank"]: r["first_ns"] for r in session.rows("SELECT rank, first_ns FROM rank_first_event")}
 
 
 def first_event_ns(profile: Profile) -> dict[int, int]:
@@ -81,9 +101,10 @@ def capture_of(meta_row: dict, first_ns: int | None) -> tuple[int | None, str]:
     return (m, SOURCE_MTIME) if m is not None else (None, SOURCE_NONE)
 
 
-def capture_fields(profile: Profile) -> dict[int, dict]:
-    """rank -> {"capture_time", "capture_epoch_ns", "capture_source"} for the report's inputs."""
-    first = first_event_ns(profile)
+def capture_fields(profile: Profile, first: dict[int, int] | None = None) -> dict[int, dict]:
+    """rank -> {"capture_time", "capture_epoch_ns", "capture_source"} for the report's inputs
+    (`first`: first_event_ns of the profile where the caller has it)."""
+    first = first_event_ns(profile) if first is None else first
     out = {}
     for m in profile.meta.to_pylist():
         ns, source = capture_of(m, first.get(m["rank"]))

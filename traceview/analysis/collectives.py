@@ -14,7 +14,10 @@ earliest arrival) and the wait it imposed on every other rank (latest arrival âˆ
 from __future__ import annotations
 
 import json
+from array import array
 from typing import Any
+
+import pyarrow as pa
 
 from ..engine.pipeline import build
 from ..engine.session import Session
@@ -57,12 +60,13 @@ def imbalance_of(in_split: str | None, out_split: str | None) -> dict | None:
     return best
 
 
-def _offsets(session: Session, rows: list[dict]) -> dict:
+def _offsets(session: Session) -> dict:
     """Per rank: offset to epoch ns and how it was found."""
     meta = {m["rank"]: m["clock_offset_ns"] for m in session.rows("SELECT rank, clock_offset_ns FROM meta")}
-    first: dict[int, int] = {}
-    for r in rows:
-        first.setdefault(r["rank"], r["arrival_ns"])
+    # each rank's arrival at its first collective in (kind, group, order of issue)
+    first = {r["rank"]: r["arrival_ns"] for r in session.rows(
+        "SELECT rank, arrival_ns FROM coll_instances "
+        "QUALIFY row_number() OVER (PARTITION BY rank ORDER BY comm_kind, grp, idx) = 1")}
     out: dict[int, tuple[int | None, str]] = {}
     for rank, off in meta.items():
         if off is not None:
@@ -74,34 +78,71 @@ def _offsets(session: Session, rows: list[dict]) -> dict:
     return out
 
 
-def _estimate_missing(offsets: dict, by_key: dict) -> None:
+def _estimate_missing(offsets: dict, insts: Instances) -> None:
     """Ranks without a usable offset: align their collective ends with the others'."""
+    if all(o is not None for o, _ in offsets.values()):
+        return
+    by_key = [dict(zip(insts.rank[a:b].tolist(), insts.end[a:b].tolist(), strict=True))
+              for a, b in insts.bounds()]
     known = [r for r, (o, _) in offsets.items() if o is not None]
     for rank, (off, _) in list(offsets.items()):
         if off is not None:
             continue
         diffs = []
-        for inst in by_key.values():
+        for inst in by_key:
             if rank in inst and any(k in inst for k in known):
-                ref = _median([inst[k]["end_ns"] + offsets[k][0] for k in known if k in inst])
-                diffs.append(ref - inst[rank]["end_ns"])
+                ref = _median([inst[k] + offsets[k][0] for k in known if k in inst])
+                diffs.append(ref - inst[rank])
         offsets[rank] = (_median(diffs), "estimated from collective ends") if diffs else (0, "unknown (not aligned)")
         known.append(rank)
+
+
+def _int_column(t: pa.Table, name: str) -> memoryview:
+    """An int64 column as a memoryview of its values (no Python object per value)."""
+    c = t.column(name)
+    if c.null_count:
+        raise AssertionError(f"coll_instances.{name} has nulls")
+    a = c.combine_chunks() if c.num_chunks != 1 else c.chunk(0)
+    a = a.cast(pa.int64())
+    if len(a) == 0:
+        return memoryview(array("q"))
+    return memoryview(a.buffers()[1]).cast("q")[a.offset:a.offset + len(a)]
+
+
+class Instances:
+    """Every row of coll_instances as columns, ordered by collective (kind, group, order of issue)
+    then rank: the collectives' rows are contiguous, `info` has one row per collective (its
+    kind, group, index, number of ranks and the lowest rank's attribution and splits)."""
+
+    def __init__(self, session: Session):
+        self._t = t = session.sql("SELECT rank, arrival_ns, end_ns, id FROM coll_instances "
+                                  "ORDER BY comm_kind, grp, idx, rank")
+        self.rank, self.arrival, self.end, self.id = (_int_column(t, n) for n in ("rank", "arrival_ns", "end_ns", "id"))
+        self.info = session.rows(
+            "SELECT comm_kind, grp, idx, count(*) AS n, "
+            "list(step ORDER BY rank)[1] AS step, list(layer ORDER BY rank)[1] AS layer, "
+            "list(phase ORDER BY rank)[1] AS phase, list(stage ORDER BY rank)[1] AS stage, "
+            "list(in_split ORDER BY rank)[1] AS in_split, list(out_split ORDER BY rank)[1] AS out_split "
+            "FROM coll_instances GROUP BY comm_kind, grp, idx ORDER BY comm_kind, grp, idx")
+
+    def bounds(self):
+        a = 0
+        for i in self.info:
+            yield a, a + i["n"]
+            a += i["n"]
 
 
 def match(session: Session) -> dict:
     """Match collectives across ranks. Returns {"collectives", "stragglers", "clock", "wait_until"}.
 
     wait_until maps a comm activity id to the latest arrival over the ranks of its collective, on
-    that activity's rank clock (time before it on this rank is waiting for peers)."""
+    that activity's rank clock (time before it on this rank is waiting for peers). The rows are
+    read as columns, not a dict per row: at 1,024 ranks a job has some 10^5 of them."""
     build(session, ["coll_instances"])
-    rows = session.rows("SELECT * FROM coll_instances ORDER BY rank, comm_kind, grp, idx")
     ranks = sorted({r["rank"] for r in session.rows("SELECT rank FROM meta")})
-    by_key: dict = {}
-    for r in rows:
-        by_key.setdefault((r["comm_kind"], r["grp"], r["idx"]), {})[r["rank"]] = r
-    offsets = _offsets(session, rows)
-    _estimate_missing(offsets, by_key)
+    insts = Instances(session)
+    offsets = _offsets(session)
+    _estimate_missing(offsets, insts)
     clock: dict[str, Any] = {"ranks": {str(k): {"offset_ns": v[0], "method": v[1]} for k, v in sorted(offsets.items())}}
     out: dict[str, Any] = {"collectives": [], "stragglers": [], "clock": clock, "wait_until": {}, "by_id": {},
                            "warnings": []}
@@ -114,47 +155,49 @@ def match(session: Session) -> dict:
         clock["max_abs_residual_ns"] = 0
         return out
     counts: dict[tuple, dict[int, int]] = {}
-    for (kind, grp, _), inst in by_key.items():
-        for rank in inst:
-            counts.setdefault((kind, grp), {}).setdefault(rank, 0)
-            counts[(kind, grp)][rank] += 1
-    for (kind, grp), c in sorted(counts.items()):
+    for r in session.rows("SELECT comm_kind, grp, rank, count(*) AS n FROM coll_instances "
+                          "GROUP BY comm_kind, grp, rank ORDER BY comm_kind, grp, rank"):
+        counts.setdefault((r["comm_kind"], r["grp"]), {})[r["rank"]] = r["n"]
+    for (kind, grp), c in counts.items():
         if len(set(c.values())) > 1 or len(c) != len(ranks):
             out["warnings"].append(f"collectives {kind} {grp or '(default group)'}: ranks issued different numbers "
                                    f"({', '.join(f'rank {k}: {v}' for k, v in sorted(c.items()))}); "
                                    f"matched in order of issue")
-    resid: dict = {r: [] for r in ranks}
+    off_of = {k: v[0] for k, v in offsets.items()}
+    name_of = {k: str(k) for k in offsets}          # one str per rank, shared by every collective's maps
+    resid: dict[int, array] = {r: array("q") for r in ranks}
     colls = []
-    for (kind, grp, idx), inst in sorted(by_key.items(), key=lambda kv: (kv[0][0], kv[0][1], kv[0][2])):
-        if len(inst) < 2:
+    wait_until, by_id = out["wait_until"], out["by_id"]
+    for info, (a, b) in zip(insts.info, insts.bounds(), strict=True):
+        if b - a < 2:
             continue
-        arr = {k: v["arrival_ns"] + offsets[k][0] for k, v in inst.items()}
-        ends = {k: v["end_ns"] + offsets[k][0] for k, v in inst.items()}
-        mid = _median(list(ends.values()))
-        for k, e in ends.items():
+        rk = insts.rank[a:b].tolist()          # ascending
+        off = [off_of[k] for k in rk]
+        start, end = insts.arrival[a:b].tolist(), insts.end[a:b].tolist()
+        arr = [x + o for x, o in zip(start, off, strict=True)]
+        ends = [x + o for x, o in zip(end, off, strict=True)]
+        mid = _median(ends)
+        for k, e in zip(rk, ends, strict=True):
             resid[k].append(e - mid)
-        latest = max(arr.values())
-        straggler = min(k for k, a in arr.items() if a == latest)
-        first = min(arr.values())
-        any_row = inst[min(inst)]
-        for k, v in inst.items():
-            out["wait_until"][v["id"]] = latest - offsets[k][0]
+        latest, first = max(arr), min(arr)
+        ids = insts.id[a:b].tolist()
+        wait_until.update(zip(ids, [latest - o for o in off], strict=True))
+        names = [name_of[k] for k in rk]
         colls.append(coll := {
-            "kind": kind, "group": grp, "index": idx,
-            "step": any_row["step"], "layer": any_row["layer"], "phase": any_row["phase"], "stage": any_row["stage"],
-            "ranks": len(inst),
-            "start_ns": {str(k): arr[k] for k in sorted(arr)},
-            "dur_ns": {str(k): inst[k]["end_ns"] - inst[k]["arrival_ns"] for k in sorted(inst)},
-            "wait_ns": {str(k): latest - arr[k] for k in sorted(arr)},
-            "earliest_rank": min(k for k, a in arr.items() if a == first),
+            "kind": info["comm_kind"], "group": info["grp"], "index": info["idx"],
+            "step": info["step"], "layer": info["layer"], "phase": info["phase"], "stage": info["stage"],
+            "ranks": b - a,
+            "start_ns": dict(zip(names, arr, strict=True)),
+            "dur_ns": dict(zip(names, [e - s for s, e in zip(start, end, strict=True)], strict=True)),
+            "wait_ns": dict(zip(names, [latest - x for x in arr], strict=True)),
+            "earliest_rank": rk[arr.index(first)],          # the first of equals: the lowest rank
             "earliest_ns": first, "latest_ns": latest,
-            "straggler": straggler, "skew_ns": latest - first,
-            "imbalance": imbalance_of(any_row["in_split"], any_row["out_split"]),
+            "straggler": rk[arr.index(latest)], "skew_ns": latest - first,
+            "imbalance": imbalance_of(info["in_split"], info["out_split"]),
         })
-        for v in inst.values():
-            out["by_id"][v["id"]] = coll
+        by_id.update(dict.fromkeys(ids, coll))
     out["collectives"] = colls
-    clock["residual_skew_ns"] = {str(k): _median(v) for k, v in sorted(resid.items()) if v}
+    clock["residual_skew_ns"] = {str(k): _median(list(v)) for k, v in sorted(resid.items()) if v}
     clock["max_abs_residual_ns"] = max((abs(x) for x in clock["residual_skew_ns"].values()), default=0)
     out["stragglers"] = stragglers(colls, ranks)
     return out

@@ -265,16 +265,21 @@ def merge(job: dict, parts: list[dict], top: int = 10) -> dict:
     exactly what `sections` returns."""
     # one stable sort of the parts' rows in part order (their keys hold (rank, step), the windows'
     # order): long lists come back packed (document/packed.py)
-    cp, _ = sort_rows([p["critical_path"] for p in parts], lambda r: (r["rank"], r["step"]))
-    stalls, keys = sort_rows([p["stalls"] for p in parts],
-                             lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
-    a2a, _ = sort_rows([p["a2a"] for p in parts], lambda d: (d["rank"], d["step"], d["start_ns"]))
-    total = -sum(k[0] for k in keys)
+    cp, _ = sort_rows([p["critical_path"] for p in parts], lambda r: (r["rank"], r["step"]), keys=False)
+    stalls, _ = sort_rows([p["stalls"] for p in parts],
+                          lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]), keys=False)
+    a2a, _ = sort_rows([p["a2a"] for p in parts], lambda d: (d["rank"], d["step"], d["start_ns"]), keys=False)
+    by_cause = dict.fromkeys(CAUSES, 0)
+    total = 0
+    for p in parts:                              # the rows of each part, one at a time
+        for s in p["stalls"]:
+            total += s["dur_ns"]
+            if s["cause"] in by_cause:
+                by_cause[s["cause"]] += s["dur_ns"]
     if total != sum(p["non_compute_ns"] for p in parts):
         raise AssertionError(f"stalls ({total}) != non-compute critical path "
                              f"({sum(p['non_compute_ns'] for p in parts)})")
-    summary = {"top": top, "total_ns": total,
-               "by_cause": {c: -sum(k[0] for k in keys if k[4] == c) for c in CAUSES}}
+    summary = {"top": top, "total_ns": total, "by_cause": by_cause}
     return {"critical_path": cp, "stalls": stalls, "stall_summary": summary,
             "a2a": a2a,
             "collectives": job["collectives"], "stragglers": job["stragglers"], "clock": job["clock"],

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, cast
 
 from .. import __version__
-from ..analysis import breakdown, layers, stalls
+from ..analysis import breakdown, capture, layers, stalls
 from ..analysis.analyze import flops_sections, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
@@ -20,7 +20,7 @@ SCHEMA = "traceview.report/1"
 RANK_STEPS = ("breakdown", "activity_attribution", "layer_times", "attribution_groups", "comm_ops",
               "comm_exposure", "coll_instances", "cp_host_syncs", "segments",
               "flops_shapes", "flops_ops", "flops_embedding_tokens", "flops_steps", "flops_step_tokens",
-              "flops_op_precision", "flops_compute_kernels", "flops_kernels")
+              "flops_op_precision", "flops_compute_kernels", "flops_kernels", "rank_first_event")
 
 
 def _more_params(step_params: dict, rules: Rules) -> dict:
@@ -31,6 +31,13 @@ def _more_params(step_params: dict, rules: Rules) -> dict:
     if not step_params["whole_trace"]:
         out["no_step_ranges"] = False
     return out
+
+
+def _release(session: Session) -> None:
+    """A mapped job: the pages of its tables that the last section's queries touched let go."""
+    remote = session.profile.remote if session.profile is not None else None
+    if remote is not None:
+        remote.release_pages()
 
 
 def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Session | None = None,
@@ -46,13 +53,19 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     # job: one round of the workers)
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
+    _release(session)
     layers.prepare(session, rules)
     layer_rows = layers.layer_rows(session)
+    _release(session)
+    inputs = inputs_section(profile, capture.first_events(session))
+    _release(session)
+    top_kernels = breakdown.top_kernels(session, opts.top)
+    _release(session)
     # the metrics return plain rows; this is where they become the typed document
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "tool": {"name": "traceview", "version": __version__},
-        "inputs": inputs_section(profile),
+        "inputs": inputs,
         "world_size": profile.world_size,
         "steps_source": (("whole trace (--whole-trace)" if opts.whole_trace else "whole trace (no step ranges found)")
                          if info["whole_trace"]
@@ -60,7 +73,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
         "summary": breakdown.summarize(rows),
         "per_rank": breakdown.per_rank(rows),
         "steps": rows,
-        "top_kernels": breakdown.top_kernels(session, opts.top),
+        "top_kernels": top_kernels,
         "layers": layer_rows,
         "stages": layers.stage_totals(layer_rows),
         "attribution": layers.attribution_summary(session),
@@ -77,11 +90,15 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
         doc["warnings"].append(f"delivered {fl['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU is above the peak of "
                                f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
                                "--tokens-per-step or the model")
+    _release(session)
     job = stalls.job_inputs(session)
+    _release(session)
     idle = {(r["rank"], r["step"]): r["idle_ns"] for r in doc["steps"]}
     remote = session.profile.remote if session.profile is not None else None
     parts = remote.stall_parts(session, job, idle) if remote is not None else [stalls.rank_part(session, job, idle)]
+    _release(session)
     sec = stalls.merge(job, parts, opts.top)
+    del parts, job
     doc["warnings"] += sec.pop("collective_warnings")
     doc.update(sec)
     if budget is not None:

@@ -9,13 +9,19 @@ chunk (`chunks`, `raw_chunks`), never as one whole list.
 """
 from __future__ import annotations
 
+import heapq
+import mmap
+import os
+from array import array
 from collections.abc import Iterator, Sequence
+from itertools import accumulate
 from typing import Any
 
 import msgspec
 
 from ..plain_data import Shape, register_packed, scan
 
+RELEASE_EVERY = 16      # chunks read between two releases of mapped parts' pages
 CHUNK = 1024            # rows a chunk: one chunk's dicts at a time in memory when it is read
 MIN_ROWS = 4096         # shorter lists stay lists (nothing to gain)
 
@@ -32,7 +38,7 @@ class PackedRows(Sequence):
 
     __slots__ = ("_chunks", "_len", "shape")
 
-    def __init__(self, chunks: list[bytes], length: int, shape: Shape):
+    def __init__(self, chunks: Sequence[bytes], length: int, shape: Shape):
         self._chunks = chunks
         self._len = length
         self.shape = shape          # plain_data.scan of the rows
@@ -68,7 +74,8 @@ class PackedRows(Sequence):
 
     def __eq__(self, other) -> bool:
         if isinstance(other, PackedRows):
-            return self._len == other._len and self._chunks == other._chunks
+            return self._len == other._len and len(self._chunks) == len(other._chunks) and \
+                all(a == b for a, b in zip(self._chunks, other._chunks, strict=True))
         if isinstance(other, (list, tuple)):
             return len(other) == self._len and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
@@ -79,7 +86,8 @@ class PackedRows(Sequence):
         return f"PackedRows({self._len} rows, {sum(map(len, self._chunks))} bytes)"
 
     def __reduce__(self):
-        return PackedRows, (self._chunks, self._len, self.shape)
+        chunks = self._chunks
+        return PackedRows, (chunks if type(chunks) is list else list(chunks), self._len, self.shape)
 
     def chunks(self) -> Iterator[list]:
         """The rows, a chunk's list at a time."""
@@ -184,25 +192,59 @@ def combine(shapes) -> Shape:
 
 
 class RowBytes:
-    """Rows each as its own msgpack (what a worker sends back instead of the dicts: a fraction of
-    their size, pickled as a list of bytes); `sort_rows` orders and packs them."""
+    """Rows each as its own msgpack, all in one bytes object (`ends`: where each row ends): what a
+    worker sends back instead of the dicts, a fraction of their size and one allocation in this
+    process, not an object per row; `sort_rows` orders them."""
 
-    __slots__ = ("rows", "shape")
+    __slots__ = ("data", "ends", "shape", "path")
 
-    def __init__(self, rows: list[bytes], shape: Shape):
-        self.rows, self.shape = rows, shape
+    def __init__(self, data: bytes | mmap.mmap, ends: array, shape: Shape, path: str | None = None):
+        self.data, self.ends, self.shape, self.path = data, ends, shape, path
+
+    def spill(self, path: str) -> None:
+        """Write the rows to the file `path`: from now on this pickles as that path, and a process
+        that unpickles it maps the file (its rows are then file pages, which `release` lets go,
+        not memory of its own)."""
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            fh.write(self.data)
+        os.replace(tmp, path)
+        self.path = path
+
+    def release(self) -> None:
+        """Mapped rows: let go of the pages read so far (they are read again when needed)."""
+        if type(self.data) is mmap.mmap:
+            self.data.madvise(mmap.MADV_DONTNEED)
 
     def __len__(self) -> int:
-        return len(self.rows)
+        return len(self.ends)
+
+    def row(self, i: int) -> memoryview:
+        """Row i's msgpack."""
+        return memoryview(self.data)[self.ends[i - 1] if i else 0:self.ends[i]]
 
     def __iter__(self):
-        return map(_decode, self.rows)
+        view, a = memoryview(self.data), 0
+        for b in self.ends:
+            yield _decode(view[a:b])
+            a = b
 
     def __getstate__(self):
-        return self.rows, self.shape
+        return (None if self.path is not None else self.data), self.ends, self.shape, self.path
 
     def __setstate__(self, state):
-        self.rows, self.shape = state
+        data, self.ends, self.shape, self.path = state
+        if data is None:
+            assert self.path is not None
+            if len(self.ends) == 0 or self.ends[-1] == 0:
+                data = b""
+            else:
+                fd = os.open(self.path, os.O_RDONLY)
+                try:
+                    data = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+                finally:
+                    os.close(fd)
+        self.data = data
 
 
 def row_bytes(rows: list):
@@ -211,31 +253,93 @@ def row_bytes(rows: list):
     shape = scan(rows)
     if not packable(rows, shape):
         return rows
-    return RowBytes(list(map(_encode, rows)), shape)
+    blobs = list(map(_encode, rows))
+    return RowBytes(b"".join(blobs), array("q", accumulate(map(len, blobs))), shape)
 
 
-def from_row_bytes(rows: list[bytes], shape: Shape) -> PackedRows:
-    """PackedRows of rows given each as its msgpack (a chunk is an array header and its rows)."""
-    chunks = [_header(len(rows[i:i + CHUNK]), 0x90, 0xdc) + b"".join(rows[i:i + CHUNK])
-              for i in range(0, len(rows), CHUNK)]
-    return PackedRows(chunks, len(rows), shape)
+class _MergedChunks(Sequence):
+    """The chunks of PackedRows whose rows lie in RowBytes parts, in the order given by (part,
+    row) arrays: each chunk is joined when it is read (the last one kept), so that the rows are
+    held once, in their parts, and not a second time as chunks."""
+
+    def __init__(self, parts: list[RowBytes], part: array, index: array):
+        self._parts, self._part, self._index = parts, part, index
+        self._last: tuple[int, bytes] | None = None
+
+    def __len__(self) -> int:
+        return -(-len(self._index) // CHUNK)
+
+    def __getitem__(self, c):
+        if isinstance(c, slice):
+            return [self[i] for i in range(*c.indices(len(self)))]
+        if c < 0:
+            c += len(self)
+        if not 0 <= c < len(self):
+            raise IndexError("chunk index out of range")
+        if self._last is not None and self._last[0] == c:
+            return self._last[1]
+        lo, hi = c * CHUNK, min(len(self._index), (c + 1) * CHUNK)
+        parts = self._parts
+        body = b"".join([parts[p].row(i) for p, i in zip(self._part[lo:hi], self._index[lo:hi], strict=True)])
+        chunk = _header(hi - lo, 0x90, 0xdc) + body
+        self._last = (c, chunk)
+        if c % RELEASE_EVERY == RELEASE_EVERY - 1:      # mapped parts: the pages read for the last chunks
+            for p in parts:
+                p.release()
+        return chunk
 
 
-def sort_rows(parts: list, key) -> tuple[Any, list]:
+def sort_rows(parts: list, key, keys: bool = True) -> tuple[Any, list | None]:
     """The rows of `parts` (each a list of row dicts or RowBytes) in one list sorted by `key` (a
-    stable sort of their concatenation), and the keys in that order: PackedRows when they are
-    MIN_ROWS or more and all could be packed, else a list of the row dicts."""
+    stable sort of their concatenation), and the keys in that order (None when not `keys`):
+    PackedRows when they are MIN_ROWS or more and all could be packed, else a list of the row dicts.
+
+    RowBytes parts are sorted one at a time (a part already in order is not sorted) and then
+    merged (heapq.merge prefers the earlier part among equal keys: the order of the stable sort);
+    the PackedRows returned reads its rows from the parts (_MergedChunks): what is held besides
+    the parts is two arrays of the order and one part's keys at a time, not a key per row."""
     if not all(type(p) is RowBytes for p in parts):
         rows = sorted((r for p in parts for r in p), key=key)
-        return rows, [key(r) for r in rows]
-    items = [(key(_decode(b)), b) for p in parts for b in p.rows]
-    items.sort(key=lambda kb: kb[0])
-    keys = [k for k, _ in items]
-    blobs = [b for _, b in items]
-    del items
-    if len(blobs) < MIN_ROWS:
-        return [_decode(b) for b in blobs], keys
-    return from_row_bytes(blobs, combine(p.shape for p in parts)), keys
+        return rows, [key(r) for r in rows] if keys else None
+    n = sum(len(p) for p in parts)
+    if n < MIN_ROWS:
+        items = sorted(((key(_decode(p.row(i))), p.row(i)) for p in parts for i in range(len(p))),
+                       key=lambda kb: kb[0])
+        return [_decode(b) for _, b in items], [k for k, _ in items] if keys else None
+    orders = [_order(p, key) for p in parts]
+    part_of, index_of = array("I"), array("q")
+    out_keys: list | None = [] if keys else None
+    if len(parts) == 1:
+        index_of = orders[0]
+        part_of = array("I", bytes(4 * n))
+        if out_keys is not None:
+            out_keys.extend(key(_decode(parts[0].row(i))) for i in index_of)
+    else:
+        streams = [_tagged(pi, o) for pi, o in enumerate(orders)]
+        for pi, i in heapq.merge(*streams, key=lambda t: key(_decode(parts[t[0]].row(t[1])))):
+            part_of.append(pi)
+            index_of.append(i)
+            if len(index_of) % (RELEASE_EVERY * CHUNK) == 0:
+                for p in parts:
+                    p.release()
+        if out_keys is not None:
+            out_keys.extend(key(_decode(parts[pi].row(i))) for pi, i in zip(part_of, index_of, strict=True))
+    del orders
+    return PackedRows(_MergedChunks(list(parts), part_of, index_of), n, combine(p.shape for p in parts)), out_keys
+
+
+def _tagged(pi: int, order: array):
+    for i in order:
+        yield pi, i
+
+
+def _order(part: RowBytes, key) -> array:
+    """The row indices of `part` in the stable order of `key` of the decoded rows."""
+    ks = [key(_decode(part.row(i))) for i in range(len(part))]
+    part.release()
+    if all(ks[i] <= ks[i + 1] for i in range(len(ks) - 1)):
+        return array("q", range(len(ks)))
+    return array("q", sorted(range(len(ks)), key=ks.__getitem__))
 
 
 def pack_table(table):

@@ -1,0 +1,103 @@
+"""What keeps the parent of a mapped job small, checked for the answers it gives: the first
+event of each rank as a per-rank step, the light Stored's compact pickle, the sort of row
+parts (sorted one part at a time and merged) and the mapped tables' pages let go."""
+from __future__ import annotations
+
+import pickle
+import random
+
+import pyarrow as pa
+from helpers import make_profile
+
+from traceview import mapped, schema
+from traceview.analysis import capture
+from traceview.document import packed
+from traceview.engine.session import Session
+from traceview.store import Stored, light
+
+
+def _rows(n, seed):
+    rnd = random.Random(seed)
+    return [{"rank": rnd.randrange(5), "step": rnd.randrange(3), "dur_ns": rnd.randrange(20), "ev": {"i": i}}
+            for i in range(n)]
+
+
+def test_first_events_by_hand():
+    prof = make_profile(
+        cpu=[{"id": 1, "tid": 1, "start_ns": 50, "end_ns": 90, "name": "a"},
+             {"id": 2, "tid": 1, "start_ns": 7, "end_ns": 9, "name": "b", "rank": 1}],
+        launches=[{"id": 3, "tid": 1, "start_ns": 40, "end_ns": 41, "correlation": 1}],
+        gpu=[{"id": 4, "start_ns": 60, "end_ns": 70, "name": "k", "stream": 7, "correlation": 1},
+             {"id": 5, "start_ns": 3, "end_ns": 4, "name": "k", "stream": 7, "correlation": 2, "rank": 2}],
+        syncs=[{"id": 6, "tid": 1, "start_ns": 30, "end_ns": 35, "kind": "device_synchronize", "rank": 1}],
+        ranks=(0, 1, 2, 3))
+    want = {0: 40, 1: 7, 2: 3}              # rank 3 records nothing: no entry
+    assert capture.first_events(Session(prof)) == want
+    assert capture.first_event_ns(prof) == want
+
+
+def test_a_light_stored_pickles_as_its_meta():
+    meta = schema.conform("meta", pa.table({"rank": pa.array([3], pa.int32())}))
+    full = {name: schema.empty(name) for name in schema.TABLES}
+    full["meta"] = meta
+    lt = light(Stored(full, ["w"], None))
+    assert lt.max_id == -1
+    blob = pickle.dumps(lt)
+    assert len(blob) < len(pickle.dumps(lt.tables["meta"])) + 2000
+    a, b = pickle.loads(blob), pickle.loads(blob)
+    assert a.tables["meta"].equals(meta) and a.warnings == ["w"] and a.max_id == -1
+    assert list(a.tables) == sorted(schema.TABLES)
+    for name in schema.TABLES:
+        if name != "meta":
+            assert a.tables[name].num_rows == 0 and a.tables[name].schema == schema.TABLES[name]
+            assert a.tables[name] is b.tables[name]             # one shared empty table
+    # not light (the tables a worker sends back by value): every table travels as it is
+    odd = Stored({"meta": meta, "syncs": pa.table({"x": pa.array([], pa.int8())})}, [], None)
+    back = pickle.loads(pickle.dumps(odd))
+    assert back.tables["syncs"].schema.names == ["x"] and back.max_id is None
+
+
+def test_sort_rows_merges_sorted_parts_as_one_stable_sort():
+    key = lambda r: (-r["dur_ns"], r["rank"], r["step"])   # noqa: E731
+    parts = [_rows(3000, s) for s in (1, 2, 3)]
+    parts[1].sort(key=key)                                  # one part already in order
+    want = sorted((r for p in parts for r in p), key=key)
+    got, keys = packed.sort_rows([packed.row_bytes(p) for p in parts], key, keys=False)
+    assert keys is None and type(got) is packed.PackedRows and list(got) == want
+    assert [r["ev"]["i"] for r in got] == [r["ev"]["i"] for r in want]      # ties in the parts' order
+    one, _ = packed.sort_rows([packed.row_bytes(parts[1])], key, keys=False)
+    assert list(one) == parts[1]
+
+
+def test_mapped_tables_read_after_their_pages_are_let_go(tmp_path):
+    t = pa.table({"a": list(range(50_000)), "s": pa.array([f"n{i % 7}" for i in range(50_000)]).dictionary_encode()})
+    mapped._write(tmp_path, 0, "gpu_activities", t)
+    maps: list = []
+    got = mapped._read(tmp_path, 0, "gpu_activities", maps)
+    remote = mapped.Remote(tmp_path, [], maps=maps)
+    assert len(maps) == 1 and got.equals(t)
+    remote.release_pages()
+    assert got.equals(t) and pa.compute.sum(got.column("a")).as_py() == 50_000 * 49_999 // 2
+
+
+def test_spilled_row_parts_come_back_mapped_and_sort_the_same(tmp_path):
+    import mmap
+    key = lambda r: (-r["dur_ns"], r["rank"], r["step"])   # noqa: E731
+    parts = [_rows(5000, s) for s in (4, 5)]
+    sent = []
+    for i, p in enumerate(parts):
+        rb = packed.row_bytes(p)
+        rb.spill(str(tmp_path / f"part{i}.rows"))
+        sent.append(pickle.dumps(rb))
+    assert all(len(b) < 5000 * 12 for b in sent)           # the path and the row ends, not the rows
+    back = [pickle.loads(b) for b in sent]
+    assert all(type(rb.data) is mmap.mmap for rb in back)
+    assert [list(rb) for rb in back] == parts
+    got, _ = packed.sort_rows(back, key, keys=False)
+    for rb in back:
+        rb.release()
+    assert list(got) == sorted(parts[0] + parts[1], key=key)
+    assert pickle.loads(pickle.dumps(got)) == got
+    empty = packed.RowBytes(b"", packed.array("q"), back[0].shape)
+    empty.spill(str(tmp_path / "none.rows"))
+    assert list(pickle.loads(pickle.dumps(empty))) == []

@@ -19,8 +19,8 @@ def _walk(rows: dict[int, dict]) -> dict[int, tuple]:
             cur = rows[cur]["parent_id"]
         if cur is not None:        # a missing parent or a cycle: never reached from a root
             continue
-        inner = lambda key: next((r[key] for r in path if r[key] is not None), None)  # noqa: E731
-        layer = inner("layer")
+        layer, stage, phase = (next((r[key] for r in path if r[key] is not None), None)
+                               for key in ("layer", "stage", "phase"))
         anchor = next((r["id"] for r in path if r["bwd_node"]), None)
         # head: outermost range on the path naming a stage whose own context has no layer
         head = None
@@ -31,7 +31,7 @@ def _walk(rows: dict[int, dict]) -> dict[int, tuple]:
                 head = r["id"]
                 break
         me = rows[i]
-        out[i] = (layer, inner("stage"), inner("phase"), anchor,
+        out[i] = (layer, stage, phase, anchor,
                   me["layer"] is not None or me["stage"] is not None, head)
     return out
 

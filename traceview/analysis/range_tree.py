@@ -10,8 +10,9 @@ that is not a range (or never ends) have no context and no row.
 
 The inheritance is pointer doubling over the parent links, all in Arrow column kernels: after
 round k each range holds the row index where a value was found on its 2^k nearest
-ancestors-or-self and a link to its 2^k-th ancestor (the values are gathered once at the end), so a tree of depth d takes about log2(d) rounds of `take`, with no per-range
-Python and no recursive query (which joins once per level of the tree)."""
+ancestors-or-self and a link to its 2^k-th ancestor (the values are gathered once at the end),
+so a tree of depth d takes about log2(d) rounds of `take`, with no per-range Python and no
+recursive query (which joins once per level of the tree)."""
 from __future__ import annotations
 
 import pyarrow as pa

@@ -39,8 +39,12 @@ layer_of AS (   -- the first matching rule's first group
     SELECT name, try_cast(regexp_extract(tname, arg_min(r.rx, r.i), 1) AS INTEGER) AS layer
     FROM names n JOIN layer_rx r ON regexp_matches(n.tname, r.rx) GROUP BY name, tname
 ),
-stage_of AS (SELECT name, arg_min(r.tag, r.i) AS stage FROM names n JOIN stage_rx r ON regexp_matches(n.tname, r.rx) GROUP BY name),
-phase_of AS (SELECT name, arg_min(r.tag, r.i) AS phase FROM names n JOIN phase_rx r ON regexp_matches(n.name, r.rx) GROUP BY name),
+stage_of AS (
+    SELECT name, arg_min(r.tag, r.i) AS stage FROM names n JOIN stage_rx r ON regexp_matches(n.tname, r.rx) GROUP BY name
+),
+phase_of AS (
+    SELECT name, arg_min(r.tag, r.i) AS phase FROM names n JOIN phase_rx r ON regexp_matches(n.name, r.rx) GROUP BY name
+),
 tag_of AS (     -- per name: (layer, stage) as an annotation names them, the phase, a backward node's name
     SELECT n.name, n.frame AND NOT n.dispatcher AS frame_only, l.layer, s.stage, p.phase, n.bwd_name
     FROM names n

@@ -96,5 +96,9 @@ def context(tags: pa.Table) -> pa.Table:
 
 @python_step("range_context_raw", scope="rank", requires=("range_tags",), params=_RULES, produces=PRODUCES)
 def range_context_raw(session: Session, params: dict) -> pa.Table:
-    """range_tags' ranges with what they inherit along parent_id (`context`)."""
-    return context(session.sql("SELECT * FROM range_tags"))
+    """range_tags' ranges with what they inherit along parent_id (`context`). The rounds' arrays
+    go back to the system before the engine copies the result into DuckDB (Arrow's pool keeps
+    freed blocks otherwise: +280 MB of peak at x100 of the a2a export, measured)."""
+    out = context(session.sql("SELECT * FROM range_tags"))
+    pa.default_memory_pool().release_unused()
+    return out

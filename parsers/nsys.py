@@ -50,6 +50,20 @@ _PID = "((({c}) >> 24) & 16777215)"
 _K = 1 << 56  # the nesting sweep's sort key: kind * _K + id
 
 
+# kind, name, seq, input_dims of each name (rows of `table`, in their order)
+_PARSE_NAMES = """
+    WITH p AS (SELECT name AS raw, strpos(name, ', seq = ') AS ps, strpos(name, ', op_id = ') AS po,
+                      strpos(name, ', sizes = ') AS pz, strpos(name, ', input_op_ids = ') AS pi FROM {table})
+    SELECT CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
+           CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1)
+                ELSE raw END AS name,
+           CASE WHEN ps > 0 THEN TRY_CAST(split_part(substr(raw, ps + 8), ',', 1) AS BIGINT) END AS seq,
+           CASE WHEN pz > 0 AND (ps > 0 OR po > 0)
+                THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END)
+           END AS input_dims
+    FROM p"""
+
+
 def _coded(col: pa.ChunkedArray) -> pa.Array:
     """A string column as one dictionary array (schema.CODED: int32 codes, each value once)."""
     enc = pc.dictionary_encode(col)
@@ -331,7 +345,7 @@ class _Reader:
         self.numbered("l0", f"""SELECT r.rank, rt.* FROM rt JOIN ranks r ON r.pid = {_PID.format(c='rt.gtid')}
             ORDER BY r.rank, rt.start_ns, rt.end_ns, rt.gtid & 16777215, rt.correlation""")
         x("""CREATE TEMP TABLE lname AS
-            SELECT (row_number() OVER () - 1)::BIGINT AS li, ids.name_id,
+            SELECT (row_number() OVER (ORDER BY ids.name_id) - 1)::BIGINT AS li, ids.name_id,  -- codes in one order
                    regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
                                   '_v[0-9]{4,}$', '') AS name
             FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
@@ -341,7 +355,7 @@ class _Reader:
         launches = self.launches()
         self.drop("calls", "pp", "l0", "lname")
         syncs, meta = self.syncs(), self.meta(ranks)
-        names = self.q("SELECT kind, a, b, c, name FROM gname")
+        names = self.q("SELECT kind, a, b, c, name FROM gname ORDER BY kind, a, b, c")  # codes in one order
         self.drop("gname")
         self.reg("gk", names.drop_columns(["name"]).append_column("gi", pa.array(range(names.num_rows), pa.int64())))
         self.numbered("g", """SELECT r.rank, g.* FROM gpu0 g JOIN ranks r USING (pid)
@@ -436,21 +450,44 @@ class _Reader:
         del names, pos
         return rows
 
-    def parse_names(self) -> dict[str, pa.ChunkedArray]:
+    def parse_names(self) -> dict[str, pa.Array]:
         """kind, name, seq, input_dims of every NVTX_EVENTS row read, in file order (positions `pos`);
         the strings dictionary-coded, so that the text goes now and ranges gather only codes.
-        emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'."""
-        parsed = self.q("""
-            WITH p AS (SELECT name AS raw, strpos(name, ', seq = ') AS ps, strpos(name, ', op_id = ') AS po,
-                              strpos(name, ', sizes = ') AS pz, strpos(name, ', input_op_ids = ') AS pi FROM nv)
-            SELECT CASE WHEN ps > 0 OR po > 0 THEN 'op' ELSE 'annotation' END AS kind,
-                   CASE WHEN ps > 0 OR po > 0 THEN left(raw, least(nullif(ps, 0), nullif(po, 0)) - 1)
-                        ELSE raw END AS name,
-                   CASE WHEN ps > 0 THEN TRY_CAST(split_part(substr(raw, ps + 8), ',', 1) AS BIGINT) END AS seq,
-                   CASE WHEN pz > 0 AND (ps > 0 OR po > 0)
-                        THEN substr(raw, pz + 10, CASE WHEN pi > pz THEN pi - pz - 10 ELSE length(raw) END)
-                   END AS input_dims
-            FROM p""")
+        emit_nvtx names: 'aten::mm, seq = 12, op_id = 5, sizes = [[2, 3]], input_op_ids = [...]'.
+        A name repeats over many rows: each distinct name is parsed once, and the rows take their
+        fields by code. The codes come out as `_coded` over the rows would give them (each value
+        coded in order of first appearance: a field's first row is the first row of the first
+        distinct name, in that order, that gives the value)."""
+        raw = self.nv.column("name")
+        if raw.null_count:   # not from the reader (which gives '' for no text); parsed row by row
+            return self._parse_rows()
+        enc = pc.dictionary_encode(raw)
+        enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
+        del raw
+        self.drop("nv")  # the text goes: the sweep needs the integer columns only
+        self.nv = self.nv.drop_columns(["name"])
+        self.reg("nv", self.nv)
+        rows = enc.indices
+        n_names = len(enc.dictionary)
+        self.reg("nv_names", pa.table({"name": enc.dictionary}))
+        del enc
+        parsed = self.q(_PARSE_NAMES.format(table="nv_names"))
+        self.drop("nv_names")
+        if parsed.num_rows != n_names:
+            raise ValueError("NVTX names and their fields out of step")
+        out = {}
+        for f in parsed.column_names:
+            col = parsed.column(f).combine_chunks()
+            if f == "seq":
+                out[f] = pc.take(col, rows)
+            else:
+                e = pc.dictionary_encode(col)
+                out[f] = pa.DictionaryArray.from_arrays(pc.take(e.indices, rows), e.dictionary).cast(schema.CODED)
+            parsed = parsed.drop_columns([f])
+        return out
+
+    def _parse_rows(self) -> dict[str, pa.Array]:
+        parsed = self.q(_PARSE_NAMES.format(table="nv"))
         if parsed.num_rows != self.nv.num_rows:
             raise ValueError("NVTX names and rows out of step")
         self.drop("nv")  # the text goes: the sweep needs the integer columns only

@@ -510,3 +510,35 @@ def test_numbered_ids_are_positions_in_the_sort_order():
     assert len(got) == n and all(expect[i] == rid for rid, i in got)
     r.drop("s", "t")
     assert not r.db.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 's_rows'").fetchall()[0][0]
+
+
+def _repeated_names_export(tmp_path):
+    """A copy of the a2a export whose NVTX events are there twice, the copy shifted past the end, so
+    every name repeats (as in a long capture of annotations) and parsing by distinct name matters."""
+    db = tmp_path / "twice.sqlite"
+    shutil.copyfile(A2A, db)
+    con = sqlite3.connect(db)
+    cols = [r[1] for r in con.execute("PRAGMA table_info(NVTX_EVENTS)")]
+    span = con.execute('SELECT max(coalesce("end", start)) - min(start) + 1 FROM NVTX_EVENTS').fetchone()[0]
+    sel = ", ".join(f'"{c}" + {span}' if c in ("start", "end") else f'"{c}"' for c in cols)
+    con.execute(f"INSERT INTO NVTX_EVENTS ({', '.join(chr(34) + c + chr(34) for c in cols)}) "
+                f"SELECT {sel} FROM NVTX_EVENTS")
+    con.commit()
+    con.close()
+    return db
+
+
+def test_nvtx_names_parsed_once_per_distinct_name_give_the_rows_parsed_one_by_one(tmp_path, monkeypatch):
+    """Two methods: each distinct name parsed once (the parser) and each row parsed (the SQL over
+    every row): the same cpu_ranges, dictionaries and codes included."""
+    for db in (A2A, _repeated_names_export(tmp_path)):
+        by_name = nsys.read(db).cpu_ranges
+        with monkeypatch.context() as m:
+            m.setattr(nsys._Reader, "parse_names", nsys._Reader._parse_rows)
+            by_row = nsys.read(db).cpu_ranges
+        assert by_name.num_rows == by_row.num_rows > 0
+        for c in ("kind", "name", "seq", "input_dims"):
+            a, b = by_name.column(c).combine_chunks(), by_row.column(c).combine_chunks()
+            assert a.equals(b), c
+    # the copy holds every range twice: each name an even number of times
+    assert all(n % 2 == 0 for n in Counter(by_name.column("name").to_pylist()).values())

@@ -123,6 +123,26 @@ def test_range_context_raw_tags_from_the_first_matching_rule():
     assert {r["rank"] for r in got.values()} == {0} and {r["tid"] for r in got.values()} == {1}
 
 
+def test_range_tags_name_own_tags_only():
+    got = {r["id"]: r for r in run_step("range_tags", _ctx_profile(), params=RULES)}
+    cols = ("parent_id", "layer", "stage", "phase", "bwd_node")
+    want = {
+        1: (None, 2, "experts", None, False),
+        2: (1, None, "dispatch", None, False),       # nothing inherited here: range_context_raw does that
+        3: (2, None, None, None, False),             # an op names nothing
+        5: (None, None, "dispatch", "forward", False),
+        6: (5, None, None, None, True),              # seq + evaluate_function: a backward node
+        7: (None, None, None, None, False),          # a with_stack frame names no stage
+        8: (None, None, "dispatch", None, False),    # ... except Megatron's token dispatcher
+        9: (None, 3, "dispatch", None, False),
+        10: (None, None, None, None, False),
+        11: (None, None, None, "backward", False),
+        12: (11, None, "attention", None, False),    # the phase is its parent's (inherited later)
+        13: (None, None, None, None, False),         # an op without seq is no backward node
+    }
+    assert {i: tuple(got[i][c] for c in cols) for i in got} == want
+
+
 def test_range_context_raw_without_rules_tags_nothing():
     empty = {k: [] for k in RULES}
     got = run_step("range_context_raw", _ctx_profile(), params=empty)

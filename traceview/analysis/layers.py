@@ -8,6 +8,7 @@ from ..document import packed
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..engine.steps import python_step
+from . import range_tree  # noqa: F401  (declares the Python step range_context_raw)
 
 LAYER_FIELDS = ("step_time_ns", "compute_ns", "exposed_comm_ns", "overlapped_comm_ns", "exposed_memory_ns",
                 "idle_ns", "comm_ns")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import re
 from array import array
 from bisect import bisect_right
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -299,7 +300,9 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
             break
         # the candidate that finished last (time, then id, then k): the stream predecessor, the
         # wait source (where in the window) and, without wait records, the inferred wait
-        g = pred = None
+        g: Any = None               # (an int once pred is set; every comparison checks pred first)
+        b_id: Any = None
+        pred = None
         pk = prev_k[cur]
         if pk >= 0:
             g = prev_end[cur]

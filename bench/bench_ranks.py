@@ -68,7 +68,9 @@ from traceview.analysis import breakdown
 import traceview.reports.json_report as jr
 import traceview.document.assemble as asm
 map_tasks = executors.map_tasks
-executors.map_tasks = lambda fn, args: span("round " + fn.__name__, map_tasks)(fn, args)
+def _round_name(fn, args):          # a round of mapped.claimed tasks is named for what they run
+    return args[0][0].__name__ if fn.__name__ == "claimed" and args else fn.__name__
+executors.map_tasks = lambda fn, args, **kw: span("round " + _round_name(fn, args), map_tasks)(fn, args, **kw)
 executors.read_all = span("parse (read_all)", executors.read_all)
 mapped.load_job = span("load_job (parse + place)", mapped.load_job)
 import traceview.load as ld

@@ -133,23 +133,27 @@ def timed(fn, *args):
 
 
 def _task(fn, args: tuple) -> tuple:
-    """What to submit for fn(*args): the call, timed where the bench asks for it."""
-    return (timed, fn, *args) if os.environ.get("TRACEVIEW_BENCH_STATS") else (fn, *args)
+    """What to submit for fn(*args): the call, timed where the bench asks for it (a function that
+    times what it calls itself, as mapped.claimed, is not)."""
+    timing = os.environ.get("TRACEVIEW_BENCH_STATS") and not getattr(fn, "times_itself", False)
+    return (timed, fn, *args) if timing else (fn, *args)
 
 
 def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
-               fault: str | None = None, light: bool = False):
+               fault: str | None = None, light: bool = False, spill: str | None = None):
     """Parse one trace (in whichever process runs it). Returns (kind, value, peak RSS KiB of the
     process that ran it): ("stored", None) when its tables went to the store (`light`: ("stored",
     its meta, warnings and largest id), as Store.lookup_light), ("tables", Stored) when they come
-    back by value, ("bad", message) for bad input."""
+    back by value, ("bad", message) for bad input. `spill`: a folder where the tables parsed and
+    stored are also written as read back from the store, uncompressed (mapped.spill: a mapped
+    job's batch task reads them there instead of decoding the Parquet again)."""
     import resource
-    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault, light)
+    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault, light, spill)
     return kind, value, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
-           fault: str | None, light: bool = False):
+           fault: str | None, light: bool = False, spill: str | None = None):
     from .parsers import bounded_read
     from .parsers.nsys_store import exports_in
     from .store import Store, Stored, file_hash, light as light_of
@@ -171,6 +175,9 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
                 prof = parse(p, nsys_bin)
             got = Stored(prof.tables(), list(prof.warnings))
             if store.put(p, got, before, content_hash):
+                if spill is not None:
+                    from .mapped import spill_tables
+                    spill_tables(Path(spill), got.tables)
                 return "stored", light_of(got) if light else None
             return "tables", got
     except TraceError as e:
@@ -206,10 +213,13 @@ def _reread() -> bool:
     return bounded_read.ceiling_was_set()
 
 
-def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False) -> list[tuple[Path, Any]]:
+def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False,
+             spill: Path | None = None) -> list[tuple[Path, Any]]:
     """(file, Stored) for each file, in file order, under the configured run (files set aside as bad
     are left out, with the state's `skipped` saying why). `light`: only each file's meta table,
-    warnings and largest id (Store.lookup_light), for a mapped run whose workers read the tables."""
+    warnings and largest id (Store.lookup_light), for a mapped run whose workers read the tables;
+    `spill`: a folder where the tables of each file parsed now are also written (parse_task),
+    file i's in mapped.spill_folder(spill, i)."""
     state = current()
     assert state is not None
     from .store import Store
@@ -254,7 +264,9 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
         progress.advance(_size(files[i]))
 
     fault = os.environ.get(FAULT_ENV)
-    args = [(parse, str(files[i]), nsys_bin, root, limit, fault, light) for i in misses]
+    from .mapped import spill_folder
+    args = [(parse, str(files[i]), nsys_bin, root, limit, fault, light,
+             None if spill is None or root is None else str(spill_folder(spill, i))) for i in misses]
     try:
         if not misses:
             pass
@@ -410,10 +422,18 @@ def parallel(state: RunState) -> int:
     return 0 if state.client is not None else max(1, state.settings.jobs)
 
 
-def map_tasks(fn, args: list[tuple]) -> list:
+def keeps_sessions(state: RunState, batches: int) -> bool:
+    """Whether the workers of a mapped job keep each batch's session between rounds (mapped.py):
+    on the run's own pool, where there are no more batches than workers (each worker then keeps
+    what it ran; above, a worker would hold many batches' tables for nothing)."""
+    return state.client is None and state.settings.jobs > 1 and 1 < batches <= state.settings.jobs
+
+
+def map_tasks(fn, args: list[tuple], again=None) -> list:
     """fn(*a) for each a, results in order, on the configured executor: the run's process pool
     (kept for the whole run, so a job's rounds start no new processes), Dask, or this process
-    (--jobs 1). A pool that breaks (a worker died) runs the round once more in a fresh pool."""
+    (--jobs 1). A pool that breaks (a worker died) runs the round once more in a fresh pool (with
+    the arguments `again()` gives, where given)."""
     state = current()
     assert state is not None
     if state.client is not None:
@@ -427,6 +447,8 @@ def map_tasks(fn, args: list[tuple]) -> list:
     for attempt in (1, 2):
         if state.pool is None:
             state.pool = _pool(state.settings.jobs)
+        if attempt == 2 and again is not None:
+            args = again()
         try:
             futs = [state.pool.submit(*_task(fn, a)) for a in args]
             return [f.result() for f in futs]

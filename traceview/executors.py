@@ -119,10 +119,10 @@ def timed(fn, *args):
     the CPU and wall seconds it took in the process that ran it."""
     import sys
     w, c = time.perf_counter(), time.process_time()
-    where = os.environ.get("TRACEVIEW_BENCH_PROFILE")      # a folder: each task's cProfile there
+    where = os.environ.get("TRACEVIEW_BENCH_PROFILE")      # a folder: each task's cProfile (CPU time) there
     if where:
         import cProfile
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.process_time)
         out = prof.runcall(fn, *args)
         prof.dump_stats(os.path.join(where, f"{fn.__name__}-{os.getpid()}-{time.time_ns()}.prof"))
     else:
@@ -302,7 +302,7 @@ def _size(f: Path) -> int:
 WORKER_MODULES = ["traceview.load", "traceview.parsers.kineto", "traceview.store", "traceview.mapped",
                   "duckdb", "traceview.engine.session", "traceview.engine.pipeline", "traceview.analysis.breakdown",
                   "traceview.analysis.layers", "traceview.analysis.stalls", "traceview.analysis.critical_path",
-                  "traceview.flops.steps"]
+                  "traceview.flops.steps", "traceview.parsers.nsys_store", "pyarrow.parquet", "traceview.sql"]
 
 
 def _context():
@@ -434,28 +434,45 @@ def map_tasks(fn, args: list[tuple], again=None) -> list:
     (kept for the whole run, so a job's rounds start no new processes), Dask, or this process
     (--jobs 1). A pool that breaks (a worker died) runs the round once more in a fresh pool (with
     the arguments `again()` gives, where given)."""
+    return submit_tasks(fn, args, again)()
+
+
+def submit_tasks(fn, args: list[tuple], again=None):
+    """map_tasks started now: a function that waits for the results and returns them (this process
+    works on meanwhile; in this process itself, --jobs 1, the tasks run when it is called)."""
     state = current()
     assert state is not None
     if state.client is not None:
         cols = list(zip(*args, strict=True))
         stamp = f"{os.getpid()}-{time.time_ns()}"
-        futs = state.client.map(fn, *cols, pure=False, retries=1,
-                                key=[f"traceview-{fn.__name__}-{i}-{stamp}" for i in range(len(args))])
-        return state.client.gather(futs)
+        client = state.client
+        futs = client.map(fn, *cols, pure=False, retries=1,
+                          key=[f"traceview-{fn.__name__}-{i}-{stamp}" for i in range(len(args))])
+        return lambda: client.gather(futs)
     if state.settings.jobs <= 1 or len(args) <= 1:
-        return [fn(*a) for a in args]
-    for attempt in (1, 2):
-        if state.pool is None:
-            state.pool = _pool(state.settings.jobs)
-        if attempt == 2 and again is not None:
-            args = again()
-        try:
-            futs = [state.pool.submit(*_task(fn, a)) for a in args]
-            return [f.result() for f in futs]
-        except BrokenProcessPool:
-            state.pool.shutdown(wait=True, cancel_futures=True)
-            state.pool = None
-            if attempt == 2:
-                raise TraceError(None, "a worker process died twice while analyzing the job's ranks "
-                                       "(out of memory or killed)") from None
-    raise AssertionError("unreachable")
+        return lambda: [fn(*a) for a in args]
+    if state.pool is None:
+        state.pool = _pool(state.settings.jobs)
+    try:
+        first = [state.pool.submit(*_task(fn, a)) for a in args]
+    except BrokenProcessPool:
+        first = None
+
+    def gather() -> list:
+        futs = first
+        for attempt in (1, 2):
+            try:
+                if futs is None:
+                    if state.pool is None:
+                        state.pool = _pool(state.settings.jobs)
+                    futs = [state.pool.submit(*_task(fn, a)) for a in (again() if again is not None else args)]
+                return [f.result() for f in futs]
+            except BrokenProcessPool:
+                state.pool.shutdown(wait=True, cancel_futures=True)
+                state.pool = None
+                futs = None
+                if attempt == 2:
+                    raise TraceError(None, "a worker process died twice while analyzing the job's ranks "
+                                           "(out of memory or killed)") from None
+        raise AssertionError("unreachable")
+    return gather

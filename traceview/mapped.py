@@ -94,7 +94,11 @@ class Remote:
     def stall_parts(self, session, job: dict, idle: dict) -> list[dict]:
         """stalls.rank_part of every batch, on the workers, each given the part of `job` and `idle`
         that concerns its ranks (its activity ids lie in one range: ids are renumbered by file)."""
-        from . import executors
+        return self.start_stall_parts(session, job, idle)()
+
+    def start_stall_parts(self, session, job: dict, idle: dict):
+        """stall_parts started on the workers: a function that waits for the parts and returns them
+        (this process computes the document's other sections meanwhile)."""
         from .analysis import critical_path
         from .engine.pipeline import build
         build(session, ["coll_instances", "activity_attribution", "segments"])   # what rank_part reads
@@ -109,10 +113,15 @@ class Remote:
             args.append((str(self.scratch), b, given, part, {k: v for k, v in idle.items() if k[0] in ranks},
                          self.keep))
         t0 = time.perf_counter()
-        parts = _map(self.scratch, stalls_task, args, self.keep)
+        pending = _submit(self.scratch, stalls_task, args, self.keep)
         self.rounds += 1
-        _stat(f"round {self.rounds}: {len(args)} batches, critical paths and stalls", t0)
-        return parts
+        n = self.rounds
+
+        def gather() -> list[dict]:
+            parts = pending()
+            _stat(f"round {n}: {len(args)} batches, critical paths and stalls", t0)
+            return parts
+        return gather
 
 
 def _id_range(by_id: dict, lo: int, hi: int | None) -> dict:
@@ -417,17 +426,26 @@ claimed.times_itself = True     # type: ignore[attr-defined]   (executors._task:
 def _map(scratch: Path, fn, args: list[tuple], keep: bool) -> list:
     """A round of `fn` over the batches (args in batch order), results in batch order: through
     `claimed` where the workers keep sessions."""
+    return _submit(scratch, fn, args, keep)()
+
+
+def _submit(scratch: Path, fn, args: list[tuple], keep: bool):
+    """_map started: a function that waits for the results (executors.submit_tasks)."""
     from . import executors
     if not keep:
-        return executors.map_tasks(fn, args)
+        return executors.submit_tasks(fn, args)
 
     def tasks() -> list[tuple]:            # a fresh round name for each attempt (a retry claims anew)
         rnd = uuid.uuid4().hex[:12]
         return [(fn, str(scratch), rnd, args)] * len(args)
-    out: list = [None] * len(args)
-    for b, r in executors.map_tasks(claimed, tasks(), again=tasks):
-        out[b] = r
-    return out
+    pending = executors.submit_tasks(claimed, tasks(), again=tasks)
+
+    def gather() -> list:
+        out: list = [None] * len(args)
+        for b, r in pending():
+            out[b] = r
+        return out
+    return gather
 
 
 def _share_strings(obj, memo: dict):

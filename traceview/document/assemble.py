@@ -47,6 +47,12 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
     layers.prepare(session, rules)
+    # the critical paths and stalls need the job's collectives and the steps' idle time: on a
+    # mapped job the workers compute them while the sections below are computed here
+    job = stalls.job_inputs(session)
+    idle = {(r["rank"], r["step"]): r["idle_ns"] for r in rows}
+    remote = session.profile.remote if session.profile is not None else None
+    pending = remote.start_stall_parts(session, job, idle) if remote is not None else None
     layer_rows = layers.layer_rows(session)
     # the metrics return plain rows; this is where they become the typed document
     doc: dict[str, Any] = {
@@ -77,10 +83,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
         doc["warnings"].append(f"delivered {fl['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU is above the peak of "
                                f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
                                "--tokens-per-step or the model")
-    job = stalls.job_inputs(session)
-    idle = {(r["rank"], r["step"]): r["idle_ns"] for r in doc["steps"]}
-    remote = session.profile.remote if session.profile is not None else None
-    parts = remote.stall_parts(session, job, idle) if remote is not None else [stalls.rank_part(session, job, idle)]
+    parts = pending() if pending is not None else [stalls.rank_part(session, job, idle)]
     sec = stalls.merge(job, parts, opts.top)
     doc["warnings"] += sec.pop("collective_warnings")
     doc.update(sec)

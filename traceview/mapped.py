@@ -271,7 +271,10 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
     tables = {name: pa.concat_tables(ts) if len(ts) > 1 else ts[0] for name, ts in parts.items()}
     for name, t in tables.items():
         _write(Path(scratch), batch, name, t)
-    session = Session(Profile(**tables, warnings=[]))
+    # the session queries the tables as written (memory-mapped, one dictionary per column), as a
+    # later round's session over the scratch folder does; the copies read from the store go
+    session = Session(Profile(**{name: _read(Path(scratch), batch, name) for name in tables}, warnings=[]))
+    del tables, parts
     built = build(session, EARLY_STEPS)
     for name in built:
         _write(Path(scratch), batch, name, session.table(name))

@@ -27,6 +27,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -63,7 +64,6 @@ class Remote:
 
     def build(self, session, names: list[str], params: dict) -> list[str]:
         """Build per-rank steps `names` (and what they need) on the workers, one round; adopt them."""
-        from . import executors
         adopted = []
         for name in self.early:                  # the steps built while placing (no parameters)
             if name not in session.built:
@@ -256,11 +256,13 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
     store = Store(Path(store_root))
     parts: dict[str, list[pa.Table]] = {name: [] for name in schema.TABLES}
     for p in files:
-        spilled = _read_spill(Path(p.spill)) if p.spill else None
-        got = spilled if spilled is not None else store.lookup(Path(p.path))
+        got = _read_spill(Path(p.spill)) if p.spill else None
         if got is None:
-            raise TraceError(p.path, f"its stored tables could not be read back from the store {store_root}")
-        prof = Profile(**got, warnings=[]) if spilled is not None else Profile(**got.tables, warnings=[])
+            stored = store.lookup(Path(p.path))
+            if stored is None:
+                raise TraceError(p.path, f"its stored tables could not be read back from the store {store_root}")
+            got = stored.tables
+        prof = Profile(**got, warnings=[])
         if p.mapping:
             prof = prof.map_ranks(p.mapping)
         for name in schema.TABLES:
@@ -380,7 +382,7 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
 # session it holds, so each batch runs where its session is whenever that worker is free. A task
 # that claims a batch it does not hold builds the session as before: the answer is the same.
 
-_KEPT: dict[tuple[str, int], object] = {}       # (scratch, batch) -> Session, in a worker process
+_KEPT: dict[tuple[str, int], Any] = {}          # (scratch, batch) -> Session, in a worker process
 
 
 def _keep(scratch: str, batch: int, session) -> None:
@@ -423,7 +425,8 @@ def claimed(fn, scratch: str, rnd: str, args: list[tuple]) -> tuple[int, object]
     raise AssertionError(f"every batch of round {rnd} was claimed: more tasks than batches")
 
 
-claimed.times_itself = True     # type: ignore[attr-defined]   (executors._task: timed as fn, not as this)
+# executors._task: a claimed task is timed as the fn it runs, not as itself
+claimed.times_itself = True  # type: ignore[attr-defined]
 
 
 def _map(scratch: Path, fn, args: list[tuple], keep: bool) -> list:

@@ -277,6 +277,9 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
     # later round's session over the scratch folder does; the copies read from the store go
     session = Session(Profile(**{name: _read(Path(scratch), batch, name) for name in tables}, warnings=[]))
     del tables, parts
+    for p in files:                 # placed: the spilled copies are not read again (a retry reads the store)
+        if p.spill:
+            shutil.rmtree(p.spill, ignore_errors=True)
     built = build(session, EARLY_STEPS)
     for name in built:
         _write(Path(scratch), batch, name, session.table(name))

@@ -68,7 +68,15 @@ from traceview.analysis import breakdown
 import traceview.reports.json_report as jr
 import traceview.document.assemble as asm
 map_tasks = executors.map_tasks
-executors.map_tasks = lambda fn, args: span("round " + fn.__name__, map_tasks)(fn, args)
+def _round_name(fn, args):          # a round of mapped.claimed tasks is named for what they run
+    return args[0][0].__name__ if fn.__name__ == "claimed" and args else fn.__name__
+executors.map_tasks = lambda fn, args, **kw: span("round " + _round_name(fn, args), map_tasks)(fn, args, **kw)
+submit_tasks = executors.submit_tasks
+def _submitted(fn, args, **kw):     # a round started, its results taken later: the wait is a span
+    name = _round_name(fn, args)
+    gather = span("started " + name, submit_tasks)(fn, args, **kw)
+    return span("round " + name + " (wait)", gather)
+executors.submit_tasks = _submitted
 executors.read_all = span("parse (read_all)", executors.read_all)
 mapped.load_job = span("load_job (parse + place)", mapped.load_job)
 import traceview.load as ld
@@ -121,6 +129,14 @@ def split(path: Path, work: Path, jobs: int) -> dict:
     serial = total - waited
     print(f"    parent CPU {total:.2f} s, of which outside the worker rounds (serial) {serial:.2f} s")
     bound = serial
+    # a round started before its wait (submit_tasks): the parent's CPU between the two overlaps the
+    # round's tasks, and only what the largest task takes beyond it lengthens the run
+    overlap: dict[str, float] = {}
+    for name, _, _, _, cpu_at in spans:
+        if name.startswith("started "):
+            kind = name.split(" ", 1)[1]
+            wait = next((c for n, _, _, _, c in spans if n == f"round {kind} (wait)"), cpu_at)
+            overlap[kind] = max(0.0, wait - cpu_at)
     for kind, ts in tasks.items():
         per: dict[int, float] = {}
         for pid, task_cpu in ts:
@@ -130,10 +146,14 @@ def split(path: Path, work: Path, jobs: int) -> dict:
         # the parse is one task per file, taken by whichever worker is free: its share; the later
         # rounds are one task per batch: the largest
         bound += max(sum(c for _, c in ts) / jobs, max(c for _, c in ts)) if kind == "parse_task" \
-            else max(c for _, c in ts)
+            else max(0.0, max(c for _, c in ts) - overlap.get(kind, 0.0))
     if tasks:
+        everything = total + sum(c for ts in tasks.values() for _, c in ts)
         print(f"    bound on {jobs} idle cores: parent serial + the parse's CPU / {jobs} + the largest task "
-              f"of each later round = {bound:.2f} s")
+              f"of each later round (less the parent's CPU while it runs: "
+              f"{', '.join(f'{k} {v:.2f} s' for k, v in overlap.items()) or 'none'}) = {bound:.2f} s; "
+              f"all CPU (parent and tasks) / {jobs} = {everything / jobs:.2f} s")
+        bound = max(bound, everything / jobs)
     else:
         bound = total
     return {"cpu": cpu, "parent": total, "serial": serial, "bound": bound}

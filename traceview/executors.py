@@ -119,10 +119,10 @@ def timed(fn, *args):
     the CPU and wall seconds it took in the process that ran it."""
     import sys
     w, c = time.perf_counter(), time.process_time()
-    where = os.environ.get("TRACEVIEW_BENCH_PROFILE")      # a folder: each task's cProfile there
+    where = os.environ.get("TRACEVIEW_BENCH_PROFILE")      # a folder: each task's cProfile (CPU time) there
     if where:
         import cProfile
-        prof = cProfile.Profile()
+        prof = cProfile.Profile(time.process_time)
         out = prof.runcall(fn, *args)
         prof.dump_stats(os.path.join(where, f"{fn.__name__}-{os.getpid()}-{time.time_ns()}.prof"))
     else:
@@ -133,23 +133,27 @@ def timed(fn, *args):
 
 
 def _task(fn, args: tuple) -> tuple:
-    """What to submit for fn(*args): the call, timed where the bench asks for it."""
-    return (timed, fn, *args) if os.environ.get("TRACEVIEW_BENCH_STATS") else (fn, *args)
+    """What to submit for fn(*args): the call, timed where the bench asks for it (a function that
+    times what it calls itself, as mapped.claimed, is not)."""
+    timing = os.environ.get("TRACEVIEW_BENCH_STATS") and not getattr(fn, "times_itself", False)
+    return (timed, fn, *args) if timing else (fn, *args)
 
 
 def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
-               fault: str | None = None, light: bool = False):
+               fault: str | None = None, light: bool = False, spill: str | None = None):
     """Parse one trace (in whichever process runs it). Returns (kind, value, peak RSS KiB of the
     process that ran it): ("stored", None) when its tables went to the store (`light`: ("stored",
     its meta, warnings and largest id), as Store.lookup_light), ("tables", Stored) when they come
-    back by value, ("bad", message) for bad input."""
+    back by value, ("bad", message) for bad input. `spill`: a folder where the tables parsed and
+    stored are also written as read back from the store, uncompressed (mapped.spill: a mapped
+    job's batch task reads them there instead of decoding the Parquet again)."""
     import resource
-    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault, light)
+    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault, light, spill)
     return kind, value, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
-           fault: str | None, light: bool = False):
+           fault: str | None, light: bool = False, spill: str | None = None):
     from .parsers import bounded_read
     from .parsers.nsys_store import exports_in
     from .store import Store, Stored, file_hash, light as light_of
@@ -173,6 +177,9 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
             content_hash = file_hash(p)
             got = Stored(prof.tables(), list(prof.warnings))
             if store.put(p, got, before, content_hash):
+                if spill is not None:
+                    from .mapped import spill_tables
+                    spill_tables(Path(spill), got.tables)
                 return "stored", light_of(got) if light else None
             return "tables", got
     except TraceError as e:
@@ -208,10 +215,13 @@ def _reread() -> bool:
     return bounded_read.ceiling_was_set()
 
 
-def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False) -> list[tuple[Path, Any]]:
+def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False,
+             spill: Path | None = None) -> list[tuple[Path, Any]]:
     """(file, Stored) for each file, in file order, under the configured run (files set aside as bad
     are left out, with the state's `skipped` saying why). `light`: only each file's meta table,
-    warnings and largest id (Store.lookup_light), for a mapped run whose workers read the tables."""
+    warnings and largest id (Store.lookup_light), for a mapped run whose workers read the tables;
+    `spill`: a folder where the tables of each file parsed now are also written (parse_task),
+    file i's in mapped.spill_folder(spill, i)."""
     state = current()
     assert state is not None
     from .store import Store
@@ -256,7 +266,9 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
         progress.advance(_size(files[i]))
 
     fault = os.environ.get(FAULT_ENV)
-    args = [(parse, str(files[i]), nsys_bin, root, limit, fault, light) for i in misses]
+    from .mapped import spill_folder
+    args = [(parse, str(files[i]), nsys_bin, root, limit, fault, light,
+             None if spill is None or root is None else str(spill_folder(spill, i))) for i in misses]
     try:
         if not misses:
             pass
@@ -292,7 +304,7 @@ def _size(f: Path) -> int:
 WORKER_MODULES = ["traceview.load", "traceview.parsers.kineto", "traceview.store", "traceview.mapped",
                   "duckdb", "traceview.engine.session", "traceview.engine.pipeline", "traceview.analysis.breakdown",
                   "traceview.analysis.layers", "traceview.analysis.stalls", "traceview.analysis.critical_path",
-                  "traceview.flops.steps"]
+                  "traceview.flops.steps", "traceview.parsers.nsys_store", "pyarrow.parquet", "traceview.sql"]
 
 
 def _context():
@@ -412,30 +424,57 @@ def parallel(state: RunState) -> int:
     return 0 if state.client is not None else max(1, state.settings.jobs)
 
 
-def map_tasks(fn, args: list[tuple]) -> list:
+def keeps_sessions(state: RunState, batches: int) -> bool:
+    """Whether the workers of a mapped job keep each batch's session between rounds (mapped.py):
+    on the run's own pool, where there are no more batches than workers (each worker then keeps
+    what it ran; above, a worker would hold many batches' tables for nothing)."""
+    return state.client is None and state.settings.jobs > 1 and 1 < batches <= state.settings.jobs
+
+
+def map_tasks(fn, args: list[tuple], again=None) -> list:
     """fn(*a) for each a, results in order, on the configured executor: the run's process pool
     (kept for the whole run, so a job's rounds start no new processes), Dask, or this process
-    (--jobs 1). A pool that breaks (a worker died) runs the round once more in a fresh pool."""
+    (--jobs 1). A pool that breaks (a worker died) runs the round once more in a fresh pool (with
+    the arguments `again()` gives, where given)."""
+    return submit_tasks(fn, args, again)()
+
+
+def submit_tasks(fn, args: list[tuple], again=None):
+    """map_tasks started now: a function that waits for the results and returns them (this process
+    works on meanwhile; in this process itself, --jobs 1, the tasks run when it is called)."""
     state = current()
     assert state is not None
     if state.client is not None:
         cols = list(zip(*args, strict=True))
         stamp = f"{os.getpid()}-{time.time_ns()}"
-        futs = state.client.map(fn, *cols, pure=False, retries=1,
-                                key=[f"traceview-{fn.__name__}-{i}-{stamp}" for i in range(len(args))])
-        return state.client.gather(futs)
+        client = state.client
+        futs = client.map(fn, *cols, pure=False, retries=1,
+                          key=[f"traceview-{fn.__name__}-{i}-{stamp}" for i in range(len(args))])
+        return lambda: client.gather(futs)
     if state.settings.jobs <= 1 or len(args) <= 1:
-        return [fn(*a) for a in args]
-    for attempt in (1, 2):
-        if state.pool is None:
-            state.pool = _pool(state.settings.jobs)
-        try:
-            futs = [state.pool.submit(*_task(fn, a)) for a in args]
-            return [f.result() for f in futs]
-        except BrokenProcessPool:
-            state.pool.shutdown(wait=True, cancel_futures=True)
-            state.pool = None
-            if attempt == 2:
-                raise TraceError(None, "a worker process died twice while analyzing the job's ranks "
-                                       "(out of memory or killed)") from None
-    raise AssertionError("unreachable")
+        return lambda: [fn(*a) for a in args]
+    if state.pool is None:
+        state.pool = _pool(state.settings.jobs)
+    try:
+        first = [state.pool.submit(*_task(fn, a)) for a in args]
+    except BrokenProcessPool:
+        first = None
+
+    def gather() -> list:
+        futs = first
+        for attempt in (1, 2):
+            try:
+                if futs is None:
+                    if state.pool is None:
+                        state.pool = _pool(state.settings.jobs)
+                    futs = [state.pool.submit(*_task(fn, a)) for a in (again() if again is not None else args)]
+                return [f.result() for f in futs]
+            except BrokenProcessPool:
+                state.pool.shutdown(wait=True, cancel_futures=True)
+                state.pool = None
+                futs = None
+                if attempt == 2:
+                    raise TraceError(None, "a worker process died twice while analyzing the job's ranks "
+                                           "(out of memory or killed)") from None
+        raise AssertionError("unreachable")
+    return gather

@@ -28,6 +28,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -45,6 +46,7 @@ class Placement:
     mapping: dict[int, int]          # rank as parsed -> rank in the job
     offset: int                      # added to every row id (profile.merge's renumbering)
     meta: pa.Table                   # the file's rows of the job's final meta table
+    spill: str | None = None         # where its parse wrote its tables (spill_tables), if it did
 
 
 @dataclass
@@ -56,6 +58,7 @@ class Remote:
     rounds: int = 0
     early: list[str] = field(default_factory=list)            # built while placing, not yet adopted
     maps: list[mmap.mmap] = field(default_factory=list)       # every table file this process mapped
+    keep: bool = False            # the workers keep each batch's session between rounds (_KEPT)
 
     def _adopt(self, session, name: str, own: dict) -> None:
         session.adopt(name, _concat([_read(self.scratch, b, name, self.maps) for b in range(len(self.batches))]), own)
@@ -71,7 +74,6 @@ class Remote:
 
     def build(self, session, names: list[str], params: dict) -> list[str]:
         """Build per-rank steps `names` (and what they need) on the workers, one round; adopt them."""
-        from . import executors
         adopted = []
         for name in self.early:                  # the steps built while placing (no parameters)
             if name not in session.built:
@@ -82,9 +84,9 @@ class Remote:
         if not todo:
             return adopted
         given = list(self.given.items())
-        args = [(str(self.scratch), b, given, todo, dict(params)) for b in range(len(self.batches))]
+        args = [(str(self.scratch), b, given, todo, dict(params), self.keep) for b in range(len(self.batches))]
         t0 = time.perf_counter()
-        results = executors.map_tasks(steps_task, args)
+        results = _map(self.scratch, steps_task, args, self.keep)
         self.rounds += 1
         _stat(f"round {self.rounds}: {len(args)} batches, {','.join(todo)}", t0)
         built = results[0]["built"]
@@ -102,7 +104,11 @@ class Remote:
     def stall_parts(self, session, job: dict, idle: dict) -> list[dict]:
         """stalls.rank_part of every batch, on the workers, each given the part of `job` and `idle`
         that concerns its ranks (its activity ids lie in one range: ids are renumbered by file)."""
-        from . import executors
+        return self.start_stall_parts(session, job, idle)()
+
+    def start_stall_parts(self, session, job: dict, idle: dict):
+        """stall_parts started on the workers: a function that waits for the parts and returns them
+        (this process computes the document's other sections meanwhile)."""
         from .analysis import critical_path
         from .engine.pipeline import build
         build(session, ["coll_instances", "activity_attribution", "segments"])   # what rank_part reads
@@ -114,14 +120,20 @@ class Remote:
             hi = self.batches[b + 1][0].offset if b + 1 < len(self.batches) else None
             ranks = {r for p in batch for r in p.meta.column("rank").to_pylist()}
             part = {"by_id": _id_range(job["by_id"], lo, hi), "wait_until": _id_range(job["wait_until"], lo, hi)}
-            args.append((str(self.scratch), b, given, part, {k: v for k, v in idle.items() if k[0] in ranks}))
+            args.append((str(self.scratch), b, given, part, {k: v for k, v in idle.items() if k[0] in ranks},
+                         self.keep))
         t0 = time.perf_counter()
-        parts = executors.map_tasks(stalls_task, args)
-        from .document.packed import RowBytes
-        self.maps += [v.data for p in parts for v in p.values() if type(v) is RowBytes and type(v.data) is mmap.mmap]
+        pending = _submit(self.scratch, stalls_task, args, self.keep)
         self.rounds += 1
-        _stat(f"round {self.rounds}: {len(args)} batches, critical paths and stalls", t0)
-        return parts
+        n = self.rounds
+
+        def gather() -> list[dict]:
+            parts = pending()
+            from .document.packed import RowBytes
+            self.maps += [v.data for p in parts for v in p.values() if type(v) is RowBytes and type(v.data) is mmap.mmap]
+            _stat(f"round {n}: {len(args)} batches, critical paths and stalls", t0)
+            return parts
+        return gather
 
 
 def _id_range(by_id: dict, lo: int, hi: int | None) -> dict:
@@ -146,7 +158,11 @@ def load_job(files: list[Path], nsys_bin: str | None) -> Profile | None:
         state.cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
         state.settings.store = tmp
         state.cleanups.append(lambda: setattr(state.settings, "store", None))
-    got = executors.read_all(files, nsys_bin, parse_checked, light=True)
+    scratch = Path(state.settings.store) / "scratch" / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    scratch.mkdir(parents=True)
+    state.cleanups.append(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    got = executors.read_all(files, nsys_bin, parse_checked, light=True, spill=scratch / "files")
+    index = {str(f): i for i, f in enumerate(files)}
     if not got:
         raise TraceError(files[0].parent, "no trace could be read (every one was skipped)")
     if any(s.max_id is None for _, s in got):       # a trace came back by value (it changed while stored)
@@ -161,20 +177,18 @@ def load_job(files: list[Path], nsys_bin: str | None) -> Profile | None:
         new = p.meta.column("rank").to_pylist()
         mapping = {a: b for a, b in zip(old, new, strict=True) if a != b}
         mine = job.meta.filter(pa.compute.is_in(job.meta.column("rank"), pa.array(new, pa.int32())))
-        placements.append(Placement(str(f), mapping, offset, mine))
+        placements.append(Placement(str(f), mapping, offset, mine, str(spill_folder(scratch / "files", index[str(f)]))))
         offset += (s.max_id if s.max_id is not None else -1) + 1
-    scratch = Path(state.settings.store) / "scratch" / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
-    scratch.mkdir(parents=True)
-    state.cleanups.append(lambda: shutil.rmtree(scratch, ignore_errors=True))
     batches = _batches(placements, executors.parallel(state))
+    keep = executors.keeps_sessions(state, len(batches))
     root = str(state.settings.store)
     t0 = time.perf_counter()
-    early = executors.map_tasks(place_task, [(str(scratch), b, batch, root) for b, batch in enumerate(batches)])
+    early = _map(scratch, place_task, [(str(scratch), b, batch, root, keep) for b, batch in enumerate(batches)], keep)
     _stat(f"placed {len(placements)} files in {len(batches)} batches", t0)
     maps: list[mmap.mmap] = []
     tables = {name: _concat([_read(scratch, b, name, maps) for b in range(len(batches))])
               for name in schema.TABLES if name != "meta"}
-    remote = Remote(scratch, batches, maps=maps)
+    remote = Remote(scratch, batches, maps=maps, keep=keep)
     remote.early = early[0]
     return Profile(**tables, meta=job.meta, warnings=job.warnings, remote=remote)
 
@@ -256,19 +270,23 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 EARLY_STEPS = ["activity_origin"]     # per-rank steps without parameters, built while placing
 
 
-def place_task(scratch: str, batch: int, files: list[Placement], store_root: str) -> list[str]:
+def place_task(scratch: str, batch: int, files: list[Placement], store_root: str, keep: bool = False) -> list[str]:
     """Read a batch's files from the store, place them in the job (ranks, ids), write them, and
-    build and write EARLY_STEPS over them. Returns the steps built."""
+    build and write EARLY_STEPS over them. Returns the steps built. `keep`: the session stays in
+    this worker for the batch's later rounds (_KEPT)."""
     from .engine.pipeline import build
     from .engine.session import Session
     from .store import Store
     store = Store(Path(store_root))
     parts: dict[str, list[pa.Table]] = {name: [] for name in schema.TABLES}
     for p in files:
-        got = store.lookup(Path(p.path))
+        got = _read_spill(Path(p.spill)) if p.spill else None
         if got is None:
-            raise TraceError(p.path, f"its stored tables could not be read back from the store {store_root}")
-        prof = Profile(**got.tables, warnings=[])
+            stored = store.lookup(Path(p.path))
+            if stored is None:
+                raise TraceError(p.path, f"its stored tables could not be read back from the store {store_root}")
+            got = stored.tables
+        prof = Profile(**got, warnings=[])
         if p.mapping:
             prof = prof.map_ranks(p.mapping)
         for name in schema.TABLES:
@@ -279,44 +297,103 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
     tables = {name: pa.concat_tables(ts) if len(ts) > 1 else ts[0] for name, ts in parts.items()}
     for name, t in tables.items():
         _write(Path(scratch), batch, name, t)
-    session = Session(Profile(**tables, warnings=[]))
+    # the session queries the tables as written (memory-mapped, one dictionary per column), as a
+    # later round's session over the scratch folder does; the copies read from the store go
+    session = Session(Profile(**{name: _read(Path(scratch), batch, name) for name in tables}, warnings=[]))
+    del tables, parts
+    for p in files:                 # placed: the spilled copies are not read again (a retry reads the store)
+        if p.spill:
+            shutil.rmtree(p.spill, ignore_errors=True)
     built = build(session, EARLY_STEPS)
     for name in built:
         _write(Path(scratch), batch, name, session.table(name))
-    session.con.close()
+    if keep:
+        _keep(scratch, batch, session)
+    else:
+        session.con.close()
     return built
 
 
-def _batch_session(scratch: Path, batch: int, given: list[tuple[str, dict]]):
+def spill_folder(spill: Path, index: int) -> Path:
+    return spill / f"{index:06d}"
+
+
+def spill_tables(folder: Path, tables: dict[str, pa.Table]) -> None:
+    """A parsed file's canonical tables as Arrow IPC files in `folder`, each as the store gives it
+    back (its schema's types, one chunk: store._restore), the folder renamed into place whole. A
+    folder there already (an earlier attempt at the same file) is kept."""
+    if folder.exists():
+        return
+    tmp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
+    tmp.mkdir(parents=True)
+    for name in schema.TABLES:
+        t = tables[name]
+        want = schema.TABLES[name]
+        if not t.schema.equals(want, check_metadata=True):
+            t = t.cast(want)
+        t = t.combine_chunks()
+        with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
+            w.write_table(t)
+    try:
+        os.replace(tmp, folder)
+    except OSError:                      # another attempt renamed its folder first
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def _read_spill(folder: Path) -> dict[str, pa.Table] | None:
+    """The tables spill_tables wrote in `folder` (memory-mapped), or None where there are none."""
+    if not folder.is_dir():
+        return None
+    return {name: pa.ipc.open_file(pa.memory_map(str(folder / f"{name}.arrow"))).read_all()
+            for name in schema.TABLES}
+
+
+def _batch_session(scratch: Path, batch: int, given: list[tuple[str, dict]], keep: bool = False):
+    """The batch's session with the steps `given` built: the one this worker kept from an earlier
+    round where it has it (given the steps it lacks: another worker built them), else one over the
+    batch's tables and steps as written (kept from now on where `keep`)."""
     from .engine.session import Session
-    tables = {name: _read(scratch, batch, name) for name in schema.TABLES}
-    session = Session(Profile(**tables, warnings=[]))
+    session = _KEPT.get((str(scratch), batch)) if keep else None
+    if session is not None and any(n in session.built and session.built[n] != p for n, p in given):
+        _drop(str(scratch), batch)               # (never expected: a step asked with other parameters)
+        session = None
+    if session is None:
+        tables = {name: _read(scratch, batch, name) for name in schema.TABLES}
+        session = Session(Profile(**tables, warnings=[]))
+        if keep:
+            _keep(str(scratch), batch, session)
     for name, params in given:
-        session.adopt(name, _read(scratch, batch, name), params)
+        if name not in session.built:
+            session.adopt(name, _read(scratch, batch, name), params)
     return session
 
 
-def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets: list[str], params: dict) -> dict:
+def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets: list[str], params: dict,
+               keep: bool = False) -> dict:
     """Build per-rank steps over one batch (the steps built before given) and write them."""
     from .analysis import breakdown, capture, layers  # noqa: F401  (they declare the Python steps)
     from .engine.pipeline import build
     from .flops import steps as flops_steps  # noqa: F401
     t0 = time.perf_counter()
-    session = _batch_session(Path(scratch), batch, given)
+    session = _batch_session(Path(scratch), batch, given, keep)
     t1 = time.perf_counter()
     built = build(session, targets, params)
     t2 = time.perf_counter()
     for name in built:
         _write(Path(scratch), batch, name, session.table(name))
-    session.con.close()
+    if not keep:
+        session.con.close()
     _stat(f"  batch {batch}: session {t1 - t0:.3f}s, build {t2 - t1:.3f}s, write", t2)
     return {"built": built}
 
 
-def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: dict, idle: dict) -> dict:
-    """The critical paths, stalls and all-to-alls of one batch's ranks (stalls.rank_part)."""
+def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: dict, idle: dict,
+                keep: bool = False) -> dict:
+    """The critical paths, stalls and all-to-alls of one batch's ranks (stalls.rank_part). The
+    job's last round: a kept session is let go."""
     from .analysis import stalls
-    session = _batch_session(Path(scratch), batch, given)
+    session = _batch_session(Path(scratch), batch, given, keep)
+    _KEPT.pop((scratch, batch), None)
     part = stalls.rank_part(session, job, idle)
     session.con.close()
     from .document.packed import RowBytes
@@ -324,6 +401,88 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
         if type(v) is RowBytes and len(v):
             v.spill(str(_file(Path(scratch), batch, f"part-{k}").with_suffix(".rows")))
     return _share_strings(part, {})
+
+
+# -- the batch sessions a pool worker keeps between a job's rounds -------------------------------
+#
+# Each round's batch task would otherwise open a DuckDB session over the batch's tables as written
+# and register the steps built before (the session, its macros, the tables read back: some 0.2 s
+# a batch and round). Where a job has no more batches than workers (executors.keeps_sessions), each
+# worker keeps the sessions of the batches it ran; a round's tasks then claim batches (a file
+# created exclusively in the scratch folder, one per round and batch), each first a batch whose
+# session it holds, so each batch runs where its session is whenever that worker is free. A task
+# that claims a batch it does not hold builds the session as before: the answer is the same.
+
+_KEPT: dict[tuple[str, int], Any] = {}          # (scratch, batch) -> Session, in a worker process
+
+
+def _keep(scratch: str, batch: int, session) -> None:
+    for key in [k for k in _KEPT if k[0] != scratch]:      # another job's (its run ended)
+        _drop(*key)
+    old = _KEPT.get((scratch, batch))
+    if old is not None and old is not session:
+        _drop(scratch, batch)
+    _KEPT[(scratch, batch)] = session
+
+
+def _drop(scratch: str, batch: int) -> None:
+    old = _KEPT.pop((scratch, batch), None)
+    if old is not None:
+        old.con.close()
+
+
+def _claim(scratch: str, rnd: str, batch: int) -> bool:
+    folder = Path(scratch) / "claims"
+    folder.mkdir(exist_ok=True)
+    try:
+        os.close(os.open(folder / f"{rnd}-{batch:05d}", os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600))
+    except FileExistsError:
+        return False
+    return True
+
+
+def claimed(fn, scratch: str, rnd: str, args: list[tuple]) -> tuple[int, object]:
+    """One of a round's len(args) tasks: fn(*args[b]) for a batch b no other task of the round
+    claimed, one whose session this worker keeps where it can; (b, the result)."""
+    mine = sorted(b for s, b in _KEPT if s == scratch)
+    for b in [*mine, *range(len(args))]:
+        if _claim(scratch, rnd, b):
+            if os.environ.get("TRACEVIEW_BENCH_STATS"):
+                from .executors import timed
+                _stat(f"  batch {b} {fn.__name__}: {'its kept session' if b in mine else 'no kept session'}",
+                      time.perf_counter())
+                return b, timed(fn, *args[b])
+            return b, fn(*args[b])
+    raise AssertionError(f"every batch of round {rnd} was claimed: more tasks than batches")
+
+
+# executors._task: a claimed task is timed as the fn it runs, not as itself
+claimed.times_itself = True  # type: ignore[attr-defined]
+
+
+def _map(scratch: Path, fn, args: list[tuple], keep: bool) -> list:
+    """A round of `fn` over the batches (args in batch order), results in batch order: through
+    `claimed` where the workers keep sessions."""
+    return _submit(scratch, fn, args, keep)()
+
+
+def _submit(scratch: Path, fn, args: list[tuple], keep: bool):
+    """_map started: a function that waits for the results (executors.submit_tasks)."""
+    from . import executors
+    if not keep:
+        return executors.submit_tasks(fn, args)
+
+    def tasks() -> list[tuple]:            # a fresh round name for each attempt (a retry claims anew)
+        rnd = uuid.uuid4().hex[:12]
+        return [(fn, str(scratch), rnd, args)] * len(args)
+    pending = executors.submit_tasks(claimed, tasks(), again=tasks)
+
+    def gather() -> list:
+        out: list = [None] * len(args)
+        for b, r in pending():
+            out[b] = r
+        return out
+    return gather
 
 
 def _share_strings(obj, memo: dict):

@@ -55,6 +55,12 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     rows = breakdown.step_rows(session)
     _release(session)
     layers.prepare(session, rules)
+    # the critical paths and stalls need the job's collectives and the steps' idle time: on a
+    # mapped job the workers compute them while the sections below are computed here
+    job = stalls.job_inputs(session)
+    idle = {(r["rank"], r["step"]): r["idle_ns"] for r in rows}
+    remote = session.profile.remote if session.profile is not None else None
+    pending = remote.start_stall_parts(session, job, idle) if remote is not None else None
     layer_rows = layers.layer_rows(session)
     _release(session)
     inputs = inputs_section(profile, capture.first_events(session))
@@ -91,11 +97,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
                                f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
                                "--tokens-per-step or the model")
     _release(session)
-    job = stalls.job_inputs(session)
-    _release(session)
-    idle = {(r["rank"], r["step"]): r["idle_ns"] for r in doc["steps"]}
-    remote = session.profile.remote if session.profile is not None else None
-    parts = remote.stall_parts(session, job, idle) if remote is not None else [stalls.rank_part(session, job, idle)]
+    parts = pending() if pending is not None else [stalls.rank_part(session, job, idle)]
     _release(session)
     sec = stalls.merge(job, parts, opts.top)
     del parts, job

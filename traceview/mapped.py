@@ -130,7 +130,8 @@ class Remote:
         def gather() -> list[dict]:
             parts = pending()
             from .document.packed import RowBytes
-            self.maps += [v.data for p in parts for v in p.values() if type(v) is RowBytes and type(v.data) is mmap.mmap]
+            self.maps += [v.data for p in parts for v in p.values()
+                          if type(v) is RowBytes and type(v.data) is mmap.mmap]
             _stat(f"round {n}: {len(args)} batches, critical paths and stalls", t0)
             return parts
         return gather

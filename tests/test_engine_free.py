@@ -70,6 +70,6 @@ def test_analyze_frees_the_layer_intermediates():
         pytest.skip("the shared corpus is not beside the checkout")
     from traceview.runs import AnalyzeOptions, run_job
     doc, session = run_job([str(path)], AnalyzeOptions())
-    assert session.freed == {"range_context_raw", "layer_heads", "layer_blocks"}
+    assert session.freed == {"range_tags", "range_context_raw", "layer_heads", "layer_blocks"}
     left = {r["name"] for r in session.rows("SELECT table_name AS name FROM duckdb_tables()")}
     assert not left & session.freed and {"range_context", "activity_attribution"} <= left

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 from typing import Iterable, Mapping
 
+import pyarrow as pa
+
 from .. import schema
 from .steps import Step, StepError, all_steps, lookup
 
 # Steps whose tables only other steps read (no analysis, report or API user queries them): dropped
 # once every step that requires them is built in the session, at the next `build` (a caller still
 # reads what one `build` returned, as a mapped job's worker does).
-TRANSIENT = frozenset({"range_context_raw", "layer_heads", "layer_blocks"})
+TRANSIENT = frozenset({"range_tags", "range_context_raw", "layer_heads", "layer_blocks"})
 
 
 def plan(targets: Iterable[str], given: Iterable[str] = ()) -> list[Step]:
@@ -102,6 +104,7 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
             session.materialize_sql(step.name, step.sql, own)
         elif step.run is not None:
             session.materialize_arrow(step.name, step.run(session, own))
+            pa.default_memory_pool().release_unused()    # the Arrow result, copied into DuckDB
         else:
             raise StepError(f"step {step.name} has neither SQL nor a Python function")
         got = session.columns(step.name)

@@ -62,6 +62,7 @@ LAYER_OF: dict[str, str] = {
     "traceview.trace_files": "ingest",        # which files of the paths given are traces (no table library)
     "traceview.store": "ingest",
     "traceview.executors": "ingest",          # where the per-rank parse runs (in process, a pool, Dask)
+    "traceview.spill": "ingest",              # a parsed file's tables written for the place round, read back mapped
     "traceview.progress": "base",
     "traceview.code_stamp": "base",           # the identity of the code (store entries, kept documents)
     "traceview.run_options": "entry",         # the CLI options of store and executors

@@ -6,6 +6,7 @@ from helpers import make_profile
 from steps_golden import run_step
 
 import traceview.analysis.breakdown  # noqa: F401  (declares the Python step `windows`)
+import traceview.analysis.capture  # noqa: F401  (declares the Python step `rank_first_event`)
 import traceview.analysis.layers  # noqa: F401  (declares the Python step `layer_blocks`)
 
 
@@ -361,3 +362,21 @@ def test_segment_groups_name_who_each_segment_is_charged_to():
     assert _proj(got, "seg", "layers", "stages") == [
         (0, ["layer 0"], ["attention"]), (1, ["layer 0"], ["attention"]), (2, ["outside layers"], ["other"]),
         (3, ["layer 1 (inferred)"], ["experts"]), (4, ["layer 1 (inferred)"], ["experts"])]
+
+
+# ---------------------------------------------------------------- rank_first_event
+
+def test_rank_first_event_is_the_earliest_start_over_the_four_tables():
+    cpu = [dict(id=1, rank=0, tid=1, start_ns=500, end_ns=900, name="a"),
+           dict(id=2, rank=1, tid=1, start_ns=40, end_ns=60, name="b")]
+    launches = [dict(id=3, rank=0, tid=1, start_ns=450, end_ns=460, correlation=1),
+                dict(id=4, rank=1, tid=1, start_ns=70, end_ns=80, correlation=2)]
+    gpu = [dict(id=5, rank=0, start_ns=300, end_ns=700, name="k", stream=7, correlation=1, launch_id=3),
+           dict(id=6, rank=1, start_ns=90, end_ns=95, name="k", stream=7, correlation=2, launch_id=4)]
+    syncs = [dict(id=7, rank=0, tid=1, start_ns=1000, end_ns=1100)]
+    got = run_step("rank_first_event", make_profile(cpu=cpu, launches=launches, gpu=gpu, syncs=syncs, ranks=(0, 1, 2)),
+                   order_by="rank")
+    # rank 0: cpu 500, launch 450, gpu 300, sync 1000 -> 300 (a GPU activity before any CPU range);
+    # rank 1: cpu 40 -> 40; rank 2 has no events: no row
+    assert _proj(got, "rank", "first_ns") == [(0, 300), (1, 40)]
+    assert run_step("rank_first_event", make_profile()) == []

@@ -178,7 +178,7 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
             got = Stored(prof.tables(), list(prof.warnings))
             if store.put(p, got, before, content_hash):
                 if spill is not None:
-                    from .mapped import spill_tables
+                    from .spill import spill_tables
                     spill_tables(Path(spill), got.tables)
                 return "stored", light_of(got) if light else None
             return "tables", got
@@ -221,7 +221,7 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
     are left out, with the state's `skipped` saying why). `light`: only each file's meta table,
     warnings and largest id (Store.lookup_light), for a mapped run whose workers read the tables;
     `spill`: a folder where the tables of each file parsed now are also written (parse_task),
-    file i's in mapped.spill_folder(spill, i)."""
+    file i's in spill.spill_folder(spill, i)."""
     state = current()
     assert state is not None
     from .store import Store
@@ -266,7 +266,7 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
         progress.advance(_size(files[i]))
 
     fault = os.environ.get(FAULT_ENV)
-    from .mapped import spill_folder
+    from .spill import spill_folder
     args = [(parse, str(files[i]), nsys_bin, root, limit, fault, light,
              None if spill is None or root is None else str(spill_folder(spill, i))) for i in misses]
     try:

@@ -35,6 +35,7 @@ import pyarrow as pa
 from . import schema
 from .errors import TraceError
 from .profile import _ID_COLUMNS, Profile, _shift
+from .spill import read_spill as _read_spill, spill_folder, spill_tables  # noqa: F401  (mapped.X in tests)
 
 BATCH_BYTES = 256 << 20          # input bytes per batch at most (one rank per batch above it)
 BATCH_RANKS = 64                 # ranks per batch at most
@@ -313,40 +314,6 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
     else:
         session.con.close()
     return built
-
-
-def spill_folder(spill: Path, index: int) -> Path:
-    return spill / f"{index:06d}"
-
-
-def spill_tables(folder: Path, tables: dict[str, pa.Table]) -> None:
-    """A parsed file's canonical tables as Arrow IPC files in `folder`, each as the store gives it
-    back (its schema's types, one chunk: store._restore), the folder renamed into place whole. A
-    folder there already (an earlier attempt at the same file) is kept."""
-    if folder.exists():
-        return
-    tmp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
-    tmp.mkdir(parents=True)
-    for name in schema.TABLES:
-        t = tables[name]
-        want = schema.TABLES[name]
-        if not t.schema.equals(want, check_metadata=True):
-            t = t.cast(want)
-        t = t.combine_chunks()
-        with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
-            w.write_table(t)
-    try:
-        os.replace(tmp, folder)
-    except OSError:                      # another attempt renamed its folder first
-        shutil.rmtree(tmp, ignore_errors=True)
-
-
-def _read_spill(folder: Path) -> dict[str, pa.Table] | None:
-    """The tables spill_tables wrote in `folder` (memory-mapped), or None where there are none."""
-    if not folder.is_dir():
-        return None
-    return {name: pa.ipc.open_file(pa.memory_map(str(folder / f"{name}.arrow"))).read_all()
-            for name in schema.TABLES}
 
 
 def _batch_session(scratch: Path, batch: int, given: list[tuple[str, dict]], keep: bool = False):

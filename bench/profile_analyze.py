@@ -58,8 +58,8 @@ def instrument(rows: list) -> None:
 
     def materialize_arrow(self, name, table):
         return timed(f"  (copy {name} into DuckDB)", orig_arrow)(self, name, table)
-    setattr(cls, "materialize_sql", materialize_sql)
-    setattr(cls, "materialize_arrow", materialize_arrow)
+    cls.materialize_sql = materialize_sql  # type: ignore[method-assign]
+    cls.materialize_arrow = materialize_arrow  # type: ignore[method-assign]
 
 
 STAGES = [  # (label, source file): the largest cumulative time of a function in it, under cProfile

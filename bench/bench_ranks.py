@@ -28,7 +28,27 @@ from fixtures import moe_job  # noqa: E402
 
 DLRM = ROOT.parent / "shared" / "traces" / "kineto" / "dlrm_8rank_v100"
 
-_RUNNER = """
+# Every process's CPU seconds once the command is done: this one's, its reaped children's (a pool of
+# forked workers), and each child still running with what it reaped (a forkserver and the workers it
+# forked, which this process never reaps: RUSAGE_CHILDREN alone misses them).
+_TREE_CPU = """
+def tree_cpu():
+    import os, resource, time
+    time.sleep(0.3)                       # a forkserver reaps its workers when they have exited
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    tick = os.sysconf("SC_CLK_TCK")
+    live = 0.0
+    for pid in os.listdir("/proc"):
+        try:
+            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if pid.isdigit() and int(f[1]) == os.getpid():
+            live += sum(int(x) for x in f[11:15]) / tick
+    return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, live
+"""
+
+_RUNNER = _TREE_CPU + """
 import resource, sys, time
 t = time.perf_counter()
 from traceview import replay        # as the `traceview` command runs (launch.main): a repeat is replayed
@@ -42,13 +62,14 @@ if rc is None:
 wall = time.perf_counter() - t
 me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
-print(f"BENCH {rc} {wall:.3f} {me} {kids}", file=sys.stderr)
+own, reaped, live = tree_cpu()
+print(f"BENCH {rc} {wall:.3f} {me} {kids} {own:.3f} {reaped + live:.3f}", file=sys.stderr)
 """
 
 
 # --split: the same command with its stages timed in the analyzing process (wall and CPU seconds
 # of this process) and every worker task's CPU (executors.timed); nothing of the tool is changed.
-_SPLIT_RUNNER = """
+_SPLIT_RUNNER = _TREE_CPU + """
 import time, sys
 T0, C0 = time.perf_counter(), time.process_time()
 SPANS = []
@@ -92,6 +113,8 @@ rc = run_cli(sys.argv[1:])
 SPANS.append(("total", 0.0, time.perf_counter() - T0, time.process_time() - C0, 0.0))
 for name, at, wall, cpu, cpu_at in sorted(SPANS, key=lambda s: s[1]):
     print(f"SPAN {at:.3f} {wall:.3f} {cpu:.3f} {cpu_at:.3f} {name}", file=sys.stderr)
+own, reaped, live = tree_cpu()
+print(f"TREE {own:.3f} {reaped + live:.3f}", file=sys.stderr)
 print(f"BENCH {rc}", file=sys.stderr)
 """
 
@@ -147,8 +170,14 @@ def split(path: Path, work: Path, jobs: int) -> dict:
         # rounds are one task per batch: the largest
         bound += max(sum(c for _, c in ts) / jobs, max(c for _, c in ts)) if kind == "parse_task" \
             else max(0.0, max(c for _, c in ts) - overlap.get(kind, 0.0))
+    tree = next((ln.split()[1:] for ln in p.stderr.splitlines() if ln.startswith("TREE ")), None)
+    own, others = (float(tree[0]), float(tree[1])) if tree else (total, 0.0)
+    in_tasks = sum(c for ts in tasks.values() for _, c in ts)
+    print(f"    all processes' CPU {own + others:.2f} s (this process {own:.2f} s, the others {others:.2f} s, "
+          f"of which outside the tasks, e.g. a forkserver's imports: {others - in_tasks:.2f} s); "
+          f"idle core-seconds on {jobs} cores: {jobs * wall - own - others:.2f} s")
     if tasks:
-        everything = total + sum(c for ts in tasks.values() for _, c in ts)
+        everything = max(total + in_tasks, own + others)
         print(f"    bound on {jobs} idle cores: parent serial + the parse's CPU / {jobs} + the largest task "
               f"of each later round (less the parent's CPU while it runs: "
               f"{', '.join(f'{k} {v:.2f} s' for k, v in overlap.items()) or 'none'}) = {bound:.2f} s; "
@@ -156,7 +185,7 @@ def split(path: Path, work: Path, jobs: int) -> dict:
         bound = max(bound, everything / jobs)
     else:
         bound = total
-    return {"cpu": cpu, "parent": total, "serial": serial, "bound": bound}
+    return {"cpu": cpu, "parent": total, "serial": serial, "bound": bound, "all_cpu": own + others, "wall": wall}
 
 
 def _children_cpu() -> float:
@@ -174,11 +203,12 @@ def analyze(path: Path, out: Path, *args: str) -> dict:
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("BENCH ")]
     if p.returncode != 0 or not line or line[-1].split()[1] != "0":
         raise SystemExit(f"bench_ranks: analyze failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
-    _, rc, wall, me, kids = line[-1].split()
+    _, rc, wall, me, kids, own, others = line[-1].split()
     stats = [json.loads(ln.split(" ", 1)[1]) for ln in p.stderr.splitlines() if ln.startswith("TRACEVIEW_STATS ")]
     workers = max([st.get("worker_peak_rss_kib", 0) for st in stats] + [int(kids)])
     return {"wall_s": total, "analyze_s": float(wall), "rss_mb": int(me) / 1024, "kids_rss_mb": workers / 1024,
-            "parse_s": sum(st["seconds"] for st in stats), "cpu_s": cpu}
+            "parse_s": sum(st["seconds"] for st in stats), "cpu_s": cpu,
+            "tree_cpu_s": float(own) + float(others)}
 
 
 RUNS = ("jobs1 first", "jobs2 first", "jobs2 store", "jobs1 store")
@@ -200,7 +230,7 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
         runs[label] = r
         reports[label] = out.read_bytes()
         print(f"  {name:10s} {label:12s} wall {r['wall_s']:8.2f} s  CPU {r['cpu_s']:8.2f} s  "
-              f"per rank {r['per_rank_ms']:8.1f} ms  "
+              f"per rank {r['per_rank_ms']:8.1f} ms  all processes' CPU {r['tree_cpu_s']:7.2f} s  "
               f"(ranks read/parsed {r['parse_s']:7.2f} s)  "
               f"parent peak RSS {r['rss_mb']:8.1f} MB  workers' peak RSS {r['kids_rss_mb']:7.1f} MB", flush=True)
     same = len(set(reports.values())) == 1
@@ -281,8 +311,10 @@ def main() -> None:
             if a.split:
                 one, two = split(d, work, 1), split(d, work, 2)
                 same = (work / "split-1.json").read_bytes() == (work / "split-2.json").read_bytes()
-                print(f"  {n} ranks: reports byte-identical: {same}; --jobs 1 CPU {one['cpu']:.2f} s / "
-                      f"--jobs 2 bound {two['bound']:.2f} s = {one['cpu'] / two['bound']:.2f}x at most on 2 idle cores")
+                print(f"  {n} ranks: reports byte-identical: {same}; --jobs 1 CPU {one['all_cpu']:.2f} s / "
+                      f"--jobs 2 bound {two['bound']:.2f} s = {one['all_cpu'] / two['bound']:.2f}x at most "
+                      "on 2 idle cores "
+                      f"(all processes' CPU: --jobs 1 {one['all_cpu']:.2f} s, --jobs 2 {two['all_cpu']:.2f} s)")
                 continue
             all_runs[n] = run_job(f"{n} ranks", d, n, work, moe_job.expected(job), a.runs)
             ratios(f"{n} ranks", all_runs[n])

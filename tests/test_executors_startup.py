@@ -93,3 +93,67 @@ def test_pool_workers_look_for_a_missing_dateutil_once():
                                  initializer=executors.worker_init) as pool:
             with pytest.raises(ModuleNotFoundError):
                 pool.submit(importlib.import_module, "dateutil").result()
+
+
+
+# start_pool forks only from a process without threads of its own: this test process has run DuckDB
+# (its threads stay), so each case runs in a fresh interpreter
+_FORKED = """
+import json, multiprocessing as mp, os, sys
+from traceview import executors
+def view(names):
+    return sorted(n for n in names if n in sys.modules), executors.current() is None, \\
+        mp.parent_process() is not None, os.getppid()
+jobs, files = int(sys.argv[1]), int(sys.argv[2])
+out = {"safe": executors._fork_safe()}
+with executors.configured(executors.RunSettings(jobs=jobs)) as state:
+    executors.start_pool(files)
+    pool = state.pool
+    out["pool"] = pool is not None
+    if pool is not None:
+        out["method"] = pool._mp_context.get_start_method()
+        out["processes"] = len(pool._processes)
+        loaded, no_run, has_parent, ppid = pool.submit(view, sys.argv[3:]).result()
+        out.update(loaded=loaded, no_run=no_run, has_parent=has_parent, my_child=ppid == os.getpid())
+print(json.dumps(out))
+"""
+
+
+def _forked(jobs: int, files: int, names: list[str]) -> dict:
+    import json
+    import subprocess
+    p = subprocess.run([sys.executable, "-c", _FORKED, str(jobs), str(files), *names],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout)
+
+
+def test_start_pool_forks_the_workers_with_what_they_run_imported():
+    names = ["duckdb", "traceview.engine.session", "traceview.analysis.stalls", "traceview.parsers.kineto"]
+    got = _forked(2, 5, names)
+    assert got["safe"] and got["pool"] and got["method"] == "fork"
+    assert got["processes"] == 2                    # forked at once: min(--jobs, files)
+    assert got["loaded"] == sorted(names)           # imported before the fork, not by the worker
+    assert got["no_run"] and got["has_parent"] and got["my_child"]   # this process's child, no forkserver
+
+
+def test_start_pool_forks_one_worker_for_one_file_and_none_without_a_pool():
+    assert _forked(4, 1, [])["processes"] == 1
+    assert _forked(1, 8, []) == {"safe": True, "pool": False}
+
+
+def test_start_pool_does_not_fork_while_another_thread_runs(monkeypatch):
+    import threading
+    started = []
+    monkeypatch.setattr(executors, "warm", lambda: started.append(1))
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="other")
+    t.start()
+    try:
+        assert not executors._fork_safe()
+        with executors.configured(executors.RunSettings(jobs=2)) as state:
+            executors.start_pool(files=4)
+            assert state.pool is None and started == [1]    # the forkserver's pool, made with the first tasks
+    finally:
+        stop.set()
+        t.join()

@@ -16,8 +16,8 @@ if TYPE_CHECKING:        # the analysis is imported when a run starts (a mapped 
 __all__ = ["AnalyzeOptions", "DiffOptions", "run_job", "run_analyze", "load_side", "run_diff"]
 
 
-# What a mapped job's analysis imports in this process: imported before its parse, while the
-# workers' forkserver imports theirs (executors.warm), so that neither waits for the other's.
+# What a mapped job's analysis imports in this process, before its parse (the workers, forked with
+# what they run imported (executors.start_pool), parse meanwhile once the options are checked).
 ANALYSIS_MODULES = ("traceview.load", "traceview.mapped", "traceview.store", "traceview.progress",
                     "traceview.document.assemble", "traceview.analysis.stalls",
                     "traceview.analysis.critical_path", "traceview.plain_data")
@@ -32,9 +32,9 @@ def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Ses
     except TraceError as e:          # said after the options are checked, as before any work
         files, bad = [], e
     mapped_job = bad is None and _mappable(files)
-    if mapped_job:
-        from .executors import warm
-        warm()
+    if mapped_job:                 # the workers start now, forked before this process starts threads
+        from .executors import start_pool
+        start_pool(len(files))
     from .engine.session import Session
     session = Session()   # its connection checks the patterns before the work
     check_options(opts, session.con)

@@ -123,13 +123,12 @@ def split(path: Path, work: Path, jobs: int) -> dict:
     """One first run (empty store) of `path` with --jobs `jobs`, its stages timed (see _SPLIT_RUNNER);
     prints them and returns the CPU totals: the parent's outside the rounds it waits on, the
     workers' per kind of task, and the bound of the run's time on `jobs` idle cores."""
-    import os
     store = work / f"store-split-{jobs}"
     shutil.rmtree(store, ignore_errors=True)
     cmd = [sys.executable, "-c", _SPLIT_RUNNER, "analyze", str(path), "-f", "json", "-o",
            str(work / f"split-{jobs}.json"), "--jobs", str(jobs), "--store", str(store)]
     t, c = time.perf_counter(), _children_cpu()
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRACEVIEW_BENCH_STATS": "1"})
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env())
     wall, cpu = time.perf_counter() - t, _children_cpu() - c
     if p.returncode != 0 or "BENCH 0" not in p.stderr:
         raise SystemExit(f"bench_ranks: analyze failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
@@ -188,6 +187,43 @@ def split(path: Path, work: Path, jobs: int) -> dict:
     return {"cpu": cpu, "parent": total, "serial": serial, "bound": bound, "all_cpu": own + others, "wall": wall}
 
 
+TREE: Path | None = None          # --ab: the checkout whose traceview the runs import (PYTHONPATH)
+
+
+def _env() -> dict:
+    import os
+    env = {**os.environ, "TRACEVIEW_BENCH_STATS": "1"}
+    if TREE is not None:
+        env["PYTHONPATH"] = str(TREE)
+    return env
+
+
+def ab(path: Path, n: int, work: Path, trees: list[Path], rounds: int) -> None:
+    """--ab: first runs (empty store) with --jobs 1 and --jobs 2 of each checkout in turn, `rounds`
+    times (interleaved: the machine's load falls on both alike); each round's ratio, and the median."""
+    global TREE
+    import statistics
+    got: dict[str, list[tuple[float, float, float, float]]] = {str(t): [] for t in trees}
+    for r in range(rounds):
+        for tree in trees:
+            TREE = tree
+            one, two = (analyze(path, work / f"ab-{jobs}.json", "--jobs", str(jobs), "--store",
+                                str(work / f"store-ab-{r}-{tree.name}-{jobs}")) for jobs in (1, 2))
+            same = (work / "ab-1.json").read_bytes() == (work / "ab-2.json").read_bytes()
+            got[str(tree)].append((one["wall_s"], two["wall_s"], one["tree_cpu_s"], two["tree_cpu_s"]))
+            print(f"  round {r + 1} {str(tree):24s} --jobs 1 {one['wall_s']:6.2f} s (CPU {one['tree_cpu_s']:5.2f} s), "
+                  f"--jobs 2 {two['wall_s']:6.2f} s (CPU {two['tree_cpu_s']:5.2f} s): "
+                  f"{one['wall_s'] / two['wall_s']:.2f}x"
+                  f"{'' if same else '  REPORTS DIFFER'}", flush=True)
+    TREE = None
+    for tree, rows in got.items():
+        med = [statistics.median(x[i] for x in rows) for i in range(4)]
+        print(f"  {n} ranks {tree}: median --jobs 1 {med[0]:.2f} s, --jobs 2 {med[1]:.2f} s, ratio "
+              f"{statistics.median(x[0] / x[1] for x in rows):.2f}x "
+              f"(rounds {', '.join(f'{x[0] / x[1]:.2f}' for x in rows)}); "
+              f"all processes' CPU --jobs 1 {med[2]:.2f} s, --jobs 2 {med[3]:.2f} s")
+
+
 def _children_cpu() -> float:
     import resource
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -197,8 +233,7 @@ def _children_cpu() -> float:
 def analyze(path: Path, out: Path, *args: str) -> dict:
     cmd = [sys.executable, "-c", _RUNNER, "analyze", str(path), "-f", "json", "-o", str(out), *args]
     t, c = time.perf_counter(), _children_cpu()
-    import os
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "TRACEVIEW_BENCH_STATS": "1"})
+    p = subprocess.run(cmd, capture_output=True, text=True, env=_env())
     total, cpu = time.perf_counter() - t, _children_cpu() - c
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("BENCH ")]
     if p.returncode != 0 or not line or line[-1].split()[1] != "0":
@@ -291,6 +326,9 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
     ap.add_argument("--split", action="store_true",
                     help="only a first run of each MoE job with --jobs 1 and 2, its stages timed (CPU per process)")
+    ap.add_argument("--ab", type=Path, nargs="+", metavar="CHECKOUT",
+                    help="only first runs, --jobs 1 and 2, of each checkout's traceview in turn (A/B, interleaved)")
+    ap.add_argument("--rounds", type=int, default=3, help="--ab: rounds over the checkouts")
     a = ap.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="bench-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -308,6 +346,9 @@ def main() -> None:
             size = sum(p.stat().st_size for p in paths)
             print(f"MoE job of {n} ranks: generated in {time.perf_counter() - t:.1f} s, "
                   f"{size / 1e6:.0f} MB ({size / n / 1e6:.2f} MB per rank)", flush=True)
+            if a.ab:
+                ab(d, n, work, [t.resolve() for t in a.ab], a.rounds)
+                continue
             if a.split:
                 one, two = split(d, work, 1), split(d, work, 2)
                 same = (work / "split-1.json").read_bytes() == (work / "split-2.json").read_bytes()

@@ -102,8 +102,9 @@ _FORKED = """
 import json, multiprocessing as mp, os, sys
 from traceview import executors
 def view(names):
+    from traceview import mapped
     return sorted(n for n in names if n in sys.modules), executors.current() is None, \\
-        mp.parent_process() is not None, os.getppid()
+        mp.parent_process() is not None, os.getppid(), len(mapped._SPARE)
 jobs, files = int(sys.argv[1]), int(sys.argv[2])
 out = {"safe": executors._fork_safe()}
 with executors.configured(executors.RunSettings(jobs=jobs)) as state:
@@ -113,8 +114,8 @@ with executors.configured(executors.RunSettings(jobs=jobs)) as state:
     if pool is not None:
         out["method"] = pool._mp_context.get_start_method()
         out["processes"] = len(pool._processes)
-        loaded, no_run, has_parent, ppid = pool.submit(view, sys.argv[3:]).result()
-        out.update(loaded=loaded, no_run=no_run, has_parent=has_parent, my_child=ppid == os.getpid())
+        loaded, no_run, has_parent, ppid, spare = pool.submit(view, sys.argv[3:]).result()
+        out.update(loaded=loaded, no_run=no_run, has_parent=has_parent, my_child=ppid == os.getpid(), spare=spare)
 print(json.dumps(out))
 """
 
@@ -135,6 +136,22 @@ def test_start_pool_forks_the_workers_with_what_they_run_imported():
     assert got["processes"] == 2                    # forked at once: min(--jobs, files)
     assert got["loaded"] == sorted(names)           # imported before the fork, not by the worker
     assert got["no_run"] and got["has_parent"] and got["my_child"]   # this process's child, no forkserver
+    assert got["spare"] == 1                        # its first batch's session, opened as it started
+
+
+def test_a_batch_takes_the_session_opened_ahead_then_opens_its_own():
+    from traceview import schema
+    from traceview.profile import Profile
+    assert mapped._SPARE == []
+    mapped.open_spare()
+    ahead = mapped._SPARE[0]
+    prof = Profile(**{name: schema.empty(name) for name in schema.TABLES}, warnings=[])
+    first, second = mapped._session_over(prof), mapped._session_over(prof)
+    assert first is ahead and first.profile is prof and mapped._SPARE == []
+    assert second is not ahead and second.profile is prof
+    assert first.rows("SELECT count(*) AS n FROM gpu_activities") == [{"n": 0}]
+    first.con.close()
+    second.con.close()
 
 
 def test_start_pool_forks_one_worker_for_one_file_and_none_without_a_pool():

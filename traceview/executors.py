@@ -349,7 +349,7 @@ def start_pool(files: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     n = max(1, min(state.settings.jobs, files))
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"), initializer=worker_init)
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"), initializer=forked_worker_init)
     pool.submit(os.getpid)           # a pool of forked workers forks them all at its first task
     state.pool = pool
 
@@ -390,6 +390,15 @@ def worker_init() -> None:
     _STATE = None                    # (a forked worker: the parent's run is not its own)
     if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
         sys.modules["dateutil"] = None   # type: ignore[assignment]
+
+
+def forked_worker_init() -> None:
+    """A worker of start_pool's pool: worker_init, and the DuckDB session of its first batch
+    opened now (mapped.open_spare), while the parent checks the options, not in the round that
+    places the batches after the parse."""
+    worker_init()
+    from .mapped import open_spare
+    open_spare()
 
 
 def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> None:

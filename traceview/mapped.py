@@ -277,7 +277,6 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
     build and write EARLY_STEPS over them. Returns the steps built. `keep`: the session stays in
     this worker for the batch's later rounds (_KEPT)."""
     from .engine.pipeline import build
-    from .engine.session import Session
     from .store import Store
     store = Store(Path(store_root))
     parts: dict[str, list[pa.Table]] = {name: [] for name in schema.TABLES}
@@ -301,7 +300,7 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
         _write(Path(scratch), batch, name, t)
     # the session queries the tables as written (memory-mapped, one dictionary per column), as a
     # later round's session over the scratch folder does; the copies read from the store go
-    session = Session(Profile(**{name: _read(Path(scratch), batch, name) for name in tables}, warnings=[]))
+    session = _session_over(Profile(**{name: _read(Path(scratch), batch, name) for name in tables}, warnings=[]))
     del tables, parts
     for p in files:                 # placed: the spilled copies are not read again (a retry reads the store)
         if p.spill:
@@ -320,14 +319,13 @@ def _batch_session(scratch: Path, batch: int, given: list[tuple[str, dict]], kee
     """The batch's session with the steps `given` built: the one this worker kept from an earlier
     round where it has it (given the steps it lacks: another worker built them), else one over the
     batch's tables and steps as written (kept from now on where `keep`)."""
-    from .engine.session import Session
     session = _KEPT.get((str(scratch), batch)) if keep else None
     if session is not None and any(n in session.built and session.built[n] != p for n, p in given):
         _drop(str(scratch), batch)               # (never expected: a step asked with other parameters)
         session = None
     if session is None:
         tables = {name: _read(scratch, batch, name) for name in schema.TABLES}
-        session = Session(Profile(**tables, warnings=[]))
+        session = _session_over(Profile(**tables, warnings=[]))
         if keep:
             _keep(str(scratch), batch, session)
     for name, params in given:
@@ -369,6 +367,31 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
         if type(v) is RowBytes and len(v):
             v.spill(str(_file(Path(scratch), batch, f"part-{k}").with_suffix(".rows")))
     return _share_strings(part, {})
+
+
+# -- a session opened before the worker's first batch comes -------------------------------------
+#
+# Opening a DuckDB session (the connection, its settings, the interval macros) costs some 0.09 s,
+# in the round that places the batches. A forked pool worker opens one as it starts
+# (executors.start_pool), while this process still checks the options and before the ranks are
+# parsed; its first batch takes it. The same session as one opened then: the answer is the same.
+
+_SPARE: list = []                 # Session objects opened ahead, in a worker process
+
+
+def open_spare() -> None:
+    from .engine.session import Session
+    _SPARE.append(Session())
+
+
+def _session_over(profile: Profile):
+    """A session over `profile`: the one opened ahead where there is one, else a new one."""
+    from .engine.session import Session
+    if _SPARE:
+        session = _SPARE.pop()
+        session.attach(profile)
+        return session
+    return Session(profile)
 
 
 # -- the batch sessions a pool worker keeps between a job's rounds -------------------------------

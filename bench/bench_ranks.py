@@ -216,9 +216,9 @@ def ab(path: Path, n: int, work: Path, trees: list[Path], rounds: int) -> None:
                   f"{one['wall_s'] / two['wall_s']:.2f}x"
                   f"{'' if same else '  REPORTS DIFFER'}", flush=True)
     TREE = None
-    for tree, rows in got.items():
+    for label, rows in got.items():
         med = [statistics.median(x[i] for x in rows) for i in range(4)]
-        print(f"  {n} ranks {tree}: median --jobs 1 {med[0]:.2f} s, --jobs 2 {med[1]:.2f} s, ratio "
+        print(f"  {n} ranks {label}: median --jobs 1 {med[0]:.2f} s, --jobs 2 {med[1]:.2f} s, ratio "
               f"{statistics.median(x[0] / x[1] for x in rows):.2f}x "
               f"(rounds {', '.join(f'{x[0] / x[1]:.2f}' for x in rows)}); "
               f"all processes' CPU --jobs 1 {med[2]:.2f} s, --jobs 2 {med[3]:.2f} s")

@@ -624,14 +624,17 @@ def iter_paths(session: Session | None, comm: dict, data: dict | None = None, ra
     it is walked, so only one window's Python objects (and one chunk's Arrow rows) live at once.
     `fetched`: the one chunk of `data`, fetched already (`fetch_chunk`): the walk then runs no
     query (session may be None), so it can run on a thread beside the session's queries."""
-    data = data or windows_data(session, ranks)
+    if session is None and (data is None or fetched is None or len(data["chunks"]) != 1):
+        raise ValueError("iter_paths without a session walks the one chunk of `data`, fetched")
+    if data is None:
+        assert session is not None
+        data = windows_data(session, ranks)
     win = data["windows"]
     for chunk_ranks in data["chunks"]:
         if fetched is not None:
             chunk, fetched = fetched, None
         else:
-            if session is None:
-                raise ValueError("iter_paths without a session walks one fetched chunk")
+            assert session is not None
             chunk = _chunk(session, chunk_ranks)
         sync_by_id = {h["id"]: h for lst in chunk["syncs"].values() for h in lst[1]}
         mine = set(chunk_ranks)

@@ -73,3 +73,28 @@ def test_analyze_frees_the_layer_intermediates():
     assert session.freed == {"range_tags", "range_context_raw", "layer_heads", "layer_blocks"}
     left = {r["name"] for r in session.rows("SELECT table_name AS name FROM duckdb_tables()")}
     assert not left & session.freed and {"range_context", "activity_attribution"} <= left
+
+
+def test_layer_intermediates_are_gone_before_the_attribution_query():
+    # layers.prepare builds in three calls: range_tags is dropped before the layer heads are
+    # made and range_context_raw before activity_attribution runs (its largest neighbour)
+    path = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
+    if not path.exists():
+        pytest.skip("the shared corpus is not beside the checkout")
+    from traceview.analysis import breakdown, layers
+    from traceview.config import Rules
+    from traceview.load import load
+    s = Session(load([str(path)]))
+    breakdown.prepare(s, breakdown.Options())
+    held: dict = {}
+    orig = s.materialize_sql
+
+    def spy(name, sql, params):
+        held[name] = {t for t in pipeline.TRANSIENT if s.materialized(t)}
+        orig(name, sql, params)
+    s.materialize_sql = spy
+    layers.prepare(s, Rules())
+    assert "range_tags" not in held["layer_heads"] and "range_tags" not in held["range_context"]
+    assert held["activity_attribution"] == set()
+    assert s.rows("SELECT count(*) AS n FROM activity_attribution")[0]["n"] == \
+        s.rows("SELECT count(*) AS n FROM gpu_activities")[0]["n"]

@@ -5,7 +5,7 @@ import random
 
 import pyarrow as pa
 
-from traceview.analysis.range_tree import context
+from traceview.analysis.range_tree import context, context_batches, stream
 
 
 def _walk(rows: dict[int, dict]) -> dict[int, tuple]:
@@ -88,3 +88,31 @@ def test_a_chain_deeper_than_any_round_count_guess():
 def test_no_rows():
     got = context(_TYPES.empty_table())
     assert got.num_rows == 0 and got.column_names[-1] == "head"
+
+
+def test_batches_of_any_size_give_the_same_rows():
+    # context_batches gathers each slice of input rows on its own: small slices (the last one
+    # short, some slices with no row reaching a root) give the rows of the walk, in row order
+    rng = random.Random(11)
+    rows = _forest(rng, 200, dense=False)
+    tags = pa.Table.from_pylist(rows, schema=_TYPES)
+    want = _walk({r["id"]: r for r in rows})
+    kept = [r["id"] for r in rows if r["id"] in want]      # input order, unreached rows left out
+    for size in (1, 7, 64, 199, 200, 1000):
+        batches = context_batches(tags, rows=size)
+        assert len(batches) == -(-200 // size)
+        got = pa.Table.from_batches(batches).to_pylist()
+        assert [r["id"] for r in got] == kept
+        assert {r["id"]: (r["layer"], r["stage"], r["phase"], r["anchor"], r["names_stage"], r["head"])
+                for r in got} == want
+
+
+def test_the_stream_lets_each_batch_go_once_read():
+    rows = _forest(random.Random(3), 50, dense=True)
+    batches = context_batches(pa.Table.from_pylist(rows, schema=_TYPES), rows=10)
+    n = sum(b.num_rows for b in batches)
+    reader = stream(batches)
+    first = reader.read_next_batch()
+    assert len(batches) == 4 and first.num_rows + sum(b.num_rows for b in batches) == n
+    rest = reader.read_all()
+    assert batches == [] and first.num_rows + rest.num_rows == n

@@ -592,6 +592,13 @@ def _with_names(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Table:
     return acts.append_column("kind", src.column("kind").take(idx)).append_column("name", src.column("name").take(idx))
 
 
+def fetch_chunk(session: Session, data: dict) -> dict:
+    """The rows of a job's only chunk of ranks (`windows_data` made one), for `iter_paths`."""
+    if len(data["chunks"]) != 1:
+        raise ValueError("fetch_chunk: the windows have several chunks")
+    return _chunk(session, data["chunks"][0])
+
+
 def _chunk(session: Session, ranks: list[int]) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs."""
@@ -609,15 +616,26 @@ def _chunk(session: Session, ranks: list[int]) -> dict:
             "syncs": syncs}
 
 
-def iter_paths(session: Session, comm: dict, data: dict | None = None, ranks: list[int] | None = None):
+def iter_paths(session: Session | None, comm: dict, data: dict | None = None, ranks: list[int] | None = None,
+               fetched: dict | None = None):
     """Critical path of each (rank, step) window in order, one at a time: {rank, step, start_ns,
     end_ns, composition, path (Path), acts (Acts), segments (Segments), syncs (host sync id ->
     row)}. Activities are fetched a chunk of ranks at a time and a window's columns are built when
-    it is walked, so only one window's Python objects (and one chunk's Arrow rows) live at once."""
-    data = data or windows_data(session, ranks)
+    it is walked, so only one window's Python objects (and one chunk's Arrow rows) live at once.
+    `fetched`: the one chunk of `data`, fetched already (`fetch_chunk`): the walk then runs no
+    query (session may be None), so it can run on a thread beside the session's queries."""
+    if session is None and (data is None or fetched is None or len(data["chunks"]) != 1):
+        raise ValueError("iter_paths without a session walks the one chunk of `data`, fetched")
+    if data is None:
+        assert session is not None
+        data = windows_data(session, ranks)
     win = data["windows"]
     for chunk_ranks in data["chunks"]:
-        chunk = _chunk(session, chunk_ranks)
+        if fetched is not None:
+            chunk, fetched = fetched, None
+        else:
+            assert session is not None
+            chunk = _chunk(session, chunk_ranks)
         sync_by_id = {h["id"]: h for lst in chunk["syncs"].values() for h in lst[1]}
         mine = set(chunk_ranks)
         for (rank, step), (ws, we) in sorted(kv for kv in win.items() if kv[0][0] in mine):

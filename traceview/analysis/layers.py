@@ -76,8 +76,15 @@ def layer_blocks(session: Session, params: dict) -> pa.Table:
 
 def prepare(session: Session, rules: Rules) -> None:
     """Build range_context (layer ordinals inferred where annotations carry none) and
-    activity_attribution (after breakdown.prepare, which chose the step rule)."""
-    build(session, ["activity_attribution"], rule_params(rules))
+    activity_attribution (after breakdown.prepare, which chose the step rule).
+
+    Built in three calls: each `build` first drops the intermediates whose consumers are all
+    built (engine/pipeline.free_transient), so range_tags is gone before the layer heads and
+    range_context are made, and range_context_raw (a copy of every CPU range's context) before
+    activity_attribution, the largest query of the analysis, runs beside it."""
+    params = rule_params(rules)
+    for target in ("range_context_raw", "range_context", "activity_attribution"):
+        build(session, [target], params)
 
 
 def layer_rows(session: Session) -> list[dict]:

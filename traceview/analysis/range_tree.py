@@ -62,6 +62,16 @@ def inherit(parent: pa.Array, inner: dict[str, pa.Array], outer: dict[str, pa.Ar
 
 def context(tags: pa.Table) -> pa.Table:
     """range_context_raw's rows from range_tags' rows (ids unique: traceview/schema.py)."""
+    return pa.Table.from_batches(context_batches(tags))
+
+
+BATCH_ROWS = 1 << 18   # input rows per record batch of the result
+
+
+def context_batches(tags: pa.Table, rows: int = BATCH_ROWS) -> list[pa.RecordBatch]:
+    """`context`'s rows as record batches (in row order), each gathered straight from the inputs
+    into its own buffers: no whole unfiltered result is made, and a batch can be freed while the
+    others are held (`stream`)."""
     ids = tags.column("id").combine_chunks()
     n = len(ids)
     pid = tags.column("parent_id").combine_chunks()
@@ -75,30 +85,55 @@ def context(tags: pa.Table) -> pa.Table:
     else:
         at = pc.index_in(pid, value_set=ids)
     parent = pc.if_else(pc.is_null(pid), n, pc.if_else(pc.is_null(at), n + 1, at.cast(pa.int64())))
+    del pid, at, pos
     layer, stage = tags.column("layer").combine_chunks(), tags.column("stage").combine_chunks()
     phase = tags.column("phase").combine_chunks()
     bwd = pc.fill_null(tags.column("bwd_node").combine_chunks(), False)
     anchor = pc.if_else(bwd, ids, pa.nulls(n, ids.type))
     reached, src, _ = inherit(parent, {"layer": layer, "stage": stage, "phase": phase, "anchor": anchor}, {})
-    got = {"layer": pc.take(layer, src["layer"]), "stage": pc.take(stage, src["stage"]),
-           "phase": pc.take(phase, src["phase"]), "anchor": pc.take(ids, src["anchor"])}
+    del anchor, bwd
     # head: the outermost range on the path that names a stage and whose context has no layer
-    cand = pc.if_else(pc.and_(pc.is_valid(stage), pc.is_null(got["layer"])), ids, pa.nulls(n, ids.type))
+    got_layer = pc.take(layer, src["layer"])
+    cand = pc.if_else(pc.and_(pc.is_valid(stage), pc.is_null(got_layer)), ids, pa.nulls(n, ids.type))
+    del got_layer
     _, _, out = inherit(parent, {}, {"head": cand})
-    out = {"head": pc.take(ids, out["head"])}
+    del cand, parent
     names_stage = pc.or_(pc.is_valid(layer), pc.is_valid(stage))
-    table = pa.table({"id": ids, "rank": tags.column("rank").combine_chunks(),
-                      "tid": tags.column("tid").combine_chunks(),
-                      "layer": got["layer"], "stage": got["stage"], "phase": got["phase"],
-                      "anchor": got["anchor"], "names_stage": names_stage, "head": out["head"]})
-    return table.filter(reached)
+    rank, tid = tags.column("rank").combine_chunks(), tags.column("tid").combine_chunks()
+    batches = []
+    for lo in range(0, max(n, 1), rows):
+        # the rows of this slice that reach a root, as indices into the inputs
+        sel = pc.add(pc.indices_nonzero(reached.slice(lo, rows)), pa.scalar(lo, pa.uint64())).cast(pa.int64())
+        batches.append(pa.record_batch({
+            "id": pc.take(ids, sel), "rank": pc.take(rank, sel), "tid": pc.take(tid, sel),
+            "layer": pc.take(layer, pc.take(src["layer"], sel)),
+            "stage": pc.take(stage, pc.take(src["stage"], sel)),
+            "phase": pc.take(phase, pc.take(src["phase"], sel)),
+            "anchor": pc.take(ids, pc.take(src["anchor"], sel)),
+            "names_stage": pc.take(names_stage, sel), "head": pc.take(ids, pc.take(out["head"], sel))}))
+    return batches
+
+
+def stream(batches: list[pa.RecordBatch]) -> pa.RecordBatchReader:
+    """A reader over `batches` (which it takes: the list is emptied as it is read) that lets each
+    batch go once read: DuckDB's copy of a step's result then grows while the Arrow one shrinks,
+    instead of both being held whole."""
+    schema = batches[0].schema
+
+    def gen():
+        pool = pa.default_memory_pool()
+        while batches:
+            yield batches.pop(0)
+            pool.release_unused()
+    return pa.RecordBatchReader.from_batches(schema, gen())
 
 
 @python_step("range_context_raw", scope="rank", requires=("range_tags",), params=_RULES, produces=PRODUCES)
-def range_context_raw(session: Session, params: dict) -> pa.Table:
-    """range_tags' ranges with what they inherit along parent_id (`context`). The rounds' arrays
-    go back to the system before the engine copies the result into DuckDB (Arrow's pool keeps
-    freed blocks otherwise: +280 MB of peak at x100 of the a2a export, measured)."""
-    out = context(session.sql("SELECT * FROM range_tags"))
+def range_context_raw(session: Session, params: dict) -> pa.RecordBatchReader:
+    """range_tags' ranges with what they inherit along parent_id (`context`), handed to DuckDB
+    a batch at a time (`stream`). The rounds' arrays go back to the system before the engine
+    copies the result into DuckDB (Arrow's pool keeps freed blocks otherwise: +280 MB of peak at
+    x100 of the a2a export, measured)."""
+    out = stream(context_batches(session.sql("SELECT * FROM range_tags")))
     pa.default_memory_pool().release_unused()
     return out

@@ -18,6 +18,7 @@ a worker's session may hold just them) and `merge(job, parts, top)`.
 """
 from __future__ import annotations
 
+import threading
 from bisect import bisect_right
 
 from ..document.packed import row_bytes, sort_rows
@@ -228,15 +229,56 @@ def rank_part(session: Session, job: dict, idle: dict, ranks: list[int] | None =
     `ranks` (every rank in the session when None), read from those ranks' rows only. `job` is
     job_inputs(); `idle`: (rank, step) -> GPU idle ns of the breakdown. The session may hold only
     these ranks' tables (activity ids as in the whole job). Picklable output; `merge` combines parts."""
+    ranks, comm, data = _rank_inputs(session, job, ranks)
+    return _walk_part(session, job, idle, ranks, comm, data)
+
+
+def start_rank_part(session: Session, job: dict, idle: dict):
+    """`rank_part` over every rank of the session, started now: returns a function that gives
+    [the part]. Its queries run here, at once; where the windows' activities are one chunk (one
+    trace, or a few small ones) the walk, which is Python only, then runs on a thread while the
+    caller goes on with its own queries (DuckDB lets go of the GIL while a query runs), else
+    when the function is called. The part is the same either way (the walk reads only what was
+    fetched here); an error of the walk is raised by the function."""
+    ranks, comm, data = _rank_inputs(session, job, None)
+    if len(data["chunks"]) != 1:
+        return lambda: [_walk_part(session, job, idle, ranks, comm, data)]
+    out: dict = {}
+
+    def walk(fetched: dict) -> None:
+        try:
+            out["part"] = _walk_part(None, job, idle, ranks, comm, data, fetched)
+        except BaseException as e:   # raised again by wait(), in the caller's thread
+            out["error"] = e
+    thread = threading.Thread(target=walk, args=(critical_path.fetch_chunk(session, data),),
+                              name="traceview-critical-path", daemon=True)
+    thread.start()
+
+    def wait() -> list[dict]:
+        thread.join()
+        if "error" in out:
+            raise out.pop("error")
+        return [out.pop("part")]
+    return wait
+
+
+def _rank_inputs(session: Session, job: dict, ranks: list[int] | None) -> tuple:
+    """What the walks of `ranks` read from the session besides the chunks' rows: (ranks sorted,
+    the comm info of their collectives, windows_data)."""
     ranks = None if ranks is None else sorted(int(r) for r in ranks)
     build(session, ["coll_instances"])
     comm = _comm_info(session, job, ranks)
     critical_path.prepare(session)
-    data = critical_path.windows_data(session, ranks)
+    return ranks, comm, critical_path.windows_data(session, ranks)
+
+
+def _walk_part(session: Session | None, job: dict, idle: dict, ranks: list[int] | None, comm: dict, data: dict,
+               fetched: dict | None = None) -> dict:
+    """rank_part's rows from its inputs (`_rank_inputs`; `fetched`: critical_path.iter_paths)."""
     cp, stalls, a2a = [], [], []
     non_compute = 0
     # one window at a time: its activity columns and path are dropped before the next is walked
-    for w in critical_path.iter_paths(session, comm, data):
+    for w in critical_path.iter_paths(session, comm, data, fetched=fetched):
         mine = _window_stalls(w, job["by_id"])
         a2a += a2a_exposure([w], comm)
         stalls += mine

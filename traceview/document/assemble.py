@@ -60,7 +60,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     job = stalls.job_inputs(session)
     idle = {(r["rank"], r["step"]): r["idle_ns"] for r in rows}
     remote = session.profile.remote if session.profile is not None else None
-    pending = remote.start_stall_parts(session, job, idle) if remote is not None else None
+    pending = remote.start_stall_parts(session, job, idle) if remote is not None \
+        else stalls.start_rank_part(session, job, idle)
     layer_rows = layers.layer_rows(session)
     _release(session)
     inputs = inputs_section(profile, capture.first_events(session))
@@ -97,7 +98,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
                                f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
                                "--tokens-per-step or the model")
     _release(session)
-    parts = pending() if pending is not None else [stalls.rank_part(session, job, idle)]
+    parts = pending()
     _release(session)
     sec = stalls.merge(job, parts, opts.top)
     del parts, job

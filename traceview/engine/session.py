@@ -97,8 +97,10 @@ class Session:
         self._views.discard(name)
         self.freed.add(name)
 
-    def materialize_arrow(self, name: str, table: pa.Table) -> None:
-        """Keep a Python step's Arrow result inside DuckDB as temp table `name` (engine/pipeline.py)."""
+    def materialize_arrow(self, name: str, table: pa.Table | pa.RecordBatchReader) -> None:
+        """Keep a Python step's Arrow result inside DuckDB as temp table `name` (engine/pipeline.py):
+        a table, or a reader of its batches (read once, in order: a step whose result is large
+        lets each batch go once DuckDB has copied it)."""
         self._replace(name)
         self.con.register("__step_result", table)
         self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM __step_result")

@@ -9,7 +9,9 @@
 (`produces` may continue on further `-- produces:` lines). Requirements are canonical tables
 (traceview/schema.py) or other steps. A Python step (a computation SQL does not express well, such
 as choosing the step windows or inferring layer ordinals) declares the same fields with
-`@python_step` and returns an Arrow table. Steps are data: `build` (pipeline.py) schedules them."""
+`@python_step` and returns an Arrow table (or a RecordBatchReader of its batches, read once: a
+large result can then go into DuckDB a batch at a time). Steps are data: `build` (pipeline.py)
+schedules them."""
 from __future__ import annotations
 
 import re

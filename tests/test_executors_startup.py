@@ -100,6 +100,8 @@ def test_pool_workers_look_for_a_missing_dateutil_once():
 # (its threads stay), so each case runs in a fresh interpreter
 _FORKED = """
 import json, multiprocessing as mp, os, sys
+from traceview import launch
+launch.one_blas_thread()            # as the command does first (numpy's OpenBLAS would start threads)
 from traceview import executors
 def view(names):
     from traceview import mapped
@@ -107,8 +109,9 @@ def view(names):
         mp.parent_process() is not None, os.getppid(), len(mapped._SPARE)
 jobs, files = int(sys.argv[1]), int(sys.argv[2])
 out = {"safe": executors._fork_safe()}
+from traceview import mapped
 with executors.configured(executors.RunSettings(jobs=jobs)) as state:
-    executors.start_pool(files)
+    executors.start_pool(files, mapped.open_spare)
     pool = state.pool
     out["pool"] = pool is not None
     if pool is not None:

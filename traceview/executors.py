@@ -19,7 +19,7 @@ from concurrent.futures.process import BrokenProcessPool
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from .errors import TraceError, UsageError
 
@@ -326,7 +326,7 @@ def warm() -> None:
     forkserver.ensure_running()
 
 
-def start_pool(files: int) -> None:
+def start_pool(files: int, on_start: Callable[[], None] | None = None) -> None:
     """Start the run's pool for a mapped job of `files` files now (--jobs N > 1, no Dask): this
     process imports what the workers run (WORKER_MODULES) and forks them, so that they start with
     it imported and no process imports it a second time (a forkserver's preload: some 0.5 s of CPU
@@ -334,7 +334,8 @@ def start_pool(files: int) -> None:
     process runs no thread of its own (before its DuckDB connection: DuckDB starts threads; the
     jemalloc background thread pyarrow starts is fork-safe, as in the forkserver, which forks its
     workers the same way); otherwise, and where there is no fork, the forkserver is started
-    (warm) and the pool is made when the first tasks come."""
+    (warm) and the pool is made when the first tasks come. Each forked worker runs `on_start` as it
+    starts (the mapped job opens its first batch's session ahead: mapped.open_spare)."""
     state = current()
     if state is None or state.client is not None or state.settings.jobs <= 1 or state.pool is not None:
         return
@@ -349,7 +350,8 @@ def start_pool(files: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     n = max(1, min(state.settings.jobs, files))
-    pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"), initializer=forked_worker_init)
+    pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"),
+                              initializer=forked_worker_init, initargs=(on_start,))
     pool.submit(os.getpid)           # a pool of forked workers forks them all at its first task
     state.pool = pool
 
@@ -392,13 +394,13 @@ def worker_init() -> None:
         sys.modules["dateutil"] = None   # type: ignore[assignment]
 
 
-def forked_worker_init() -> None:
-    """A worker of start_pool's pool: worker_init, and the DuckDB session of its first batch
-    opened now (mapped.open_spare), while the parent checks the options, not in the round that
-    places the batches after the parse."""
+def forked_worker_init(on_start: Callable[[], None] | None) -> None:
+    """A worker of start_pool's pool: worker_init, then the caller's `on_start` (a mapped job opens
+    the DuckDB session of its first batch now, while the parent checks the options, not in the
+    round that places the batches after the parse). Passed by fork, not pickled."""
     worker_init()
-    from .mapped import open_spare
-    open_spare()
+    if on_start is not None:
+        on_start()
 
 
 def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> None:

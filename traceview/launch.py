@@ -4,10 +4,20 @@ written out at once (replay.py), and a request for help from the kept copy of it
 through cli.main()."""
 from __future__ import annotations
 
+import os
 import sys
 
 
+def one_blas_thread() -> None:
+    """Where numpy is installed pyarrow loads it, and numpy's OpenBLAS starts its thread pool as it
+    loads. traceview does no linear algebra, and a process running a thread of its own cannot fork a
+    mapped job's workers (executors.start_pool then falls back to the forkserver, which imports it
+    all again): one BLAS thread, unless the user asked for more."""
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+
 def main() -> None:
+    one_blas_thread()
     argv = sys.argv[1:]
     from . import help_cache
     if help_cache.wanted(argv):

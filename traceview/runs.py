@@ -34,7 +34,8 @@ def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Ses
     mapped_job = bad is None and _mappable(files)
     if mapped_job:                 # the workers start now, forked before this process starts threads
         from .executors import start_pool
-        start_pool(len(files))
+        from .mapped import open_spare
+        start_pool(len(files), open_spare)
     from .engine.session import Session
     session = Session()   # its connection checks the patterns before the work
     check_options(opts, session.con)

@@ -408,11 +408,10 @@ class _Reader:
         # thread, so a thread's sum is 0 and the running sum over all threads in (gtid, t, kid)
         # order is each thread's own (no window operator, which costs about twice the sort).
         ev = self.q(f"""
-            SELECT gtid, t, kid, e FROM (
-                  SELECT gtid, start_ns AS t, id + {_K} AS kid, end_ns AS e FROM r0 WHERE pushpop
-                  UNION ALL SELECT gtid, end_ns, id + CASE WHEN end_ns > start_ns THEN 0 ELSE {2 * _K} END, NULL
-                            FROM r0 WHERE pushpop
-                  UNION ALL SELECT gtid, start_ns, id + {3 * _K}, NULL FROM l0
+            SELECT gtid, t, kid FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop
+                  UNION ALL SELECT gtid, end_ns, id + CASE WHEN end_ns > start_ns THEN 0 ELSE {2 * _K} END FROM r0
+                            WHERE pushpop
+                  UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
                             WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
             ORDER BY gtid, t, kid""")
         kind = pc.divide(ev.column("kid"), _K)
@@ -463,7 +462,9 @@ class _Reader:
         hit = nsys_nesting.last_at_depth(sw.column("gtid").combine_chunks(), is_start, depth,
                                          pc.subtract(run, pc.if_else(is_start, 2, 1).cast(pa.int64())))
         ident = pc.subtract(sw.column("kid").combine_chunks(), pc.multiply(kind, _K))
-        end = sw.column("e").combine_chunks()
+        ends = self.q("SELECT end_ns FROM r0 ORDER BY id").column("end_ns")   # by id
+        end = pc.if_else(is_start, pc.take(ends, pc.if_else(is_start, ident, null)), null)
+        del ends
         up_id, up_end = pc.take(ident, hit), pc.take(end, hit)
         is_call = pc.invert(is_start)
         open_ = pc.fill_null(pc.greater(up_end, sw.column("t").combine_chunks()), False)

@@ -161,3 +161,23 @@ def test_parser_nesting_matches_a_stack_of_open_ranges(tmp_path_factory, monkeyp
             op = calls[corr]["op_id"]
             assert (by_id[op] if op is not None else None) == (f"r{ti}.{inner}" if inner is not None else None), t
     assert not any("not properly nested" in w for w in prof.warnings)
+
+
+def test_start_end_ranges_have_no_depth_and_do_not_nest(tmp_path):
+    # push/pop A [100, 1000) and B [200, 500) on one thread, a start/end range S [150, 900) between
+    # them in time order: S has no depth and no parent, B is A's child, the call at 300 is in B
+    path = tmp_path / "se.sqlite"
+    _export(path, [([], [300])])
+    con = sqlite3.connect(path)
+    gtid = (77 << 24) | 100
+    con.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, ?, ?, ?, NULL, 0)", [
+        (100, 1000, 59, "A", gtid), (150, 900, 60, "S", gtid), (200, 500, 59, "B", gtid)])
+    con.commit()
+    con.close()
+    prof = nsys.read(path)
+    r = {row["name"]: row for row in prof.cpu_ranges.to_pylist()}
+    assert (r["A"]["depth"], r["A"]["parent_id"]) == (0, None)
+    assert (r["S"]["depth"], r["S"]["parent_id"]) == (None, None)
+    assert (r["B"]["depth"], r["B"]["parent_id"]) == (1, r["A"]["id"])
+    (call,) = prof.launches.to_pylist()
+    assert call["op_id"] == r["B"]["id"]

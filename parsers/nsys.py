@@ -30,7 +30,7 @@ from traceview import schema
 from traceview.errors import TraceError
 from traceview.profile import Profile
 
-from . import nsys_export
+from . import nsys_export, nsys_nesting
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 NO_KERNELS = ("no CUDA kernel records (capture with `nsys profile -t cuda`; note that an Nsight Systems "
@@ -353,7 +353,7 @@ class _Reader:
         self.drop("rt")
         cpu_ranges = schema.conform("cpu_ranges", self.ranges(*last))
         launches = self.launches()
-        self.drop("calls", "pp", "l0", "lname")
+        self.drop("ops", "l0", "lname")
         syncs, meta = self.syncs(), self.meta(ranks)
         names = self.q("SELECT kind, a, b, c, name FROM gname ORDER BY kind, a, b, c")  # codes in one order
         self.drop("gname")
@@ -418,29 +418,29 @@ class _Reader:
         step = pc.if_else(pc.equal(kind, 1), 1, pc.if_else(pc.equal(kind, 3), 0, -1)).cast(pa.int32())
         run = pc.cumulative_sum(step)
         keep = pc.or_(pc.equal(kind, 1), pc.equal(kind, 3))
-        del kind, step
-        self.reg("sw", ev.append_column("run", run).filter(keep))
-        del ev, run, keep
-        x(f"""CREATE TEMP TABLE pp AS SELECT r0.id, r0.gtid, r0.start_ns, r0.end_ns, sw.run - 1 AS depth
-              FROM sw JOIN r0 ON r0.id = sw.kid - {_K} WHERE sw.kid // {_K} = 1""")
-        x(f"CREATE TEMP TABLE calls AS SELECT kid - {3 * _K} AS id, gtid, t, run FROM sw WHERE kid // {_K} = 3")
-        self.drop("sw")
-        x("""CREATE TEMP TABLE nest AS
-            SELECT c.id, c.depth, p.id AS parent_id, p.end_ns < c.end_ns AS crosses
-            FROM pp c ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.depth - 1 AND p.id < c.id""")
-        crossing = self.one("SELECT count(*) FROM nest WHERE crosses")[0]
+        del step
+        sw = ev.append_column("run", run).append_column("kind", kind).filter(keep)
+        del ev, run, keep, kind
+        depth, parent_id, crosses, op = self.nest(sw)
+        del sw
+        crossing = pc.sum(crosses).as_py() or 0
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
+        del crosses
+        self.reg("ops", op)
+        del op
         # Integer columns in id order first; the names (parsed and coded in file order) are then
         # gathered by position (a take of dictionary codes, no sort of strings).
         rows = self.q(f"""
             SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns,
                    r0.end_ns, CASE WHEN r0.domain_id IS NULL OR r0.domain_id = 0 THEN NULL
                         ELSE COALESCE(d.name, '<unknown domain ' || r0.domain_id || '>') END AS domain,
-                   nest.depth, nest.parent_id, r0.pos
-            FROM r0 LEFT JOIN nest USING (id) LEFT JOIN dom d ON d.domain_id = r0.domain_id
+                   r0.pos
+            FROM r0 LEFT JOIN dom d ON d.domain_id = r0.domain_id
             ORDER BY id""")
-        self.drop("r0", "nest")
+        self.drop("r0")
+        rows = rows.append_column("depth", depth).append_column("parent_id", parent_id)
+        del depth, parent_id
         pos = rows.column("pos")
         names = self.names
         self.names = {}           # the text goes with it
@@ -449,6 +449,36 @@ class _Reader:
             rows = rows.append_column(f, pc.take(col, pos))
         del names, pos
         return rows
+
+    def nest(self, sw: pa.Table):
+        """From the sweep (starts and calls, in (gtid, t, kid) order): depth, parent id and whether it
+        ends after its parent, of every range (in id order; null where not push/pop), and the
+        innermost open range of each call (table id, op_id)."""
+        kind, run = sw.column("kind").combine_chunks(), sw.column("run").combine_chunks()
+        is_start = pc.equal(kind, 1)
+        null = pa.scalar(None, pa.int64())
+        run = run.cast(pa.int64())
+        depth = pc.if_else(is_start, pc.subtract(run, 1), null)
+        hit = nsys_nesting.last_at_depth(sw.column("gtid").combine_chunks(), is_start, depth,
+                                         pc.subtract(run, pc.if_else(is_start, 2, 1).cast(pa.int64())))
+        ident = pc.subtract(sw.column("kid").combine_chunks(), pc.multiply(kind, _K))
+        ends = self.q("SELECT end_ns FROM r0 ORDER BY id").column("end_ns")   # by id
+        end = pc.if_else(is_start, pc.take(ends, pc.if_else(is_start, ident, null)), null)
+        del ends
+        up_id, up_end = pc.take(ident, hit), pc.take(end, hit)
+        is_call = pc.invert(is_start)
+        open_ = pc.fill_null(pc.greater(up_end, sw.column("t").combine_chunks()), False)
+        op = pa.table({"id": pc.filter(ident, is_call),
+                       "op_id": pc.filter(pc.if_else(open_, up_id, null), is_call)})
+        s_id = pc.filter(ident, is_start)
+        order = pc.sort_indices(s_id)
+        cols = [pc.take(pc.filter(c, is_start), order) for c in (depth, up_id, pc.less(up_end, end))]
+        n_ranges = self.one("SELECT count(*) FROM r0")[0]
+        if len(s_id) != n_ranges:   # start/end ranges among them: no depth, no parent
+            pushpop = self.q("SELECT pushpop FROM r0 ORDER BY id").column("pushpop").combine_chunks()
+            slot = pc.if_else(pushpop, pc.subtract(pc.cumulative_sum(pushpop.cast(pa.int64())), 1), null)
+            cols = [pc.take(c, slot) for c in cols]
+        return cols[0].cast(pa.int32()), cols[1], pc.fill_null(cols[2], False), op
 
     def parse_names(self) -> dict[str, pa.Array]:
         """kind, name, seq, input_dims of every NVTX_EVENTS row read, in file order (positions `pos`);
@@ -505,10 +535,7 @@ class _Reader:
         # innermost open push/pop range at the call: the open-range count at its start gives the depth,
         # the latest range at that depth that started before the call is the one.
         x(f"""CREATE TEMP TABLE launches AS
-            SELECT l0.*, {_PID.format(c='l0.gtid')} AS pid, o.op_id FROM l0 LEFT JOIN (
-                SELECT c.id, CASE WHEN p.end_ns > c.t THEN p.id END AS op_id
-                FROM calls c
-                ASOF LEFT JOIN pp p ON p.gtid = c.gtid AND p.depth = c.run - 1 AND p.start_ns <= c.t) o USING (id)""")
+            SELECT l0.*, {_PID.format(c='l0.gtid')} AS pid, o.op_id FROM l0 LEFT JOIN ops o USING (id)""")
         # the name as a code into the distinct names (gathered, not a string per call)
         out = self.q("""
             SELECT l.id, l.rank, l.pid, l.gtid & 16777215 AS tid, l.start_ns, l.end_ns, n.li,

@@ -34,14 +34,16 @@ def _array_header_size(n: int) -> int:
 
 
 class PackedRows(Sequence):
-    """Rows as msgpack chunks of CHUNK rows (each chunk the msgpack of a list of rows)."""
+    """Rows as msgpack chunks of `per` rows, CHUNK unless given (each chunk the msgpack of a list
+    of rows; the last may hold fewer)."""
 
-    __slots__ = ("_chunks", "_len", "shape")
+    __slots__ = ("_chunks", "_len", "shape", "_per")
 
-    def __init__(self, chunks: Sequence[bytes], length: int, shape: Shape):
+    def __init__(self, chunks: Sequence[bytes], length: int, shape: Shape, per: int = CHUNK):
         self._chunks = chunks
         self._len = length
         self.shape = shape          # plain_data.scan of the rows
+        self._per = per
 
     def __len__(self) -> int:
         return self._len
@@ -60,22 +62,25 @@ class PackedRows(Sequence):
             i += self._len
         if not 0 <= i < self._len:
             raise IndexError("PackedRows index out of range")
-        return _decode(self._chunks[i // CHUNK])[i % CHUNK]
+        return _decode(self._chunks[i // self._per])[i % self._per]
 
     def _range(self, start: int, stop: int) -> list:
         out: list = []
         if start >= stop:
             return out
-        for c in range(start // CHUNK, (stop - 1) // CHUNK + 1):
+        per = self._per
+        for c in range(start // per, (stop - 1) // per + 1):
             rows = _decode(self._chunks[c])
-            lo, hi = c * CHUNK, c * CHUNK + len(rows)
+            lo, hi = c * per, c * per + len(rows)
             out.extend(rows[max(start, lo) - lo:min(stop, hi) - lo])
         return out
 
     def __eq__(self, other) -> bool:
         if isinstance(other, PackedRows):
-            return self._len == other._len and len(self._chunks) == len(other._chunks) and \
-                all(a == b for a, b in zip(self._chunks, other._chunks, strict=True))
+            if self._per == other._per:
+                return self._len == other._len and len(self._chunks) == len(other._chunks) and \
+                    all(a == b for a, b in zip(self._chunks, other._chunks, strict=True))
+            return self._len == other._len and all(a == b for a, b in zip(self, other, strict=True))
         if isinstance(other, (list, tuple)):
             return len(other) == self._len and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
@@ -87,7 +92,7 @@ class PackedRows(Sequence):
 
     def __reduce__(self):
         chunks = self._chunks
-        return PackedRows, (chunks if type(chunks) is list else list(chunks), self._len, self.shape)
+        return PackedRows, (chunks if type(chunks) is list else list(chunks), self._len, self.shape, self._per)
 
     def chunks(self) -> Iterator[list]:
         """The rows, a chunk's list at a time."""
@@ -99,7 +104,7 @@ class PackedRows(Sequence):
         a list of len(self) they are the msgpack of the whole list."""
         last = len(self._chunks) - 1
         for i, c in enumerate(self._chunks):
-            n = CHUNK if i < last else self._len - CHUNK * last
+            n = self._per if i < last else self._len - self._per * last
             yield memoryview(c)[_array_header_size(n):]
 
     def map(self, fn) -> PackedRows:

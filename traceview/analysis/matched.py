@@ -182,7 +182,7 @@ class _Ids(Mapping):
     def _pos(self) -> dict:
         pos = self.__dict__.get("_at")
         if pos is None:
-            pos = self.__dict__["_at"] = dict(zip(self.ids, range(len(self.ids))))
+            pos = self.__dict__["_at"] = dict(zip(self.ids, range(len(self.ids)), strict=True))
         return pos
 
     def __iter__(self) -> Iterator[int]:
@@ -198,7 +198,7 @@ class _Ids(Mapping):
 class WaitUntil(_Ids):
     """activity id -> the latest arrival of its collective on the id's rank clock."""
 
-    def __init__(self, ids: array, until: array):
+    def __init__(self, ids: array, until: array | list):
         self.ids, self.until = ids, until
 
     def __getitem__(self, i: int) -> int:
@@ -214,7 +214,7 @@ class ById(_Ids):
     """activity id -> its collective: the head (kind, group, index, straggler, skew_ns, imbalance,
     ...) and `wait_ns` of the id's own rank."""
 
-    def __init__(self, heads: list[dict], ids: array, coll: array, rank: array, wait: array):
+    def __init__(self, heads: list[dict], ids: array, coll: array | list, rank: array | list, wait: array | list):
         self.heads, self.ids, self.coll, self.rank, self.wait = heads, ids, coll, rank, wait
 
     def __getitem__(self, i: int) -> dict:

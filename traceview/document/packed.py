@@ -422,7 +422,7 @@ def pack_reader(batches, path: str | None = None, maps: list | None = None):
     finally:
         if fh is not None:
             fh.close()
-    if not ok or tmp is None or n == 0:
+    if not ok or tmp is None or path is None or n == 0:
         if tmp is not None:
             os.unlink(tmp)
         return None if not ok else PackedRows(chunks, n, combine(shapes))

@@ -145,7 +145,17 @@ def test_match_equals_the_dict_per_row_matching(seed):
         return
     assert got["collectives"] == want["collectives"]
     assert got["wait_until"] == want["wait_until"]
-    assert {i: got["collectives"].index(c) for i, c in got["by_id"].items()} == want["by_id"]
+    by_id = got["by_id"]
+    assert sorted(by_id) == sorted(want["by_id"])
+    assert {i: by_id.collective(i) for i in by_id} == want["by_id"]
+    rank_of = {r["id"]: r["rank"] for r in rows}
+    for i, j in want["by_id"].items():      # the collective's fields, wait_ns of the id's own rank
+        c, w = by_id[i], want["collectives"][j]
+        assert c == {**{k: v for k, v in w.items() if k not in ("start_ns", "dur_ns", "wait_ns")},
+                     "wait_ns": {str(rank_of[i]): w["wait_ns"][str(rank_of[i])]}}
+    lo = sorted(want["by_id"])[len(want["by_id"]) // 2]        # a batch's range of ids
+    assert dict(by_id.range(lo, None).items()) == {i: by_id[i] for i in by_id if i >= lo}
+    assert dict(got["wait_until"].range(0, lo)) == {i: v for i, v in want["wait_until"].items() if i < lo}
     assert got["clock"]["residual_skew_ns"] == want["residual"]
     assert got["clock"]["max_abs_residual_ns"] == max((abs(v) for v in want["residual"].values()), default=0)
     uneven = [w for w in got["warnings"] if "issued different numbers" in w]

@@ -13,6 +13,7 @@ from traceview import mapped, schema
 from traceview.analysis import capture
 from traceview.document import packed
 from traceview.engine.session import Session
+from traceview.plain_data import scan
 from traceview.store import Stored, light
 
 
@@ -101,3 +102,28 @@ def test_spilled_row_parts_come_back_mapped_and_sort_the_same(tmp_path):
     empty = packed.RowBytes(b"", packed.array("q"), back[0].shape)
     empty.spill(str(tmp_path / "none.rows"))
     assert list(pickle.loads(pickle.dumps(empty))) == []
+
+
+def test_rows_packed_from_batches_into_a_file(tmp_path):
+    """pack_reader: batches of any size give CHUNK rows a chunk, the chunks of pack() of the rows;
+    written to a file and mapped, the same rows, pieces and pickle; rows msgpack would not give
+    back: None, no file left."""
+    rows = _rows(9000, 4)
+    t = pa.Table.from_pylist(rows)
+    want = packed.pack(rows)
+    batches = t.to_batches(max_chunksize=700)
+    assert packed.pack_reader(batches)._chunks == want._chunks
+    maps: list = []
+    got = packed.pack_reader(batches, str(tmp_path / "layers.rows"), maps)
+    assert len(maps) == 1 and (tmp_path / "layers.rows").stat().st_size == sum(map(len, want._chunks))
+    assert type(got) is packed.PackedRows and len(got) == 9000 and list(got) == rows
+    assert got[8999] == rows[8999] and got[1000:1100] == rows[1000:1100] and got == want
+    maps[0].madvise(__import__("mmap").MADV_DONTNEED)            # pages let go: read again from the file
+    assert list(got) == rows and scan(got) == scan(rows)
+    assert b"".join(packed.msgpack_pieces({"layers": got})) == b"".join(packed.msgpack_pieces({"layers": want}))
+    assert pickle.loads(pickle.dumps(got)) == rows
+    odd = pa.table({"t": pa.array([(1, 2)] * 5000, pa.list_(pa.int64()))}).to_batches()
+    assert packed.pack_reader(odd) is not None                 # lists: packable
+    dates = pa.table({"d": pa.array([0] * 5000, pa.date32())}).to_batches()   # datetime.date: not plain
+    assert packed.pack_reader(dates, str(tmp_path / "d.rows")) is None and list(tmp_path.iterdir()) == \
+        [tmp_path / "layers.rows"]

@@ -545,6 +545,15 @@ def test_flops_embedding_tokens():
                    {"rank": 1, "id": 7, "start_ns": 5, "tokens": 24}]
 
 
+def test_flops_shaped_ops():
+    prof = make_profile(cpu=[
+        op(1, "aten::mm", dims=MM), op(2, "aten::mm"), op(3, "aten::add", dims="[[2], [2]]"),   # rank 0: 2 of 3
+        {**op(4, "fwd"), "kind": "user"},                                                  # not an op
+        op(5, "aten::mm", rank=1)], ranks=(0, 1, 2))                # rank 1: one op, unshaped; rank 2: none
+    assert run_step("flops_shaped_ops", prof) == [{"rank": 0, "ops": 3, "shaped": 2},
+                                                  {"rank": 1, "ops": 1, "shaped": 0}]
+
+
 def test_flops_step_tokens():
     calls = [(0, 1, 5, 32), (0, 2, 50, 6), (0, 3, 150, 32), (0, 4, 300, 100), (1, 7, 5, 24)]
     given = {"flops_embedding_tokens": T([{"rank": r, "id": i, "start_ns": s, "tokens": t} for r, i, s, t in calls]),

@@ -138,8 +138,11 @@ class Remote:
         return gather
 
 
-def _id_range(by_id: dict, lo: int, hi: int | None) -> dict:
-    """The entries of an activity-id map whose id lies in [lo, hi) (hi None: no upper bound)."""
+def _id_range(by_id, lo: int, hi: int | None):
+    """The entries of an activity-id map whose id lies in [lo, hi) (hi None: no upper bound): its
+    own `range` where it has one (analysis/matched.py: arrays cut, not a dict per batch)."""
+    if hasattr(by_id, "range"):
+        return by_id.range(lo, hi)
     return {i: v for i, v in by_id.items() if lo <= i and (hi is None or i < hi)}
 
 

@@ -21,6 +21,7 @@ import pyarrow as pa
 
 from ..engine.pipeline import build
 from ..engine.session import Session
+from .matched import Matched
 
 EPOCH_MIN_NS = 10 ** 17  # times above this already read as epoch ns (1973+)
 
@@ -133,11 +134,15 @@ class Instances:
 
 
 def match(session: Session) -> dict:
-    """Match collectives across ranks. Returns {"collectives", "stragglers", "clock", "wait_until"}.
+    """Match collectives across ranks. Returns {"collectives", "stragglers", "clock", "wait_until",
+    "by_id", "warnings"}.
 
     wait_until maps a comm activity id to the latest arrival over the ranks of its collective, on
-    that activity's rank clock (time before it on this rank is waiting for peers). The rows are
-    read as columns, not a dict per row: at 1,024 ranks a job has some 10^5 of them."""
+    that activity's rank clock (time before it on this rank is waiting for peers); by_id maps it to
+    its collective (kind, group, index, straggler, skew_ns, imbalance and wait_ns of the id's rank).
+    At 1,024 ranks a job has some 10^5 rows: they are read as columns and kept as arrays, the
+    per-rank maps of each collective (start_ns, dur_ns, wait_ns) are written from them when the
+    document's `collectives` are read (matched.Matched), never held as dicts."""
     build(session, ["coll_instances"])
     ranks = sorted({r["rank"] for r in session.rows("SELECT rank FROM meta")})
     insts = Instances(session)
@@ -164,10 +169,9 @@ def match(session: Session) -> dict:
                                    f"({', '.join(f'rank {k}: {v}' for k, v in sorted(c.items()))}); "
                                    f"matched in order of issue")
     off_of = {k: v[0] for k, v in offsets.items()}
-    name_of = {k: str(k) for k in offsets}          # one str per rank, shared by every collective's maps
     resid: dict[int, array] = {r: array("q") for r in ranks}
-    colls = []
-    wait_until, by_id = out["wait_until"], out["by_id"]
+    m = Matched()
+    ids_of: list = []
     for info, (a, b) in zip(insts.info, insts.bounds(), strict=True):
         if b - a < 2:
             continue
@@ -180,31 +184,30 @@ def match(session: Session) -> dict:
         for k, e in zip(rk, ends, strict=True):
             resid[k].append(e - mid)
         latest, first = max(arr), min(arr)
-        ids = insts.id[a:b].tolist()
-        wait_until.update(zip(ids, [latest - o for o in off], strict=True))
-        names = [name_of[k] for k in rk]
-        colls.append(coll := {
-            "kind": info["comm_kind"], "group": info["grp"], "index": info["idx"],
-            "step": info["step"], "layer": info["layer"], "phase": info["phase"], "stage": info["stage"],
-            "ranks": b - a,
-            "start_ns": dict(zip(names, arr, strict=True)),
-            "dur_ns": dict(zip(names, [e - s for s, e in zip(start, end, strict=True)], strict=True)),
-            "wait_ns": dict(zip(names, [latest - x for x in arr], strict=True)),
-            "earliest_rank": rk[arr.index(first)],          # the first of equals: the lowest rank
-            "earliest_ns": first, "latest_ns": latest,
-            "straggler": rk[arr.index(latest)], "skew_ns": latest - first,
-            "imbalance": imbalance_of(info["in_split"], info["out_split"]),
-        })
-        by_id.update(dict.fromkeys(ids, coll))
-    out["collectives"] = colls
+        waits = [latest - x for x in arr]
+        m.add({"kind": info["comm_kind"], "group": info["grp"], "index": info["idx"],
+               "step": info["step"], "layer": info["layer"], "phase": info["phase"], "stage": info["stage"],
+               "ranks": b - a,
+               "earliest_rank": rk[arr.index(first)],          # the first of equals: the lowest rank
+               "earliest_ns": first, "latest_ns": latest,
+               "straggler": rk[arr.index(latest)], "skew_ns": latest - first,
+               "imbalance": imbalance_of(info["in_split"], info["out_split"])},
+              rk, arr, [e - s for s, e in zip(start, end, strict=True)], waits,
+              [latest - o for o in off])
+        ids_of.append(insts.id[a:b])
+    m.index_ids(ids_of)
+    del ids_of, insts
+    out["collectives"] = m.rows()
+    out["wait_until"], out["by_id"] = m.wait_until(), m.by_id()
     clock["residual_skew_ns"] = {str(k): _median(list(v)) for k, v in sorted(resid.items()) if v}
     clock["max_abs_residual_ns"] = max((abs(x) for x in clock["residual_skew_ns"].values()), default=0)
-    out["stragglers"] = stragglers(colls, ranks)
+    out["stragglers"] = m.stragglers(ranks)
     return out
 
 
 def stragglers(colls: list[dict], ranks: list[int]) -> list[dict]:
-    """Per rank: how often it arrived last, and the total wait that imposed on the other ranks."""
+    """Per rank: how often it arrived last, and the total wait that imposed on the other ranks
+    (over the collectives' dicts; match computes the same from its arrays: Matched.stragglers)."""
     out = []
     for rank in ranks:
         mine = [c for c in colls if c["straggler"] == rank and c["skew_ns"] > 0]

@@ -87,16 +87,16 @@ def prepare(session: Session, rules: Rules) -> None:
         build(session, [target], params)
 
 
-def layer_rows(session: Session) -> list[dict]:
+def layer_rows(session: Session, spill: str | None = None, maps: list | None = None) -> list[dict]:
     """The layer_times rows in report order: a list of dicts, or when long PackedRows (packed from
-    the Arrow result a chunk at a time: the whole list of dicts is never made)."""
+    the result read a chunk at a time: neither the whole list of dicts nor the whole Arrow result
+    is made), its chunks written to the file `spill` where given (packed.pack_reader)."""
     build(session, ["layer_times"])
     sql = "SELECT * FROM layer_times ORDER BY rank, step, layer NULLS LAST, phase, stage, region"
-    t = session.sql(sql)
-    if t.num_rows < packed.MIN_ROWS:
-        del t
+    if session.rows("SELECT count(*) AS n FROM layer_times")[0]["n"] < packed.MIN_ROWS:
         return session.rows(sql)
-    return packed.pack_table(t)
+    rows = packed.pack_reader(session.con.sql(sql).fetch_arrow_reader(packed.CHUNK), spill, maps)
+    return session.rows(sql) if rows is None else rows
 
 
 def attribution_summary(session: Session) -> dict:

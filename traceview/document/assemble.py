@@ -20,7 +20,7 @@ SCHEMA = "traceview.report/1"
 RANK_STEPS = ("breakdown", "activity_attribution", "layer_times", "attribution_groups", "comm_ops",
               "comm_exposure", "coll_instances", "cp_host_syncs", "segments",
               "flops_shapes", "flops_ops", "flops_embedding_tokens", "flops_steps", "flops_step_tokens",
-              "flops_op_precision", "flops_compute_kernels", "flops_kernels", "rank_first_event")
+              "flops_op_precision", "flops_compute_kernels", "flops_kernels", "flops_shaped_ops", "rank_first_event")
 
 
 def _more_params(step_params: dict, rules: Rules) -> dict:
@@ -62,7 +62,9 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     remote = session.profile.remote if session.profile is not None else None
     pending = remote.start_stall_parts(session, job, idle) if remote is not None \
         else stalls.start_rank_part(session, job, idle)
-    layer_rows = layers.layer_rows(session)
+    # a mapped job's long layer rows are written to its scratch folder as they are packed
+    layer_rows = layers.layer_rows(session, *((str(remote.scratch / "doc-layers.rows"), remote.maps)
+                                              if remote is not None else ()))
     _release(session)
     inputs = inputs_section(profile, capture.first_events(session))
     _release(session)

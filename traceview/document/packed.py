@@ -34,14 +34,16 @@ def _array_header_size(n: int) -> int:
 
 
 class PackedRows(Sequence):
-    """Rows as msgpack chunks of CHUNK rows (each chunk the msgpack of a list of rows)."""
+    """Rows as msgpack chunks of `per` rows, CHUNK unless given (each chunk the msgpack of a list
+    of rows; the last may hold fewer)."""
 
-    __slots__ = ("_chunks", "_len", "shape")
+    __slots__ = ("_chunks", "_len", "shape", "_per")
 
-    def __init__(self, chunks: Sequence[bytes], length: int, shape: Shape):
+    def __init__(self, chunks: Sequence[bytes], length: int, shape: Shape, per: int = CHUNK):
         self._chunks = chunks
         self._len = length
         self.shape = shape          # plain_data.scan of the rows
+        self._per = per
 
     def __len__(self) -> int:
         return self._len
@@ -60,22 +62,25 @@ class PackedRows(Sequence):
             i += self._len
         if not 0 <= i < self._len:
             raise IndexError("PackedRows index out of range")
-        return _decode(self._chunks[i // CHUNK])[i % CHUNK]
+        return _decode(self._chunks[i // self._per])[i % self._per]
 
     def _range(self, start: int, stop: int) -> list:
         out: list = []
         if start >= stop:
             return out
-        for c in range(start // CHUNK, (stop - 1) // CHUNK + 1):
+        per = self._per
+        for c in range(start // per, (stop - 1) // per + 1):
             rows = _decode(self._chunks[c])
-            lo, hi = c * CHUNK, c * CHUNK + len(rows)
+            lo, hi = c * per, c * per + len(rows)
             out.extend(rows[max(start, lo) - lo:min(stop, hi) - lo])
         return out
 
     def __eq__(self, other) -> bool:
         if isinstance(other, PackedRows):
-            return self._len == other._len and len(self._chunks) == len(other._chunks) and \
-                all(a == b for a, b in zip(self._chunks, other._chunks, strict=True))
+            if self._per == other._per:
+                return self._len == other._len and len(self._chunks) == len(other._chunks) and \
+                    all(a == b for a, b in zip(self._chunks, other._chunks, strict=True))
+            return self._len == other._len and all(a == b for a, b in zip(self, other, strict=True))
         if isinstance(other, (list, tuple)):
             return len(other) == self._len and all(a == b for a, b in zip(self, other, strict=True))
         return NotImplemented
@@ -87,7 +92,7 @@ class PackedRows(Sequence):
 
     def __reduce__(self):
         chunks = self._chunks
-        return PackedRows, (chunks if type(chunks) is list else list(chunks), self._len, self.shape)
+        return PackedRows, (chunks if type(chunks) is list else list(chunks), self._len, self.shape, self._per)
 
     def chunks(self) -> Iterator[list]:
         """The rows, a chunk's list at a time."""
@@ -99,7 +104,7 @@ class PackedRows(Sequence):
         a list of len(self) they are the msgpack of the whole list."""
         last = len(self._chunks) - 1
         for i, c in enumerate(self._chunks):
-            n = CHUNK if i < last else self._len - CHUNK * last
+            n = self._per if i < last else self._len - self._per * last
             yield memoryview(c)[_array_header_size(n):]
 
     def map(self, fn) -> PackedRows:
@@ -342,15 +347,91 @@ def _order(part: RowBytes, key) -> array:
     return array("q", sorted(range(len(ks)), key=ks.__getitem__))
 
 
+class _FileChunks(Sequence):
+    """The chunks of PackedRows one after the other in a file, memory-mapped: they are file pages
+    (those read are let go every RELEASE_EVERY chunks, and by Remote.release_pages), not memory of
+    this process."""
+
+    def __init__(self, mm: mmap.mmap, ends: array):
+        self.map, self._ends = mm, ends
+
+    def __len__(self) -> int:
+        return len(self._ends)
+
+    def __getitem__(self, c):
+        if isinstance(c, slice):
+            return [self[i] for i in range(*c.indices(len(self)))]
+        if c < 0:
+            c += len(self)
+        if not 0 <= c < len(self):
+            raise IndexError("chunk index out of range")
+        chunk = self.map[self._ends[c - 1] if c else 0:self._ends[c]]
+        if c % RELEASE_EVERY == RELEASE_EVERY - 1:
+            self.map.madvise(mmap.MADV_DONTNEED)
+        return chunk
+
+
+def _mapped(path: str, maps: list | None) -> mmap.mmap:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+    mm.madvise(mmap.MADV_DONTNEED)
+    if maps is not None:
+        maps.append(mm)
+    return mm
+
+
+def pack_reader(batches, path: str | None = None, maps: list | None = None):
+    """The rows of Arrow record batches (a query's result read a batch at a time) as PackedRows of
+    CHUNK rows a chunk, as pack_table makes them; the chunks written to the file `path` as they
+    are made where given, and read from there memory-mapped (file pages, not memory of this
+    process; the mapping added to `maps`). None when some rows cannot be packed."""
+    chunks: list[bytes] = []
+    ends, shapes, pending = array("q"), [], []
+    tmp = f"{path}.{os.getpid()}.tmp" if path is not None else None
+    fh = open(tmp, "wb") if tmp is not None else None
+
+    def emit(rows: list) -> bool:
+        shape = scan(rows)
+        if not packable(rows, shape):
+            return False
+        shapes.append(shape)
+        blob = _encode(rows)
+        if fh is None:
+            chunks.append(blob)
+        else:
+            fh.write(blob)
+            ends.append(fh.tell())
+        return True
+
+    n, ok = 0, True
+    try:
+        for batch in batches:
+            pending.extend(batch.to_pylist())
+            while ok and len(pending) >= CHUNK:
+                ok = emit(pending[:CHUNK])
+                del pending[:CHUNK]
+                n += CHUNK
+            if not ok:
+                break
+        if ok and pending:
+            ok = emit(pending)
+            n += len(pending)
+    finally:
+        if fh is not None:
+            fh.close()
+    if not ok or tmp is None or path is None or n == 0:
+        if tmp is not None:
+            os.unlink(tmp)
+        return None if not ok else PackedRows(chunks, n, combine(shapes))
+    os.replace(tmp, path)
+    return PackedRows(_FileChunks(_mapped(path, maps), ends), n, combine(shapes))
+
+
 def pack_table(table):
     """An Arrow table's rows (to_pylist, as Session.rows gives them) as PackedRows, a chunk of rows
     at a time; a list of them when some chunk cannot be packed."""
-    chunks, shapes = [], []
-    for i in range(0, table.num_rows, CHUNK):
-        rows = table.slice(i, CHUNK).to_pylist()
-        shape = scan(rows)
-        if not packable(rows, shape):
-            return table.to_pylist()
-        chunks.append(_encode(rows))
-        shapes.append(shape)
-    return PackedRows(chunks, table.num_rows, combine(shapes))
+    rows = pack_reader(table.to_batches(max_chunksize=CHUNK))
+    return table.to_pylist() if rows is None else rows

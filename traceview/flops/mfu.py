@@ -23,7 +23,8 @@ NO_SHAPES = "trace has no recorded shapes (record_shapes off): trace-based FLOPs
 # ---- the trace's FLOPs: engine steps over the analysis session ----------------------------------
 
 STEPS_SQL = "SELECT count(*) AS n, count(DISTINCT step) AS steps FROM step_ranges"
-SHAPED_SQL = "SELECT count(*) AS ops, count(input_dims) AS shaped FROM cpu_ranges WHERE kind = 'op'"
+SHAPED_SQL = ("SELECT coalesce(sum(ops), 0)::BIGINT AS ops, coalesce(sum(shaped), 0)::BIGINT AS shaped "
+              "FROM flops_shaped_ops")
 OPS_SQL = ("SELECT count(*) FILTER (WHERE flops IS NULL) AS unknown, count(*) FILTER (WHERE counted) AS counted "
            "FROM flops_ops")
 
@@ -65,6 +66,7 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
     trace_fps = trace_dtype = detail = None
     if session is not None and cr is not None and cr.num_rows:
         params = flops_params(session)
+        build(session, ["flops_shaped_ops"])       # per rank (a mapped job: on the workers)
         shaped = session.rows(SHAPED_SQL)[0]
         if shaped["ops"] and shaped["shaped"] == 0:
             notes.append(NO_SHAPES)

@@ -34,6 +34,14 @@ def flops_shapes(session, params) -> pa.Table:
                      "flops": pa.array(flops, pa.float64()), "dtype": pa.array(dtype, pa.string())})
 
 
+@python_step("flops_shaped_ops", scope="rank", requires=("cpu_ranges",), params=(), produces=("rank", "ops", "shaped"))
+def flops_shaped_ops(session, params) -> pa.Table:
+    """Per rank: its op ranges and how many of them record input shapes (whether the trace was
+    recorded with record_shapes)."""
+    return session.sql("SELECT rank, count(*) AS ops, count(input_dims) AS shaped FROM cpu_ranges "
+                       "WHERE kind = 'op' GROUP BY rank ORDER BY rank")
+
+
 def embedding_tokens(input_dims: str | None) -> int | None:
     """Tokens of one `aten::embedding` call: the element count of its second input ([vocab, d],
     [B, T] -> B*T), or None when the shapes do not say."""

@@ -22,7 +22,7 @@ from collections import deque
 from pathlib import Path
 
 ENV = "TRACEVIEW_PARSE_HELPER"
-MIN_TEXT = 160 << 20  # JSON text (estimated) below which one process is faster: start-up ~0.5 s CPU
+MIN_TEXT = 64 << 20  # JSON text (estimated) below which one process is as fast: start-up ~0.5 s CPU
 MAX_IN_FLIGHT = 4     # batches handed over and not yet answered (each ~TEXT_BYTES of text)
 
 
@@ -58,150 +58,204 @@ def wanted(path: Path) -> bool:
     return _cores() >= 2 and _estimated_text(path) >= MIN_TEXT
 
 
-def _serve(conn) -> None:
-    """The helper's loop: a batch's text in, ("ok", part) or ("err", exception) out; b"" ends it.
-    Threads read the texts and send the answers as they come, so neither process ever waits on
-    the other's socket while it has a batch to decode."""
-    import queue
+def _serve(conn, folder: str) -> None:
+    """The helper's loop: the name of a batch's text file in, ("ok", name of the pickled part's
+    file) or ("err", exception) out; b"" ends it. The texts and parts go through files in a
+    memory-backed folder, each written and read in one call: a socket would pass them in pieces,
+    each piece waiting for the other process's busy thread."""
+    import pickle
 
     from . import kineto, kineto_stream
-    texts: queue.SimpleQueue = queue.SimpleQueue()
-    answers: queue.SimpleQueue = queue.SimpleQueue()
-
-    def read() -> None:
-        while True:
-            try:
-                text = conn.recv_bytes()
-            except (EOFError, OSError):
-                text = b""
-            texts.put(text)
-            if not text:
-                return
-
-    def write() -> None:
-        while True:
-            out = answers.get()
-            try:
-                conn.send(out)
-            except (EOFError, OSError):
-                return
-            except Exception as e:  # noqa: BLE001 - an exception that does not pickle: its text
-                conn.send(("err", RuntimeError(f"{type(e).__name__}: {e}")))
-
-    threading.Thread(target=read, daemon=True).start()
-    threading.Thread(target=write, daemon=True).start()
-    answers.put(("ready", None))
+    conn.send(("ready", None))
     while True:
-        text = texts.get()
-        if not text:
+        try:
+            name = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        if not name:
             return
         try:
+            path = os.path.join(folder, name.decode())
+            with open(path, "rb") as fh:
+                text = fh.read()
+            os.unlink(path)
             evs = kineto_stream.decode_text(text)
             del text
-            answers.put(("ok", kineto.route_part(evs)))
+            bufs: list = []
+            head = pickle.dumps(kineto.route_part(evs), protocol=5, buffer_callback=bufs.append)
             del evs
+            out = "a" + name.decode()[1:]
+            sizes = _write_part(os.path.join(folder, out), head, bufs)
+            del bufs
+            answer: tuple = ("ok", (out, len(head), sizes))
         except Exception as e:  # noqa: BLE001 - sent back and raised in the parser's process
-            answers.put(("err", e))
+            answer = ("err", e)
+        try:
+            conn.send(answer)
+        except (EOFError, OSError):
+            return
+        except Exception as e:  # noqa: BLE001 - an exception that does not pickle: its text
+            conn.send(("err", RuntimeError(f"{type(e).__name__}: {e}")))
 
 
-def _main(fd: int) -> None:
+def _write_part(path: str, head: bytes, bufs: list) -> list[int]:
+    """A pickled part: its head, then each out-of-band buffer (the Arrow arrays' data), in order."""
+    sizes = []
+    with open(path + ".part", "wb") as fh:
+        fh.write(head)
+        for b in bufs:
+            raw = b.raw()
+            sizes.append(raw.nbytes)
+            fh.write(raw)
+    os.replace(path + ".part", path)
+    return sizes
+
+
+def _read_part(path: str, head_len: int, sizes: list[int]):
+    """The part written by `_write_part`, its arrays' buffers read into Arrow's memory pool (as the
+    columns built here are: the pool's pages are handed back after the parse)."""
+    import pickle
+
+    import pyarrow as pa
+    with open(path, "rb") as fh:
+        head = fh.read(head_len)
+        bufs = []
+        for n in sizes:
+            buf = pa.allocate_buffer(n)
+            if n and fh.readinto(memoryview(buf)) != n:
+                raise OSError(f"{path}: short read")
+            bufs.append(buf)
+    os.unlink(path)
+    return pickle.loads(head, buffers=bufs)
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path + ".part", "wb") as fh:
+        fh.write(data)
+    os.replace(path + ".part", path)
+
+
+def _main(fd: int, folder: str) -> None:
     from multiprocessing.connection import Connection
-    _serve(Connection(fd))
+    _serve(Connection(fd), folder)
 
 
 _CHILD = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-          "from traceview.parsers.kineto_helper import _main; _main(int(sys.argv[2]))")
+          "from traceview.parsers.kineto_helper import _main; _main(int(sys.argv[2]), sys.argv[3])")
 _BROKEN = ("broken", None)
 
 
+def _folder() -> str:
+    import tempfile
+    shm = "/dev/shm"
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="traceview-parse-", dir=base)
+
+
 class Helper:
-    """The helper process and the batches in flight (oldest first). A thread here sends the texts
-    and another takes the answers as they come (the helper never waits to hand one back)."""
+    """The helper process and the batches in flight (oldest first): their texts are files in a
+    private memory-backed folder, and so are the answers; the socket carries only names."""
 
     def __init__(self):
         import json
-        import queue
         import socket
         import subprocess
         import sys
         from multiprocessing.connection import Connection
+        self.folder = _folder()
         mine, theirs = socket.socketpair()
         try:  # a fresh interpreter (not a fork: nothing of this process's threads or memory is copied)
             self.proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, json.dumps([p for p in sys.path if p]), str(theirs.fileno())],
-                pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+                [sys.executable, "-c", _CHILD, json.dumps([p for p in sys.path if p]), str(theirs.fileno()),
+                 self.folder], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         except BaseException:
             mine.close()
+            self._remove_folder()
             raise
         finally:
             theirs.close()
         self.conn = Connection(mine.detach())
-        self.ready = threading.Event()
+        self.ready = False
         self.broken = False
+        self.seq = 0
         self.sent: deque[bytes] = deque()  # texts handed over, kept until answered (redone here if not)
-        self.outbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.inbox: queue.SimpleQueue = queue.SimpleQueue()
-        self.threads = [threading.Thread(target=self._send_all, daemon=True),
-                        threading.Thread(target=self._take_all, daemon=True)]
-        for t in self.threads:
-            t.start()
 
-    def _send_all(self) -> None:
-        while True:
-            text = self.outbox.get()
-            try:
-                self.conn.send_bytes(text if text is not None else b"")
-            except (OSError, ValueError):
-                return  # the helper is gone: the receiving thread says so
-            if text is None:
-                return
+    def _remove_folder(self) -> None:
+        import shutil
+        shutil.rmtree(self.folder, ignore_errors=True)
 
-    def _take_all(self) -> None:
-        while True:
-            try:
-                got = self.conn.recv()
-            except Exception:  # noqa: BLE001 - gone, or an answer that does not unpickle: decoded here
-                self.inbox.put(_BROKEN)
-                self.ready.set()
-                return
-            if got[0] == "ready":
-                self.ready.set()
-            else:
-                self.inbox.put(got)
+    def _recv(self):
+        try:
+            return self.conn.recv()
+        except Exception:  # noqa: BLE001 - gone, or an answer that does not unpickle: decoded here
+            self.broken = True
+            return _BROKEN
 
     def wants(self) -> bool:
         """Whether the next batch should be handed over (ready, and fewer than MAX_IN_FLIGHT out)."""
-        return self.ready.is_set() and not self.broken and len(self.sent) < MAX_IN_FLIGHT
+        if self.broken:
+            return False
+        if not self.ready:
+            try:
+                up = self.conn.poll()
+            except (EOFError, OSError):
+                up, self.broken = False, True
+            if not up:
+                return False
+            self.ready = self._recv()[0] == "ready"
+            self.broken = not self.ready
+        return self.ready and len(self.sent) < MAX_IN_FLIGHT
 
     def send(self, text: bytes) -> None:
         """Hand a batch over (kept, to be decoded here if the helper cannot answer)."""
         self.sent.append(text)
-        self.outbox.put(text)
+        if self.broken:
+            return
+        self.seq += 1
+        name = f"t{self.seq}"
+        try:
+            _write(os.path.join(self.folder, name), text)
+            self.conn.send_bytes(name.encode())
+        except (OSError, ValueError):
+            self.broken = True
 
     def answered(self) -> bool:
         """Whether the oldest batch in flight can be taken without waiting."""
-        return self.broken or not self.inbox.empty()
+        if self.broken:
+            return True
+        try:
+            return self.conn.poll()
+        except (EOFError, OSError):
+            self.broken = True
+            return True
 
     def take(self, redo):
         """The answer for the oldest batch in flight: its part, or its exception raised; `redo(text)`
         decodes it here when the helper cannot answer."""
         text = self.sent.popleft()
         if not self.broken:
-            kind, value = self.inbox.get()
+            kind, value = self._recv()
             if kind == "ok":
-                return value
-            if kind == "err":
+                name, head_len, sizes = value
+                try:
+                    return _read_part(os.path.join(self.folder, name), head_len, sizes)
+                except Exception:  # noqa: BLE001 - an answer that cannot be read: decoded here
+                    self.broken = True
+            elif kind == "err":
                 raise value
             self.broken = True
         return redo(text)
 
     def close(self) -> None:
-        self.outbox.put(None)  # the end: the helper exits, and its socket's end closes
+        try:
+            if not self.broken:
+                self.conn.send_bytes(b"")  # the end: the helper exits
+        except (OSError, ValueError):
+            pass
         try:
             self.proc.wait(timeout=5)
         except Exception:  # noqa: BLE001 - a helper that does not end is ended
             self.proc.kill()
             self.proc.wait()
-        for t in self.threads:
-            t.join(timeout=5)
         self.conn.close()
+        self._remove_folder()

@@ -1,7 +1,10 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON (`.json`, `.json.gz`) -> canonical tables.
 
 Decoding uses msgspec with typed structs that keep only the fields traceview needs
-(`bench/bench_ingest.py` compares it with orjson: ~4x faster, ~half the memory).
+(`bench/bench_ingest.py` compares it with orjson: ~4x faster, ~half the memory). The text is
+read and cut into batches as it is inflated (`kineto_stream`); on a large trace and a machine with
+a second core, a helper process decodes some of the batches meanwhile (`kineto_helper`), their
+parts added in file order.
 """
 from __future__ import annotations
 
@@ -513,6 +516,7 @@ def _ingest_stream(path: Path) -> tuple:
     stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
     if helper is None:
         for _, evs in stream:
+            assert not isinstance(evs, bytes)  # without a helper, every batch comes decoded
             part = route_part(evs)
             del evs
             add_part(part, accs, dropped, flows)
@@ -530,7 +534,7 @@ def _ingest_stream(path: Path) -> tuple:
     try:
         try:
             for _, item in stream:
-                if type(item) is bytes:
+                if isinstance(item, bytes):
                     helper.send(item)
                     waiting.append(None)
                 else:

@@ -71,14 +71,14 @@ class EventStream:
         self.max_held = max(MAX_HELD, 4 * self.text_bytes)
         self.top: Trace | None = None
 
-    def __iter__(self) -> Iterator[tuple[int, list]]:
+    def __iter__(self) -> Iterator[tuple[int, list | bytes]]:
         src = bounded_read.pieces(self.path, size=self.piece)
         try:
             yield from self._batches(src)
         finally:
             src.close()
 
-    def _batches(self, src) -> Iterator[tuple[int, list]]:
+    def _batches(self, src) -> Iterator[tuple[int, list | bytes]]:
         buf = bytearray()
         eof = False
 
@@ -105,7 +105,8 @@ class EventStream:
             if cut is None:  # no separator yet (one long event): try again once buf has doubled
                 want = 2 * len(buf)
                 continue
-            decode = _batch_text if self.hand_off is not None and self.hand_off() else _decode_batch
+            decode: Callable[[bytearray, int], Any] = (
+                _batch_text if self.hand_off is not None and self.hand_off() else _decode_batch)
             evs = decode(buf, cut)
             if evs is None:  # a cut inside a string or an event: cut where the tokenizer says
                 cut, ended = _exact_cut(buf)

@@ -143,7 +143,11 @@ def test_when_the_helper_is_wanted(tmp_path, monkeypatch):
     assert not kineto_helper.wanted(small)  # a small file: one process is faster
     monkeypatch.setattr(kineto_helper, "MIN_TEXT", 1)
     monkeypatch.setattr(kineto_helper, "_cores", lambda: 2)
+    monkeypatch.setattr(kineto_helper.os, "getloadavg", lambda: (1.4, 0.0, 0.0))
     assert kineto_helper.wanted(small)
+    monkeypatch.setattr(kineto_helper.os, "getloadavg", lambda: (1.6, 0.0, 0.0))
+    assert not kineto_helper.wanted(small)  # no idle core: one process is as fast
+    monkeypatch.setattr(kineto_helper.os, "getloadavg", lambda: (1.4, 0.0, 0.0))
     monkeypatch.setattr(kineto_helper, "_cores", lambda: 1)
     assert not kineto_helper.wanted(small)  # one core: nothing to gain
     monkeypatch.setattr(kineto_helper, "_cores", lambda: 2)

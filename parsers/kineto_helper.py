@@ -82,7 +82,9 @@ def _serve(conn, folder: str) -> None:
     while True:
         try:
             name = conn.recv_bytes()
-        except (EOFError, OSError):
+        except (EOFError, OSError):  # the parser's process is gone (killed): its folder goes too
+            import shutil
+            shutil.rmtree(folder, ignore_errors=True)
             return
         if not name:
             return
@@ -105,6 +107,8 @@ def _serve(conn, folder: str) -> None:
         try:
             conn.send(answer)
         except (EOFError, OSError):
+            import shutil
+            shutil.rmtree(folder, ignore_errors=True)
             return
         except Exception as e:  # noqa: BLE001 - an exception that does not pickle: its text
             conn.send(("err", RuntimeError(f"{type(e).__name__}: {e}")))

@@ -1,12 +1,15 @@
 """PyTorch profiler (Kineto) Chrome-trace JSON (`.json`, `.json.gz`) -> canonical tables.
 
 Decoding uses msgspec with typed structs that keep only the fields traceview needs
-(`bench/bench_ingest.py` compares it with orjson: ~4x faster, ~half the memory).
+(`bench/bench_ingest.py` compares it with orjson: ~4x faster, ~half the memory). The text is
+read and cut into batches as it is inflated (`kineto_stream`); on a large trace and a machine with
+a second core, a helper process decodes some of the batches meanwhile (`kineto_helper`), their
+parts added in file order.
 """
 from __future__ import annotations
 
 import re
-from collections import Counter
+from collections import Counter, deque
 from itertools import compress, repeat
 from operator import attrgetter, is_not, itemgetter, not_
 from pathlib import Path
@@ -318,10 +321,10 @@ def _exts(a: _ArgCols) -> pa.Array:
     return _int_or(a["external_id"], a["external_id_old"], unreadable_too=True)
 
 
-def _gpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
+def _gpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     corr, ext, old = a["correlation"], a["external_id"], a["external_id_old"]
     if None in corr:
-        out.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False)
+        part.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False)
                            if c is None and x is None and o is None)
     d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=pa.string()), "name": _strs(e["name"]),
          "correlation": _ints(corr), "bytes": _ints(a["bytes"]),
@@ -330,18 +333,18 @@ def _gpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
          "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     _colls(d, a)
-    out.add(d)
+    return d
 
 
-def _launch_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
+def _launch_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
          "api": pa.array(_kinds(e["cat"], _LAUNCH), type=pa.string()), "correlation": _ints(a["correlation"]),
          "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
-    out.add(d)
+    return d
 
 
-def _sync_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
+def _sync_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     waits = _opt_ints(a["wait_on_stream"])
     d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=pa.string()),
          "device": _opt_ints(a["device"]), "stream": _opt_ints(a["stream"]),
@@ -349,10 +352,10 @@ def _sync_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
          "event_stream": pc.if_else(pc.greater_equal(waits, 0), waits, pa.scalar(None, pa.int64())),
          "correlation": _opt_ints(a["correlation"])}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
-    out.add(d)
+    return d
 
 
-def _cpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
+def _cpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]),
          "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=pa.string()), "name": _strs(e["name"]),
          "seq": _ints(a["seq"]),
@@ -360,10 +363,39 @@ def _cpu_chunk(e: _EvCols, a: _ArgCols, out: _Acc) -> None:
          "concrete_inputs": _raw_texts(a["concrete"]), "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     _colls(d, a)
-    out.add(d)
+    return d
 
 
 _CHUNK_FN = {1: _gpu_chunk, 2: _cpu_chunk, 3: _launch_chunk, 4: _sync_chunk}
+
+
+class _Part:
+    """What one batch of events gives (its groups' columns, counts, flows), kept apart until it is
+    added to the accumulators in file order (`add_part`): a batch may be read by the helper process."""
+    __slots__ = ("groups", "dropped", "no_args", "flows")
+
+    def __init__(self):
+        self.groups: list[tuple[int, dict]] = []  # (route code, columns)
+        self.dropped: Counter = Counter()
+        self.no_args = 0
+        self.flows: tuple = ([], [], [])
+
+
+def add_part(part: _Part, accs: dict, dropped: Counter, flows: tuple) -> None:
+    for code, d in part.groups:
+        accs[code].add(d)
+    dropped.update(part.dropped)
+    accs[1].no_args += part.no_args
+    for mine, got in zip(flows, part.flows, strict=True):
+        mine.extend(got)
+
+
+def route_part(evs: list) -> _Part:
+    """A batch of decoded events, routed chunk by chunk into one part."""
+    part = _Part()
+    for i in range(0, len(evs), CHUNK_EVENTS):
+        _route_chunk(evs[i:i + CHUNK_EVENTS], part)
+    return part
 
 
 class _Acc:
@@ -417,7 +449,7 @@ class _EvCols:
         return got
 
 
-def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
+def _route_chunk(evs: list, part: _Part) -> None:
     codes = _codes(_get(evs, "ph"), _get(evs, "cat"))
     for code in pc.unique(codes).to_pylist():
         if not code:
@@ -425,6 +457,7 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
         idx = pc.indices_nonzero(pc.equal(codes, code)).to_pylist()
         rows: Sequence = _take(evs, idx)
         if code == _FLOW:
+            flows = part.flows
             if _flows_fast(rows, flows):
                 continue
             for ev in rows:  # kept as (id, tid, ts): the event itself (and its raw args) is let go
@@ -436,12 +469,12 @@ def _route_chunk(evs: list, accs: dict, dropped: Counter, flows: tuple) -> None:
         cols = _EvCols(rows)
         if None in cols["ts"] or None in cols["name"]:  # events without ts or name: dropped, counted
             keep = [ev for ev in rows if ev.ts is not None and ev.name is not None]
-            dropped[_GROUPS[code]] += len(rows) - len(keep)
+            part.dropped[_GROUPS[code]] += len(rows) - len(keep)
             rows = keep
             if not rows:
                 continue
             cols = _EvCols(rows)
-        _CHUNK_FN[code](cols, _ArgCols(rows), accs[code])
+        part.groups.append((code, _CHUNK_FN[code](cols, _ArgCols(rows), part)))
 
 
 def _flows_fast(rows: Sequence, flows: tuple) -> bool:
@@ -476,14 +509,55 @@ def read(path: Path) -> Profile:
 
 
 def _ingest_stream(path: Path) -> tuple:
-    """The events routed into column groups as the text is read: a batch of text at a time."""
+    """The events routed into column groups as the text is read: a batch of text at a time; on a
+    large trace some batches decoded by a helper process meanwhile (`kineto_helper`)."""
     accs, dropped, flows = _sinks()
-    stream = kineto_stream.EventStream(path)
-    for _, evs in stream:
-        for i in range(0, len(evs), CHUNK_EVENTS):
-            _route_chunk(evs[i:i + CHUNK_EVENTS], accs, dropped, flows)
-        del evs
+    helper = _helper(path)
+    stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
+    if helper is None:
+        for _, evs in stream:
+            assert not isinstance(evs, bytes)  # without a helper, every batch comes decoded
+            part = route_part(evs)
+            del evs
+            add_part(part, accs, dropped, flows)
+        return stream.top, accs, dropped, flows
+    waiting: deque = deque()  # parts in file order; None: the helper's answer, not yet taken
+
+    def redo(text: bytes) -> _Part:
+        return route_part(kineto_stream.decode_text(text))
+
+    def drain(wait: bool) -> None:
+        while waiting and (waiting[0] is not None or wait or helper.answered()):
+            got = waiting.popleft()
+            add_part(got if got is not None else helper.take(redo), accs, dropped, flows)
+
+    try:
+        try:
+            for _, item in stream:
+                if isinstance(item, bytes):
+                    helper.send(item)
+                    waiting.append(None)
+                else:
+                    waiting.append(route_part(item))
+                    del item
+                drain(wait=False)
+        except BaseException:
+            drain(wait=True)  # an earlier batch's error is the one a read in one process gives
+            raise
+        drain(wait=True)
+    finally:
+        helper.close()
     return stream.top, accs, dropped, flows
+
+
+def _helper(path: Path):
+    from . import kineto_helper
+    if not kineto_helper.wanted(path):
+        return None
+    try:
+        return kineto_helper.Helper()
+    except OSError:  # no process can be started here: one process reads it all
+        return None
 
 
 def _ingest_whole(path: Path) -> tuple:
@@ -497,7 +571,9 @@ def _ingest_whole(path: Path) -> tuple:
     accs, dropped, flows = _sinks()
     for first in range(0, len(events), CHUNK_EVENTS):
         evs = _decode_chunk(path, events[first:first + CHUNK_EVENTS], first)
-        _route_chunk(evs, accs, dropped, flows)
+        part = _Part()
+        _route_chunk(evs, part)
+        add_part(part, accs, dropped, flows)
     return trace, accs, dropped, flows
 
 

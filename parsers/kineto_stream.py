@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional
 
 import msgspec
 
@@ -56,23 +56,29 @@ _TOP = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanosec
 
 class EventStream:
     """Iterate for (index of the first event, events) batches; afterwards `top` holds the
-    top-level fields (a `Trace` without its events)."""
+    top-level fields (a `Trace` without its events).
 
-    def __init__(self, path: Path, text_bytes: int | None = None, piece: int | None = None):
+    `hand_off`, when set, is asked before each batch is decoded: True makes that batch come out as
+    its JSON text (`[` events `]`, checked to be valid JSON of no excessive depth, a `bytes`)
+    instead of decoded events, for another process to decode."""
+
+    def __init__(self, path: Path, text_bytes: int | None = None, piece: int | None = None,
+                 hand_off: Callable[[], bool] | None = None):
         self.path = Path(path)
+        self.hand_off = hand_off
         self.text_bytes = TEXT_BYTES if text_bytes is None else text_bytes
         self.piece = bounded_read.CHUNK if piece is None else piece
         self.max_held = max(MAX_HELD, 4 * self.text_bytes)
         self.top: Trace | None = None
 
-    def __iter__(self) -> Iterator[tuple[int, list]]:
+    def __iter__(self) -> Iterator[tuple[int, list | bytes]]:
         src = bounded_read.pieces(self.path, size=self.piece)
         try:
             yield from self._batches(src)
         finally:
             src.close()
 
-    def _batches(self, src) -> Iterator[tuple[int, list]]:
+    def _batches(self, src) -> Iterator[tuple[int, list | bytes]]:
         buf = bytearray()
         eof = False
 
@@ -99,18 +105,24 @@ class EventStream:
             if cut is None:  # no separator yet (one long event): try again once buf has doubled
                 want = 2 * len(buf)
                 continue
-            evs = _decode_batch(buf, cut)
+            decode: Callable[[bytearray, int], Any] = (
+                _batch_text if self.hand_off is not None and self.hand_off() else _decode_batch)
+            evs = decode(buf, cut)
             if evs is None:  # a cut inside a string or an event: cut where the tokenizer says
                 cut, ended = _exact_cut(buf)
                 if cut is None:
                     want = 2 * len(buf)
                     continue
-                evs = _decode_batch(buf, cut)
+                evs = decode(buf, cut)
                 if evs is None:
                     raise Fallback
             del buf[:cut + 1]
             want = self.text_bytes
-            if evs:
+            if type(evs) is tuple:  # (text, number of events) for another process
+                if evs[1]:
+                    yield first, evs[0]
+                    first += evs[1]
+            elif evs:
                 yield first, evs
                 first += len(evs)
         tail = _decode_tail(buf)
@@ -194,14 +206,41 @@ def too_deep(text: bytes, limit: int) -> bool:
     return len(marks.replace(b"()", b"")) < len(marks)
 
 
-def _decode_batch(buf: bytearray, cut: int) -> list | None:
-    """The events of buf[:cut] (None when that is not a run of complete events)."""
+def _batch_array(buf: bytearray, cut: int) -> bytes:
+    """buf[:cut] as one JSON array, copied once: "[" + events + "]" (Fallback when too deep)."""
     comma = buf[cut]
-    buf[cut] = 0x5D  # the batch as one JSON array, copied once: "[" + events + "]"
+    buf[cut] = 0x5D
     text = b"[" + bytes(memoryview(buf)[:cut + 1])
     buf[cut] = comma
     if too_deep(text, json_depth.MAX_DEPTH - 1):  # the whole file nests one level more
         raise Fallback
+    return text
+
+
+def _batch_text(buf: bytearray, cut: int) -> tuple[bytes, int] | None:
+    """The text of the events of buf[:cut] as a JSON array and their number, checked as the decode
+    would check it (None when that is not a run of complete values); each value's type is checked
+    where it is decoded (`decode_text`)."""
+    text = _batch_array(buf, cut)
+    try:
+        return text, len(msgspec.json.decode(text, type=list[msgspec.Raw]))
+    except msgspec.DecodeError:
+        return None
+    except RecursionError:
+        raise Fallback from None
+
+
+def decode_text(text: bytes) -> list:
+    """The events of a batch's text from `_batch_text` (Fallback where the decode would fall back)."""
+    try:
+        return msgspec.json.decode(text, type=list[TypedEvent])
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        raise Fallback from None
+
+
+def _decode_batch(buf: bytearray, cut: int) -> list | None:
+    """The events of buf[:cut] (None when that is not a run of complete events)."""
+    text = _batch_array(buf, cut)
     try:
         return msgspec.json.decode(text, type=list[TypedEvent])
     except msgspec.DecodeError:

@@ -1,0 +1,277 @@
+"""A second process that decodes and routes some of a large Kineto trace's batches of events.
+
+One trace is one stream of text, read (inflated) and cut into batches by the parser's process; the
+decoding of a batch and the building of its columns are the work (`kineto.route_part`), and they
+need no other batch. On a machine with a second core, this process decodes the batches handed to it
+while the parser's process decodes the others; the parts come back (pickled Arrow arrays, flows,
+counts) and are added in file order, so the tables are exactly those of a read in one process.
+
+The helper is used only where it can win: at least two cores usable and one of them idle (the
+load average), a trace large enough to repay starting an interpreter (`MIN_TEXT`, estimated from
+the file), and a parse in the main thread of a main process (a pool worker of a many-rank run
+already has the other cores busy). Setting
+`TRACEVIEW_PARSE_HELPER=0` turns it off, `=1` forces it (tests). Anything that goes wrong with the
+helper (it cannot start, it dies) only costs speed: a batch it did not answer is decoded here. A
+batch the helper's decode refuses comes back as that exception, raised here when the batch's turn
+comes, so an error is the one a read in one process would give.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from collections import deque
+from pathlib import Path
+
+ENV = "TRACEVIEW_PARSE_HELPER"
+MIN_TEXT = 64 << 20  # JSON text (estimated) below which one process is as fast: start-up ~0.5 s CPU
+MAX_IN_FLIGHT = 4     # batches handed over and not yet answered (each ~TEXT_BYTES of text)
+
+
+def _estimated_text(path: Path) -> int:
+    """Bytes of JSON text: the file's size, or for gzip the larger of the last member's recorded
+    size (modulo 4 GiB) and four times the compressed size."""
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as fh:
+            if fh.read(2) != b"\x1f\x8b":
+                return size
+            fh.seek(max(0, size - 4))
+            isize = int.from_bytes(fh.read(4), "little")
+    except OSError:
+        return 0
+    return max(isize, 4 * size)
+
+
+def _cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def wanted(path: Path) -> bool:
+    choice = os.environ.get(ENV, "")
+    if choice in ("0", "1"):
+        return choice == "1"
+    import multiprocessing as mp
+    if mp.current_process().name != "MainProcess" or threading.current_thread() is not threading.main_thread():
+        return False
+    cores = _cores()
+    return cores >= 2 and _idle_core(cores) and _estimated_text(path) >= MIN_TEXT
+
+
+def _idle_core(cores: int) -> bool:
+    """Whether a core is free for the helper: the last minute's load leaves one idle. On a busy
+    machine two processes of one session get no more CPU than one (the scheduler shares it per
+    session), and the helper's transfers are then a loss (measured: 44 s against 38 s at load 4-6)."""
+    try:
+        return os.getloadavg()[0] < cores - 0.5  # the bench's own runs keep it near 1 on a quiet machine
+    except OSError:  # no load average here
+        return True
+
+
+def _serve(conn, folder: str) -> None:
+    """The helper's loop: the name of a batch's text file in, ("ok", name of the pickled part's
+    file) or ("err", exception) out; b"" ends it. The texts and parts go through files in a
+    memory-backed folder, each written and read in one call: a socket would pass them in pieces,
+    each piece waiting for the other process's busy thread."""
+    import pickle
+
+    from . import kineto, kineto_stream
+    conn.send(("ready", None))
+    while True:
+        try:
+            name = conn.recv_bytes()
+        except (EOFError, OSError):  # the parser's process is gone (killed): its folder goes too
+            import shutil
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        if not name:
+            return
+        try:
+            path = os.path.join(folder, name.decode())
+            with open(path, "rb") as fh:
+                text = fh.read()
+            os.unlink(path)
+            evs = kineto_stream.decode_text(text)
+            del text
+            bufs: list = []
+            head = pickle.dumps(kineto.route_part(evs), protocol=5, buffer_callback=bufs.append)
+            del evs
+            out = "a" + name.decode()[1:]
+            sizes = _write_part(os.path.join(folder, out), head, bufs)
+            del bufs
+            answer: tuple = ("ok", (out, len(head), sizes))
+        except Exception as e:  # noqa: BLE001 - sent back and raised in the parser's process
+            answer = ("err", e)
+        try:
+            conn.send(answer)
+        except (EOFError, OSError):
+            import shutil
+            shutil.rmtree(folder, ignore_errors=True)
+            return
+        except Exception as e:  # noqa: BLE001 - an exception that does not pickle: its text
+            conn.send(("err", RuntimeError(f"{type(e).__name__}: {e}")))
+
+
+def _write_part(path: str, head: bytes, bufs: list) -> list[int]:
+    """A pickled part: its head, then each out-of-band buffer (the Arrow arrays' data), in order."""
+    sizes = []
+    with open(path + ".part", "wb") as fh:
+        fh.write(head)
+        for b in bufs:
+            raw = b.raw()
+            sizes.append(raw.nbytes)
+            fh.write(raw)
+    os.replace(path + ".part", path)
+    return sizes
+
+
+def _read_part(path: str, head_len: int, sizes: list[int]):
+    """The part written by `_write_part`, its arrays' buffers read into Arrow's memory pool (as the
+    columns built here are: the pool's pages are handed back after the parse)."""
+    import pickle
+
+    import pyarrow as pa
+    with open(path, "rb") as fh:
+        head = fh.read(head_len)
+        bufs = []
+        for n in sizes:
+            buf = pa.allocate_buffer(n)
+            if n and fh.readinto(memoryview(buf)) != n:
+                raise OSError(f"{path}: short read")
+            bufs.append(buf)
+    os.unlink(path)
+    return pickle.loads(head, buffers=bufs)
+
+
+def _write(path: str, data: bytes) -> None:
+    with open(path + ".part", "wb") as fh:
+        fh.write(data)
+    os.replace(path + ".part", path)
+
+
+def _main(fd: int, folder: str) -> None:
+    from multiprocessing.connection import Connection
+    _serve(Connection(fd), folder)
+
+
+_CHILD = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
+          "from traceview.parsers.kineto_helper import _main; _main(int(sys.argv[2]), sys.argv[3])")
+_BROKEN = ("broken", None)
+
+
+def _folder() -> str:
+    import tempfile
+    shm = "/dev/shm"
+    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="traceview-parse-", dir=base)
+
+
+class Helper:
+    """The helper process and the batches in flight (oldest first): their texts are files in a
+    private memory-backed folder, and so are the answers; the socket carries only names."""
+
+    def __init__(self):
+        import json
+        import socket
+        import subprocess
+        import sys
+        from multiprocessing.connection import Connection
+        self.folder = _folder()
+        mine, theirs = socket.socketpair()
+        try:  # a fresh interpreter (not a fork: nothing of this process's threads or memory is copied)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", _CHILD, json.dumps([p for p in sys.path if p]), str(theirs.fileno()),
+                 self.folder], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        except BaseException:
+            mine.close()
+            self._remove_folder()
+            raise
+        finally:
+            theirs.close()
+        self.conn = Connection(mine.detach())
+        self.ready = False
+        self.broken = False
+        self.seq = 0
+        self.sent: deque[bytes] = deque()  # texts handed over, kept until answered (redone here if not)
+
+    def _remove_folder(self) -> None:
+        import shutil
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+    def _recv(self):
+        try:
+            return self.conn.recv()
+        except Exception:  # noqa: BLE001 - gone, or an answer that does not unpickle: decoded here
+            self.broken = True
+            return _BROKEN
+
+    def wants(self) -> bool:
+        """Whether the next batch should be handed over (ready, and fewer than MAX_IN_FLIGHT out)."""
+        if self.broken:
+            return False
+        if not self.ready:
+            try:
+                up = self.conn.poll()
+            except (EOFError, OSError):
+                up, self.broken = False, True
+            if not up:
+                return False
+            self.ready = self._recv()[0] == "ready"
+            self.broken = not self.ready
+        return self.ready and len(self.sent) < MAX_IN_FLIGHT
+
+    def send(self, text: bytes) -> None:
+        """Hand a batch over (kept, to be decoded here if the helper cannot answer)."""
+        self.sent.append(text)
+        if self.broken:
+            return
+        self.seq += 1
+        name = f"t{self.seq}"
+        try:
+            _write(os.path.join(self.folder, name), text)
+            self.conn.send_bytes(name.encode())
+        except (OSError, ValueError):
+            self.broken = True
+
+    def answered(self) -> bool:
+        """Whether the oldest batch in flight can be taken without waiting."""
+        if self.broken:
+            return True
+        try:
+            return self.conn.poll()
+        except (EOFError, OSError):
+            self.broken = True
+            return True
+
+    def take(self, redo):
+        """The answer for the oldest batch in flight: its part, or its exception raised; `redo(text)`
+        decodes it here when the helper cannot answer."""
+        text = self.sent.popleft()
+        if not self.broken:
+            kind, value = self._recv()
+            if kind == "ok":
+                name, head_len, sizes = value
+                try:
+                    return _read_part(os.path.join(self.folder, name), head_len, sizes)
+                except Exception:  # noqa: BLE001 - an answer that cannot be read: decoded here
+                    self.broken = True
+            elif kind == "err":
+                raise value
+            self.broken = True
+        return redo(text)
+
+    def close(self) -> None:
+        try:
+            if not self.broken:
+                self.conn.send_bytes(b"")  # the end: the helper exits
+        except (OSError, ValueError):
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - a helper that does not end is ended
+            self.proc.kill()
+            self.proc.wait()
+        self.conn.close()
+        self._remove_folder()

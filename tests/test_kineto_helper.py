@@ -1,0 +1,167 @@
+"""Batches of a large Kineto trace decoded by a helper process: the tables, warnings and errors must
+be exactly those of a read in one process, and a helper that fails must only cost speed."""
+from __future__ import annotations
+
+import json
+import subprocess
+import threading
+
+import pytest
+from helpers import TRACES
+
+from traceview.errors import TraceError
+from traceview.parsers import bounded_read, kineto, kineto_helper, kineto_stream
+
+TABLES = ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta")
+REAL = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
+
+
+def _sent(monkeypatch) -> list:
+    """The batches handed to helpers, counted (and whether a helper had broken when closed)."""
+    seen: list = []
+    send, close = kineto_helper.Helper.send, kineto_helper.Helper.close
+
+    def counting(self, text):
+        seen.append(len(text))
+        send(self, text)
+
+    def closing(self):
+        seen.append("broken" if self.broken else "ok")
+        close(self)
+
+    monkeypatch.setattr(kineto_helper.Helper, "send", counting)
+    monkeypatch.setattr(kineto_helper.Helper, "close", closing)
+    return seen
+
+
+def _read(f, monkeypatch, helper: str):
+    monkeypatch.setenv(kineto_helper.ENV, helper)
+    return kineto.read(f)
+
+
+def _wait_until_ready(monkeypatch):
+    """Hand batches over only once the helper is up (else a small file is read before it is)."""
+    wants = kineto_helper.Helper.wants
+
+    def waiting(self):
+        if not self.ready and not self.broken:
+            self.conn.poll(60)
+        return wants(self)
+
+    monkeypatch.setattr(kineto_helper.Helper, "wants", waiting)
+
+
+def _same(a, b) -> None:
+    assert a.warnings == b.warnings
+    for t in TABLES:
+        got, want = getattr(a, t), getattr(b, t)
+        assert got.equals(want), t
+
+
+def test_helper_gives_the_tables_of_one_process_on_a_real_trace(monkeypatch):
+    one = _read(REAL, monkeypatch, "0")
+    monkeypatch.setattr(kineto_stream, "TEXT_BYTES", 256 << 10)  # many batches from a 22 MB text
+    _wait_until_ready(monkeypatch)
+    seen = _sent(monkeypatch)
+    two = _read(REAL, monkeypatch, "1")
+    _same(two, one)
+    sent = [s for s in seen if isinstance(s, int)]
+    assert len(sent) >= 10 and seen[-1] == "ok"  # the helper decoded many batches and never broke
+    # an independent count: the file's events of the routed kinds (a plain JSON decode)
+    events = json.loads(bounded_read.read_bytes(REAL))["traceEvents"]
+    kernels = sum(1 for e in events if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    assert two.gpu_activities.num_rows == kernels
+
+
+def _trace(tmp_path, n: int, bad_at: int | None = None, bad=None):
+    ev = []
+    for k in range(n):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 2, "ts": 100 * k, "dur": 50,
+                   "args": {"External id": k + 1}})
+        ev.append({"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": 100 * k + 10,
+                   "dur": 20, "args": {"correlation": k + 1, "External id": k + 1, "device": 0, "stream": 7}})
+    if bad_at is not None:
+        ev[bad_at] = bad
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return f
+
+
+@pytest.mark.parametrize("bad_at,bad,msg", [
+    # a kernel late in the file whose ts is text: the parser's own message, as in one process
+    (1601, {"ph": "X", "cat": "kernel", "name": "k", "ts": "abc", "dur": 1, "args": {"correlation": 1}},
+     "event fields of the wrong type"),
+    # an event that is not an object: the whole read's message, naming its index
+    (1500, 5, r"\$\.traceEvents\[1500\]"),
+])
+def test_a_batch_the_helper_refuses_gives_the_error_of_one_process(tmp_path, monkeypatch, bad_at, bad, msg):
+    f = _trace(tmp_path, 1000, bad_at, bad)
+    monkeypatch.setattr(kineto_stream, "TEXT_BYTES", 8 << 10)
+    with pytest.raises(TraceError, match=msg) as one:
+        _read(f, monkeypatch, "0")
+    monkeypatch.setattr(kineto_helper, "MAX_IN_FLIGHT", 1 << 20)  # every batch to the helper
+    _wait_until_ready(monkeypatch)
+    seen = _sent(monkeypatch)
+    with pytest.raises(TraceError, match=msg) as two:
+        _read(f, monkeypatch, "1")
+    assert str(two.value) == str(one.value)
+    assert [s for s in seen if isinstance(s, int)]  # batches were handed over
+
+
+def test_a_helper_that_dies_only_costs_speed(tmp_path, monkeypatch):
+    """A helper that answers nothing and exits after its first batch: every batch handed to it is
+    decoded here; the tables are those of one process."""
+    f = _trace(tmp_path, 2000)
+    monkeypatch.setattr(kineto_stream, "TEXT_BYTES", 8 << 10)
+    one = _read(f, monkeypatch, "0")
+    monkeypatch.setattr(kineto_helper, "_CHILD",
+                        "import sys; from multiprocessing.connection import Connection; "
+                        "c = Connection(int(sys.argv[2])); c.send(('ready', None)); c.recv_bytes()")
+    _wait_until_ready(monkeypatch)
+    seen = _sent(monkeypatch)
+    two = _read(f, monkeypatch, "1")
+    _same(two, one)
+    assert [s for s in seen if isinstance(s, int)] and seen[-1] == "broken"
+    assert two.gpu_activities.num_rows == 2000 and two.cpu_ranges.num_rows == 2000  # by construction
+
+
+def test_a_helper_that_cannot_start_is_not_used(tmp_path, monkeypatch):
+    f = _trace(tmp_path, 50)
+    seen = _sent(monkeypatch)
+
+    def refuse(*a, **k):
+        raise OSError("no processes here")
+
+    monkeypatch.setattr(subprocess, "Popen", refuse)
+    p = _read(f, monkeypatch, "1")
+    assert p.gpu_activities.num_rows == 50 and seen == []
+
+
+def test_when_the_helper_is_wanted(tmp_path, monkeypatch):
+    small = _trace(tmp_path, 10)
+    monkeypatch.delenv(kineto_helper.ENV, raising=False)
+    assert not kineto_helper.wanted(small)  # a small file: one process is faster
+    monkeypatch.setattr(kineto_helper, "MIN_TEXT", 1)
+    monkeypatch.setattr(kineto_helper, "_cores", lambda: 2)
+    monkeypatch.setattr(kineto_helper.os, "getloadavg", lambda: (1.4, 0.0, 0.0))
+    assert kineto_helper.wanted(small)
+    monkeypatch.setattr(kineto_helper.os, "getloadavg", lambda: (1.6, 0.0, 0.0))
+    assert not kineto_helper.wanted(small)  # no idle core: one process is as fast
+    monkeypatch.setattr(kineto_helper.os, "getloadavg", lambda: (1.4, 0.0, 0.0))
+    monkeypatch.setattr(kineto_helper, "_cores", lambda: 1)
+    assert not kineto_helper.wanted(small)  # one core: nothing to gain
+    monkeypatch.setattr(kineto_helper, "_cores", lambda: 2)
+    got = []
+    t = threading.Thread(target=lambda: got.append(kineto_helper.wanted(small)))
+    t.start()
+    t.join()
+    assert got == [False]  # not the main thread (a server or a worker's thread)
+    monkeypatch.setenv(kineto_helper.ENV, "0")
+    assert not kineto_helper.wanted(small)
+    # the gzip estimate: the trailer's size or four times the compressed size, whichever is larger
+    import gzip
+    gz = tmp_path / "t.json.gz"
+    text = small.read_bytes()
+    gz.write_bytes(gzip.compress(text))
+    assert kineto_helper._estimated_text(gz) == max(len(text), 4 * gz.stat().st_size)
+    assert kineto_helper._estimated_text(small) == len(text)

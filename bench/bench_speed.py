@@ -17,8 +17,9 @@ nsys (h100_2gpu_train_a2a, x1 and x100, bench/bench_nsys.py's scaled copy):
 
 Kineto hta_df_index_resolver: traceview against HTA, whole processes. `traceview --help`: whole process.
 
-Memory is the larger of the largest process's peak RSS and the whole process tree's peak (PSS summed
-over every process plus what it put in /dev/shm, sampled every 20 ms): work split over processes is
+Memory is the larger of the largest process's peak RSS and the whole process tree's peak (RSS summed
+over every process, shared library pages once per process, plus what it put in /dev/shm, sampled
+every 20 ms): work split over processes is
 charged in full.
 
 Each command runs --repeat times, interleaved (A B C A B C ...); the medians are printed with the ratios
@@ -107,15 +108,14 @@ def _tree(pid: int) -> list[int]:
     return out
 
 
-def _pss_mib(pid: int) -> float:
+def _rss_mib(pid: int) -> float:
+    """A process's resident set now (/proc/PID/statm: cheap to read, unlike smaps' PSS, whose page
+    walk of a GB-sized process every few ms would take a core from the command measured)."""
     try:
-        with open(f"/proc/{pid}/smaps_rollup") as fh:
-            for line in fh:
-                if line.startswith("Pss:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        pass
-    return 0.0
+        with open(f"/proc/{pid}/statm") as fh:
+            return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def _shm_used_mib() -> float:
@@ -128,9 +128,10 @@ def _shm_used_mib() -> float:
 
 def measure(cmd: list[str]) -> dict:
     """Wall, CPU (the process and its children) and memory of one command. Memory two ways: `rss`, the
-    largest process's peak RSS (ru_maxrss); `tree`, the peak of the whole process tree's proportional
-    set size summed plus what it put in /dev/shm, sampled every 20 ms (a command that works in several
-    processes, or keeps data in memory-backed files, is charged for all of it). `mem` is the larger."""
+    largest process's peak RSS (ru_maxrss); `tree`, the peak of the whole process tree's RSS summed
+    plus what it put in /dev/shm, sampled every 20 ms (a command that works in several processes, or
+    keeps data in memory-backed files, is charged for all of it; pages the processes share, such as
+    their libraries, are counted once per process: an upper bound). `mem` is the larger."""
     t = time.perf_counter()
     shm0 = _shm_used_mib()
     peak = [0.0]
@@ -140,7 +141,7 @@ def measure(cmd: list[str]) -> dict:
 
         def sample() -> None:
             while not done.wait(0.02):
-                used = sum(_pss_mib(q) for q in _tree(p.pid)) + max(0.0, _shm_used_mib() - shm0)
+                used = sum(_rss_mib(q) for q in _tree(p.pid)) + max(0.0, _shm_used_mib() - shm0)
                 peak[0] = max(peak[0], used)
         th = threading.Thread(target=sample, daemon=True)
         th.start()

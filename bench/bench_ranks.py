@@ -34,17 +34,21 @@ DLRM = ROOT.parent / "shared" / "traces" / "kineto" / "dlrm_8rank_v100"
 _TREE_CPU = """
 def tree_cpu():
     import os, resource, time
-    time.sleep(0.3)                       # a forkserver reaps its workers when they have exited
+    def live_children():
+        out = []
+        for pid in os.listdir("/proc"):
+            try:
+                f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except (OSError, IndexError):
+                continue
+            if pid.isdigit() and int(f[1]) == os.getpid():
+                out.append(f)
+        return out
+    if live_children():                   # a forkserver reaps its workers when they have exited
+        time.sleep(0.3)                   # (only then: the command's wall would carry the wait)
     me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     tick = os.sysconf("SC_CLK_TCK")
-    live = 0.0
-    for pid in os.listdir("/proc"):
-        try:
-            f = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue
-        if pid.isdigit() and int(f[1]) == os.getpid():
-            live += sum(int(x) for x in f[11:15]) / tick
+    live = sum(sum(int(x) for x in f[11:15]) / tick for f in live_children())
     return me.ru_utime + me.ru_stime, kids.ru_utime + kids.ru_stime, live
 """
 

@@ -217,5 +217,5 @@ def test_analyze_counts_flops_in_its_own_session_once(prof, monkeypatch):
     assert set(flops_steps) == {"flops_shapes", "flops_ops", "flops_kernels", "flops_step_ops", "flops_steps",
                                 "flops_embedding_tokens", "flops_step_tokens", "flops_kernel_info",
                                 "flops_op_kernels", "flops_op_inputs", "flops_op_precision",
-                                "flops_compute_kernels", "flops_groups"}
+                                "flops_compute_kernels", "flops_groups", "flops_shaped_ops"}
     assert set(flops_steps.values()) == {1}

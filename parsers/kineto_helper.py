@@ -70,50 +70,6 @@ def _idle_core(cores: int) -> bool:
         return True
 
 
-def _serve(conn, folder: str) -> None:
-    """The helper's loop: the name of a batch's text file in, ("ok", name of the pickled part's
-    file) or ("err", exception) out; b"" ends it. The texts and parts go through files in a
-    memory-backed folder, each written and read in one call: a socket would pass them in pieces,
-    each piece waiting for the other process's busy thread."""
-    import pickle
-
-    from . import kineto, kineto_stream
-    conn.send(("ready", None))
-    while True:
-        try:
-            name = conn.recv_bytes()
-        except (EOFError, OSError):  # the parser's process is gone (killed): its folder goes too
-            import shutil
-            shutil.rmtree(folder, ignore_errors=True)
-            return
-        if not name:
-            return
-        try:
-            path = os.path.join(folder, name.decode())
-            with open(path, "rb") as fh:
-                text = fh.read()
-            os.unlink(path)
-            evs = kineto_stream.decode_text(text)
-            del text
-            bufs: list = []
-            head = pickle.dumps(kineto.route_part(evs), protocol=5, buffer_callback=bufs.append)
-            del evs
-            out = "a" + name.decode()[1:]
-            sizes = _write_part(os.path.join(folder, out), head, bufs)
-            del bufs
-            answer: tuple = ("ok", (out, len(head), sizes))
-        except Exception as e:  # noqa: BLE001 - sent back and raised in the parser's process
-            answer = ("err", e)
-        try:
-            conn.send(answer)
-        except (EOFError, OSError):
-            import shutil
-            shutil.rmtree(folder, ignore_errors=True)
-            return
-        except Exception as e:  # noqa: BLE001 - an exception that does not pickle: its text
-            conn.send(("err", RuntimeError(f"{type(e).__name__}: {e}")))
-
-
 def _write_part(path: str, head: bytes, bufs: list) -> list[int]:
     """A pickled part: its head, then each out-of-band buffer (the Arrow arrays' data), in order."""
     sizes = []
@@ -151,13 +107,8 @@ def _write(path: str, data: bytes) -> None:
     os.replace(path + ".part", path)
 
 
-def _main(fd: int, folder: str) -> None:
-    from multiprocessing.connection import Connection
-    _serve(Connection(fd), folder)
-
-
 _CHILD = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
-          "from traceview.parsers.kineto_helper import _main; _main(int(sys.argv[2]), sys.argv[3])")
+          "from traceview.parsers.kineto_helper_serve import main; main(int(sys.argv[2]), sys.argv[3])")
 _BROKEN = ("broken", None)
 
 

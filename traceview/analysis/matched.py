@@ -22,7 +22,7 @@ import msgspec
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..document.packed import CHUNK, MIN_ROWS, PackedRows, packable
+from ..document.packed import CHUNK, MIN_ROWS, PackedRows, chunk_index, packable
 from ..plain_data import scan
 
 ENTRIES_PER_CHUNK = 16384      # per-rank entries (each of three maps) in one chunk of `rows()`
@@ -158,10 +158,7 @@ class _Chunks(Sequence):
     def __getitem__(self, c):
         if isinstance(c, slice):
             return [self[i] for i in range(*c.indices(len(self)))]
-        if c < 0:
-            c += len(self)
-        if not 0 <= c < len(self):
-            raise IndexError("chunk index out of range")
+        c = chunk_index(c, len(self))
         if self._last is not None and self._last[0] == c:
             return self._last[1]
         lo, hi = c * self._per, min(len(self._m.heads), (c + 1) * self._per)

@@ -33,6 +33,15 @@ def _array_header_size(n: int) -> int:
     return 1 if n < 16 else 3 if n < 2**16 else 5
 
 
+
+def chunk_index(c: int, n: int) -> int:
+    """A chunk index of a sequence of n chunks, negative ones counted from the end (IndexError past it)."""
+    if c < 0:
+        c += n
+    if not 0 <= c < n:
+        raise IndexError("chunk index out of range")
+    return c
+
 class PackedRows(Sequence):
     """Rows as msgpack chunks of `per` rows, CHUNK unless given (each chunk the msgpack of a list
     of rows; the last may hold fewer)."""
@@ -277,10 +286,7 @@ class _MergedChunks(Sequence):
     def __getitem__(self, c):
         if isinstance(c, slice):
             return [self[i] for i in range(*c.indices(len(self)))]
-        if c < 0:
-            c += len(self)
-        if not 0 <= c < len(self):
-            raise IndexError("chunk index out of range")
+        c = chunk_index(c, len(self))
         if self._last is not None and self._last[0] == c:
             return self._last[1]
         lo, hi = c * CHUNK, min(len(self._index), (c + 1) * CHUNK)
@@ -361,10 +367,7 @@ class _FileChunks(Sequence):
     def __getitem__(self, c):
         if isinstance(c, slice):
             return [self[i] for i in range(*c.indices(len(self)))]
-        if c < 0:
-            c += len(self)
-        if not 0 <= c < len(self):
-            raise IndexError("chunk index out of range")
+        c = chunk_index(c, len(self))
         chunk = self.map[self._ends[c - 1] if c else 0:self._ends[c]]
         if c % RELEASE_EVERY == RELEASE_EVERY - 1:
             self.map.madvise(mmap.MADV_DONTNEED)

@@ -58,10 +58,22 @@ need AS (
     WHERE origin_start_ns IS NOT NULL AND layer IS NULL AND stage IS NULL
       AND NOT (bwd AND (f_layer IS NOT NULL OR f_stage IS NOT NULL))
 ),
+candidate_spans AS (SELECT {'rank': rank, 'tid': tid} AS grp, start_ns AS s, end_ns AS e FROM candidates),
+covered AS (      -- per training thread, the spans where some candidate is open (interval_union)
+    SELECT u.grp.rank AS rank, u.grp.tid AS tid, u.s, u.e
+    FROM interval_union('candidate_spans') u
+),
+need_on AS (      -- (activity, other training thread) where the launch falls in a covered span of that
+                  -- thread: a sorted ASOF lookup that spares the range join below the other pairs
+    SELECT n.id, n.rank, n.origin_start_ns, n.x_tid
+    FROM (SELECT n.*, t.tid AS x_tid FROM need n JOIN training_threads t ON t.rank = n.rank AND t.tid <> n.tid) n
+    ASOF JOIN covered c ON c.rank = n.rank AND c.tid = n.x_tid AND n.origin_start_ns >= c.s
+    WHERE n.origin_start_ns < c.e
+),
 open_at AS (      -- per activity and training thread: the innermost candidate open at launch
     SELECT n.id, k.tid AS x_tid, k.id AS x_range, k.layer, k.stage, k.phase, k.layer_inferred
-    FROM need n JOIN candidates k
-      ON k.rank = n.rank AND k.tid <> n.tid AND n.origin_start_ns >= k.start_ns AND n.origin_start_ns < k.end_ns
+    FROM need_on n JOIN candidates k
+      ON k.rank = n.rank AND k.tid = n.x_tid AND n.origin_start_ns >= k.start_ns AND n.origin_start_ns < k.end_ns
     QUALIFY row_number() OVER (PARTITION BY n.id, k.tid ORDER BY k.depth DESC, k.start_ns DESC, k.id) = 1
 ),
 cross_thread AS (

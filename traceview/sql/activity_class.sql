@@ -21,11 +21,13 @@ WITH coll_ranges AS (
 ),
 -- nested/overlapping collective ranges merged into disjoint islands per thread (interval_union),
 -- so that one ASOF join (latest island starting at or before the launch) finds the only
--- candidate; an island is named by its earliest range
+-- candidate; an island is named by its earliest range (each range found in its island by the same
+-- kind of ASOF join: the islands of a thread are disjoint)
 islands AS (
     SELECT u.grp.rank AS rank, u.grp.tid AS tid, u.s, u.e, arg_min(c.name, c.s) AS name
-    FROM interval_union('coll_ranges') u
-    JOIN coll_ranges c ON c.grp = u.grp AND c.s >= u.s AND c.e <= u.e
+    FROM coll_ranges c
+    ASOF JOIN interval_union('coll_ranges') u ON c.grp = u.grp AND c.s >= u.s
+    WHERE c.e <= u.e
     GROUP BY ALL
 ),
 under_coll AS (

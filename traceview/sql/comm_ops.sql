@@ -14,14 +14,16 @@
 -- kernel, the kernel itself (each is one collective or group); else (DeepEP, NVSHMEM and other
 -- libraries PyTorch records no op for) the innermost annotation around the launch, split by
 -- role (dispatch / combine, from the kernel name); else the activity itself.
-WITH RECURSIVE up AS (   -- the launching range of each comm activity and its ancestors
+WITH RECURSIVE par AS MATERIALIZED (   -- the parent links, read once (not once per level of the walk)
+    SELECT id, parent_id FROM cpu_ranges WHERE parent_id IS NOT NULL
+),
+up AS (   -- the launching range of each comm activity and its ancestors
     SELECT c.id, o.op_id AS rid, 0 AS lvl
     FROM activity_class c JOIN activity_origin o ON o.id = c.id
     WHERE c.class = 'comm' AND o.op_id IS NOT NULL
     UNION ALL
     SELECT u.id, r.parent_id, u.lvl + 1
-    FROM up u JOIN cpu_ranges r ON r.id = u.rid
-    WHERE r.parent_id IS NOT NULL
+    FROM up u JOIN par r ON r.id = u.rid
 ),
 chain AS (
     SELECT u.id, u.lvl, r.id AS rid, r.name, r.kind, c.coll_range

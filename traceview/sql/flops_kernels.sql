@@ -6,12 +6,15 @@
 -- one of its descendants launched: the op's FLOPs split over its kernels in proportion to their
 -- duration (equally when all last 0 ns). Copies and memsets get none; kernels no counted op
 -- launched are absent. `op_id` is the counted op.
-WITH RECURSIVE up(act, anc, n) AS (
+WITH RECURSIVE par AS MATERIALIZED (   -- the parent links, read once (not once per level of the walk)
+    SELECT id, parent_id FROM cpu_ranges WHERE parent_id IS NOT NULL
+),
+up(act, anc, n) AS (
     SELECT id, op_id, 0 FROM gpu_activities WHERE op_id IS NOT NULL AND kind = 'kernel'
     UNION ALL
     SELECT up.act, c.parent_id, up.n + 1
-    FROM up JOIN cpu_ranges c ON c.id = up.anc
-    WHERE c.parent_id IS NOT NULL AND up.n < 512
+    FROM up JOIN par c ON c.id = up.anc
+    WHERE up.n < 512
 ),
 k AS (
     SELECT g.id, g.rank, o.id AS op_id, o.flops, greatest(g.end_ns - g.start_ns, 0) AS dur

@@ -18,12 +18,15 @@ WITH RECURSIVE ops AS (
      AND s.input_types = coalesce(c.input_types, '')
 ),
 has AS (SELECT id, parent_id FROM ops WHERE flops IS NOT NULL),
+-- the parent links, materialized once: the recursive step joins them at every level (reading
+-- cpu_ranges there scanned the whole Arrow table again per level)
+par AS MATERIALIZED (SELECT id, parent_id FROM cpu_ranges WHERE parent_id IS NOT NULL),
 up(op, anc, n) AS (
     SELECT id, parent_id, 0 FROM has WHERE parent_id IS NOT NULL
     UNION ALL
     SELECT up.op, c.parent_id, up.n + 1
-    FROM up JOIN cpu_ranges c ON c.id = up.anc
-    WHERE c.parent_id IS NOT NULL AND up.n < 512
+    FROM up JOIN par c ON c.id = up.anc
+    WHERE up.n < 512
 ),
 nested AS (SELECT DISTINCT up.op AS id FROM up JOIN has ON has.id = up.anc)
 SELECT id, rank, tid, name, start_ns, end_ns, flops, dtype,

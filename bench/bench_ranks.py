@@ -55,6 +55,8 @@ def tree_cpu():
 _RUNNER = _TREE_CPU + """
 import resource, sys, time
 t = time.perf_counter()
+from traceview import launch
+launch.one_blas_thread()            # as the command does first (else numpy's OpenBLAS thread: no fork)
 from traceview import replay        # as the `traceview` command runs (launch.main): a repeat is replayed
 replay.INVOCATION = sys.argv[1:]
 rc = replay.try_replay(sys.argv[1:])
@@ -76,6 +78,8 @@ print(f"BENCH {rc} {wall:.3f} {me} {kids} {own:.3f} {reaped + live:.3f}", file=s
 _SPLIT_RUNNER = _TREE_CPU + """
 import time, sys
 T0, C0 = time.perf_counter(), time.process_time()
+from traceview import launch
+launch.one_blas_thread()            # as the command does first (launch.main)
 SPANS = []
 def span(name, fn):
     def wrapped(*a, **k):

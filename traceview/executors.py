@@ -222,13 +222,20 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
     warnings and largest id (Store.lookup_light), for a mapped run whose workers read the tables;
     `spill`: a folder where the tables of each file parsed now are also written (parse_task),
     file i's in spill.spill_folder(spill, i)."""
+    return start_read(files, nsys_bin, parse, light, spill)()
+
+
+def start_read(files: list[Path], nsys_bin: str | None, parse, light: bool = False,
+               spill: Path | None = None) -> Callable[[], list[tuple[Path, Any]]]:
+    """read_all started: on the run's process pool the parse tasks are submitted now, and this
+    process works on (a mapped job checks its options meanwhile); the function returned takes
+    their results (a bad trace is said there, never before) and returns read_all's list. Dask and
+    this process itself (--jobs 1) parse when it is called."""
     state = current()
     assert state is not None
     from .store import Store
     s = state.settings
     store = Store(s.store) if s.store is not None else None
-    from .progress import Progress
-    progress = Progress(len(files), sum(_size(f) for f in files), force=s.progress)
     results: dict[int, object] = {}
     t0 = time.perf_counter()
     misses = []
@@ -236,13 +243,33 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
         hit = (store.lookup_light(f) if light else store.lookup(f)) if store is not None and not _reread() else None
         if hit is not None:
             results[i] = hit
-            progress.advance(_size(f))
         else:
             misses.append(i)
     hits = len(files) - len(misses)
     root = str(s.store) if store is not None else None
     from .parsers import bounded_read
     limit = bounded_read.max_input_size()
+    fault = os.environ.get(FAULT_ENV)
+    from .spill import spill_folder
+    args = [(parse, str(files[i]), nsys_bin, root, limit, fault, light,
+             None if spill is None or root is None else str(spill_folder(spill, i))) for i in misses]
+    pooled = bool(misses) and state.client is None and s.jobs > 1 and len(misses) > 1
+    submitted = _submit_pool(min(s.jobs, len(misses)), misses, args) if pooled else None
+
+    def finish() -> list[tuple[Path, Any]]:
+        return _finish_read(state, files, results, t0, misses, hits, args, submitted)
+    return finish
+
+
+def _finish_read(state: RunState, files: list[Path], results: dict, t0: float, misses: list[int],
+                 hits: int, args: list[tuple], submitted) -> list[tuple[Path, Any]]:
+    s = state.settings
+    from .store import Store
+    store = Store(s.store) if s.store is not None else None
+    from .progress import Progress
+    progress = Progress(len(files), sum(_size(f) for f in files), force=s.progress)
+    for i in results:                      # the files the store held
+        progress.advance(_size(files[i]))
     bad: dict[int, str] = {}
     peak = [0]                   # the largest worker's peak RSS (KiB), pool workers only
 
@@ -265,17 +292,13 @@ def read_all(files: list[Path], nsys_bin: str | None, parse, light: bool = False
             results[i] = value
         progress.advance(_size(files[i]))
 
-    fault = os.environ.get(FAULT_ENV)
-    from .spill import spill_folder
-    args = [(parse, str(files[i]), nsys_bin, root, limit, fault, light,
-             None if spill is None or root is None else str(spill_folder(spill, i))) for i in misses]
     try:
         if not misses:
             pass
         elif state.client is not None:
             _map_dask(state.client, misses, args, take, bad)
-        elif s.jobs > 1 and len(misses) > 1:
-            _map_pool(min(s.jobs, len(misses)), misses, args, take, bad)
+        elif submitted is not None:
+            _collect_pool(submitted, take)
         else:
             for i, a in zip(misses, args, strict=False):
                 take(i, parse_task(*a))
@@ -407,13 +430,25 @@ def _map_pool(n: int, idx: list[int], args: list[tuple], take, bad: dict) -> Non
     """All ranks on a pool of n; the ranks of a pool that broke (a worker died: every task in flight
     fails with it) are retried once each, one at a time, so a rank that kills its worker again is
     known to be the one, and only it is a failed rank."""
-    crashed = []
+    _collect_pool(_submit_pool(n, idx, args), take)
+
+
+def _submit_pool(n: int, idx: list[int], args: list[tuple]) -> dict[Future, tuple]:
+    """The parse tasks submitted to the run's pool (made now where there is none): future -> (i, args)."""
     state = current()
     assert state is not None
     # the run's pool: the later rounds of a mapped job (map_tasks) reuse its processes
     pool = state.pool if state.pool is not None else _pool(max(n, state.settings.jobs))
     state.pool = pool
-    futs: dict[Future, tuple] = {pool.submit(*_task(parse_task, a)): (i, a) for i, a in zip(idx, args, strict=False)}
+    return {pool.submit(*_task(parse_task, a)): (i, a) for i, a in zip(idx, args, strict=False)}
+
+
+def _collect_pool(futs: dict[Future, tuple], take) -> None:
+    """_map_pool's results as they complete (see there)."""
+    crashed = []
+    state = current()
+    assert state is not None
+    pool = state.pool
     try:
         for fut in as_completed(futs):
             i, a = futs[fut]

@@ -151,11 +151,19 @@ def eligible(files: list[Path]) -> bool:
     return executors.mappable(files)
 
 
-def load_job(files: list[Path], nsys_bin: str | None) -> Profile | None:
-    """The job's profile with its canonical tables memory-mapped from the scratch folder and
-    `profile.remote` set for the session (None when the files cannot be mapped: then load() runs)."""
+@dataclass
+class Started:
+    """A mapped job's parse, started (start_job): its scratch folder and the parse's results to take."""
+    scratch: Path
+    finish: Any                      # executors.start_read's function
+
+
+def start_job(files: list[Path], nsys_bin: str | None) -> Started:
+    """The parse of a mapped job started on the run's pool (the parent checks the options and
+    imports the analysis meanwhile: the workers forked by executors.start_pool would otherwise wait
+    for it); load_job takes the results, where a bad trace is said."""
     from . import executors
-    from .load import join, parse_checked, place
+    from .load import parse_checked
     state = executors.current()
     assert state is not None
     if state.settings.store is None:          # --no-store: a store of this run only, removed at its end
@@ -166,7 +174,20 @@ def load_job(files: list[Path], nsys_bin: str | None) -> Profile | None:
     scratch = Path(state.settings.store) / "scratch" / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
     scratch.mkdir(parents=True)
     state.cleanups.append(lambda: shutil.rmtree(scratch, ignore_errors=True))
-    got = executors.read_all(files, nsys_bin, parse_checked, light=True, spill=scratch / "files")
+    return Started(scratch, executors.start_read(files, nsys_bin, parse_checked, light=True, spill=scratch / "files"))
+
+
+def load_job(files: list[Path], nsys_bin: str | None, started: Started | None = None) -> Profile | None:
+    """The job's profile with its canonical tables memory-mapped from the scratch folder and
+    `profile.remote` set for the session (None when the files cannot be mapped: then load() runs).
+    `started`: its parse, started by start_job (else started here)."""
+    from . import executors
+    from .load import join, place
+    state = executors.current()
+    assert state is not None
+    started = started or start_job(files, nsys_bin)
+    scratch = started.scratch
+    got = started.finish()
     index = {str(f): i for i, f in enumerate(files)}
     if not got:
         raise TraceError(files[0].parent, "no trace could be read (every one was skipped)")

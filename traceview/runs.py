@@ -32,10 +32,12 @@ def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Ses
     except TraceError as e:          # said after the options are checked, as before any work
         files, bad = [], e
     mapped_job = bad is None and _mappable(files)
-    if mapped_job:                 # the workers start now, forked before this process starts threads
-        from .executors import start_pool
-        from .mapped import open_spare
+    started = None
+    if mapped_job:                 # the workers start now, forked before this process starts threads,
+        from .executors import start_pool       # and parse while it checks the options (a trace that
+        from .mapped import open_spare, start_job   # cannot be read is said after them, as before)
         start_pool(len(files), open_spare)
+        started = start_job(files, opts.nsys)
     from .engine.session import Session
     session = Session()   # its connection checks the patterns before the work
     check_options(opts, session.con)
@@ -49,7 +51,7 @@ def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Ses
         import importlib
         for m in ANALYSIS_MODULES:
             importlib.import_module(m)
-    profile = _load(paths, files, opts.nsys, mapped_job)
+    profile = _load(paths, files, opts.nsys, mapped_job, started)
     from .document.assemble import assemble
     session.attach(profile)
     return assemble(profile, opts, session, rules, budget), session
@@ -60,11 +62,11 @@ def _mappable(files) -> bool:
     return mappable(files)
 
 
-def _load(paths: list[str], files, nsys_bin: str | None, mapped_job: bool) -> Profile:
+def _load(paths: list[str], files, nsys_bin: str | None, mapped_job: bool, started=None) -> Profile:
     """The job: its per-rank work on the workers when the run has several (mapped.py), else loaded here."""
     if mapped_job:
         from . import mapped
-        prof = mapped.load_job(files, nsys_bin)
+        prof = mapped.load_job(files, nsys_bin, started)
         if prof is not None:
             return prof
     from .load import load

@@ -101,10 +101,24 @@ resolved AS (
                 ELSE false END AS r_inferred
     FROM joined j
 ),
-stepped AS (
+step_spans AS (   -- the non-empty step ranges; `overlapped`: one starts before an earlier one ends
+    SELECT rank, step, cpu_start_ns, cpu_end_ns,
+           coalesce(cpu_start_ns < max(cpu_end_ns) OVER (PARTITION BY rank ORDER BY cpu_start_ns, step
+                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
+                    false) AS overlapped
+    FROM step_ranges WHERE cpu_end_ns > cpu_start_ns
+),
+overlapping AS (SELECT DISTINCT rank FROM step_spans WHERE overlapped),
+stepped AS (      -- the step range around the launch (the lowest step where several are): on a rank
+                  -- whose step ranges do not overlap, the latest one starting at or before it (ASOF)
     SELECT j.id, s.step
-    FROM resolved j JOIN step_ranges s
+    FROM resolved j ASOF JOIN step_spans s ON s.rank = j.rank AND j.origin_start_ns >= s.cpu_start_ns
+    WHERE j.origin_start_ns < s.cpu_end_ns AND j.rank NOT IN (SELECT rank FROM overlapping)
+    UNION ALL
+    SELECT j.id, s.step
+    FROM resolved j JOIN step_spans s
       ON s.rank = j.rank AND j.origin_start_ns >= s.cpu_start_ns AND j.origin_start_ns < s.cpu_end_ns
+    WHERE s.rank IN (SELECT rank FROM overlapping)
     QUALIFY row_number() OVER (PARTITION BY j.id ORDER BY s.step) = 1
 )
 SELECT j.id, j.rank,

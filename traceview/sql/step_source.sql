@@ -16,11 +16,15 @@ WITH rx AS (
 ),
 names AS (SELECT DISTINCT name FROM cpu_ranges WHERE kind IN ('annotation', 'op')),
 hits AS (SELECT n.name, rx.regex_index FROM names n JOIN rx ON regexp_matches(n.name, rx.step_regex)),
+-- a range has GPU work when the first launch at or after its start (one ASOF lookup per range, not
+-- a join of every range with every launch of its rank) falls before its end
+launched AS (SELECT rank, origin_start_ns FROM activity_origin WHERE origin_start_ns IS NOT NULL),
 with_work AS (
     SELECT DISTINCT h.regex_index, r.rank
     FROM hits h
     JOIN cpu_ranges r ON r.name = h.name AND r.kind IN ('annotation', 'op')
-    JOIN activity_origin o ON o.rank = r.rank AND o.origin_start_ns >= r.start_ns AND o.origin_start_ns < r.end_ns
+    ASOF JOIN launched o ON o.rank = r.rank AND r.start_ns <= o.origin_start_ns
+    WHERE o.origin_start_ns < r.end_ns
 )
 SELECT rx.regex_index, rx.step_regex, count(w.rank) AS ranks
 FROM rx LEFT JOIN with_work w ON w.regex_index = rx.regex_index

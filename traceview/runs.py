@@ -33,9 +33,11 @@ def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Ses
         files, bad = [], e
     mapped_job = bad is None and _mappable(files)
     started = None
-    if mapped_job:                 # the workers start now, forked before this process starts threads,
-        from .executors import start_pool       # and parse while it checks the options (a trace that
-        from .mapped import open_spare, start_job   # cannot be read is said after them, as before)
+    if mapped_job:
+        # the workers start now, forked before this process starts threads, and parse while it
+        # checks the options (a trace that cannot be read is said after them, as before)
+        from .executors import start_pool
+        from .mapped import open_spare, start_job
         start_pool(len(files), open_spare)
         started = start_job(files, opts.nsys)
     from .engine.session import Session

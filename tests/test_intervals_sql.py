@@ -48,6 +48,16 @@ def test_subtraction_keeps_what_only_the_first_covers():
     assert _rows(_session(), "interval_subtract('b', 'a')") == [(1, 15, 20), (2, 10, 12), (3, 0, 5)]
 
 
+def test_overlapping_names_the_partitions_where_two_intervals_overlap():
+    # A: 1 has [0,10) and [5,15) overlapping; [20,30) [30,35) only touch; 2: [0,4) and the empty [6,6)
+    # B: 1: [2,3) then [8,22) (apart); 2 and 3: one interval each
+    assert _rows(_session(), "interval_overlapping('a')") == [(1,)]
+    assert _rows(_session(), "interval_overlapping('b')") == []
+    s = _session()  # two intervals starting together overlap; an empty one inside another does not
+    s.register("c", pa.table({"grp": [4, 4, 5, 5], "s": [0, 0, 0, 3], "e": [2, 9, 9, 3]}))
+    assert _rows(s, "interval_overlapping('c')") == [(4,)]
+
+
 @pytest.mark.parametrize("query", ["interval_union('a')", "interval_subtract('a', 'b')"])
 def test_the_partition_key_may_be_a_struct(query):
     s = _session()

@@ -101,14 +101,9 @@ resolved AS (
                 ELSE false END AS r_inferred
     FROM joined j
 ),
-step_spans AS (   -- the non-empty step ranges; `overlapped`: one starts before an earlier one ends
-    SELECT rank, step, cpu_start_ns, cpu_end_ns,
-           coalesce(cpu_start_ns < max(cpu_end_ns) OVER (PARTITION BY rank ORDER BY cpu_start_ns, step
-                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                    false) AS overlapped
-    FROM step_ranges WHERE cpu_end_ns > cpu_start_ns
-),
-overlapping AS (SELECT DISTINCT rank FROM step_spans WHERE overlapped),
+step_spans AS (SELECT rank, step, cpu_start_ns, cpu_end_ns FROM step_ranges WHERE cpu_end_ns > cpu_start_ns),
+step_intervals AS (SELECT rank AS grp, cpu_start_ns AS s, cpu_end_ns AS e FROM step_spans),
+overlapping AS (SELECT grp AS rank FROM interval_overlapping('step_intervals')),   -- the ranks needing the range join
 stepped AS (      -- the step range around the launch (the lowest step where several are): on a rank
                   -- whose step ranges do not overlap, the latest one starting at or before it (ASOF)
     SELECT j.id, s.step

@@ -7,14 +7,9 @@
 -- The launches inside each step's CPU range: on a rank whose (non-empty) step ranges do not overlap,
 -- the only range that can hold a launch is the latest one starting at or before it (one ASOF
 -- lookup per launch); where they overlap, every range around it (the range join).
-WITH ranges AS (
-    SELECT rank, step, name, cpu_start_ns, cpu_end_ns,
-           coalesce(cpu_start_ns < max(cpu_end_ns) OVER (PARTITION BY rank ORDER BY cpu_start_ns, step
-                                                          ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING),
-                    false) AS overlapped
-    FROM step_ranges WHERE cpu_end_ns > cpu_start_ns
-),
-overlapping AS (SELECT DISTINCT rank FROM ranges WHERE overlapped),
+WITH ranges AS (SELECT rank, step, name, cpu_start_ns, cpu_end_ns FROM step_ranges WHERE cpu_end_ns > cpu_start_ns),
+step_spans AS (SELECT rank AS grp, cpu_start_ns AS s, cpu_end_ns AS e FROM ranges),
+overlapping AS (SELECT grp AS rank FROM interval_overlapping('step_spans')),
 launched AS (SELECT id, rank, origin_start_ns FROM activity_origin WHERE origin_start_ns IS NOT NULL),
 in_step AS (
     SELECT s.rank, s.step, s.name, o.id

@@ -34,6 +34,16 @@ islands AS (
 )
 SELECT grp, min(s) AS s, max(e) AS e FROM islands GROUP BY grp, island;
 
+-- interval_overlapping(t): the partitions in which two (non-empty) intervals overlap: one starts
+-- before an earlier-starting one ends (touching intervals do not overlap). Where a partition is not
+-- listed, a point lies in at most one interval: the latest starting at or before it (an ASOF join).
+CREATE OR REPLACE MACRO interval_overlapping(t) AS TABLE
+WITH ordered AS (
+    SELECT grp, s < max(e) OVER (PARTITION BY grp ORDER BY s ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS hit
+    FROM query_table(t) WHERE e > s
+)
+SELECT DISTINCT grp FROM ordered WHERE hit;
+
 -- interval_overlay(a, b): the elementary segments of a's and b's intervals together (one sweep),
 -- with na, nb = how many intervals of a and of b cover each (gaps included: both 0).
 CREATE OR REPLACE MACRO interval_overlay(a, b) AS TABLE

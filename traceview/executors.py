@@ -257,15 +257,13 @@ def start_read(files: list[Path], nsys_bin: str | None, parse, light: bool = Fal
     submitted = _submit_pool(min(s.jobs, len(misses)), misses, args) if pooled else None
 
     def finish() -> list[tuple[Path, Any]]:
-        return _finish_read(state, files, results, t0, misses, hits, args, submitted)
+        return _finish_read(state, store, files, results, t0, misses, hits, args, submitted)
     return finish
 
 
-def _finish_read(state: RunState, files: list[Path], results: dict, t0: float, misses: list[int],
+def _finish_read(state: RunState, store, files: list[Path], results: dict, t0: float, misses: list[int],
                  hits: int, args: list[tuple], submitted) -> list[tuple[Path, Any]]:
     s = state.settings
-    from .store import Store
-    store = Store(s.store) if s.store is not None else None
     from .progress import Progress
     progress = Progress(len(files), sum(_size(f) for f in files), force=s.progress)
     for i in results:                      # the files the store held
@@ -275,7 +273,7 @@ def _finish_read(state: RunState, files: list[Path], results: dict, t0: float, m
 
     def take(i: int, outcome) -> None:
         kind, value, *rss = outcome
-        if rss and state.client is None and (s.jobs > 1 and len(misses) > 1):
+        if rss and submitted is not None:          # a pool worker's peak
             peak[0] = max(peak[0], rss[0])
         if kind == "bad":
             if not s.skip_bad_ranks:

@@ -175,6 +175,28 @@ def test_segments():
     assert got == segment_rows()
 
 
+def test_segments_of_several_windows_and_ranks():
+    # rank 0: windows step 1 [0, 100] and step 2 [80, 150] (overlapping); rank 1: step 1 [0, 50]
+    windows = T([window(0, 1, 0, 100), window(0, 2, 80, 150), window(1, 1, 0, 50)])
+    acts = T([{"id": i, "rank": r, "device": 0, "stream": 7, "start_ns": a, "end_ns": b, "kind": "kernel",
+               "name": "k", "class": c, "coll_range": None}
+              for i, r, c, a, b in [(1, 0, "compute", 10, 90), (2, 0, "comm", 90, 120),
+                                    (3, 1, "memory", 20, 60), (4, 1, "compute", 0, 10)]])
+    got = run_step("segments", given={"windows": windows, "activity_class": acts}, order_by="rank, step, seg")
+    # (0, 1): 1 clipped to [10, 90], 2 to [90, 100]; points 0, 10, 90, 100
+    # (0, 2): 1 clipped to [80, 90], 2 to [90, 120]; points 80, 90, 120, 150 (the window's end)
+    # (1, 1): 4 at [0, 10], 3 clipped to [20, 50]; points 0, 10, 20, 50
+    # each window's points numbered from 0, its last one without an end, its counts from 0
+    want = [(0, 1, 0, 0, 10, 0, 0, 0), (0, 1, 10, 1, 90, 1, 0, 0), (0, 1, 90, 2, 100, 0, 1, 0),
+            (0, 1, 100, 3, None, 0, 0, 0),
+            (0, 2, 80, 0, 90, 1, 0, 0), (0, 2, 90, 1, 120, 0, 1, 0), (0, 2, 120, 2, 150, 0, 0, 0),
+            (0, 2, 150, 3, None, 0, 0, 0),
+            (1, 1, 0, 0, 10, 1, 0, 0), (1, 1, 10, 1, 20, 0, 0, 0), (1, 1, 20, 2, 50, 0, 0, 1),
+            (1, 1, 50, 3, None, 0, 0, 0)]
+    assert got == [{"rank": r, "step": st, "t": t, "seg": sg, "t_end": te, "c": c, "m": m, "x": x}
+                   for r, st, t, sg, te, c, m, x in want]
+
+
 def test_activity_spans():
     given = {"windows": T([window(0, 1, 0, 100)]), "activity_class": classed(),
              "segments": T(segment_rows(), t_end=pa.int64(), c=pa.int32(), m=pa.int32(), x=pa.int32())}

@@ -11,12 +11,15 @@
 --         NVSHMEM, ...). A memcpy launched by c10d::alltoall_base_ is therefore comm.
 -- memory: other memcpy / memset.
 -- compute: every other kernel.
-WITH coll_ranges AS (
-    SELECT {'rank': rank, 'tid': tid} AS grp, start_ns AS s, end_ns AS e, name
-    FROM cpu_ranges
-    WHERE regexp_matches(name, $comm_op_regex)
+WITH op_rule AS (   -- the collective-op rule matched once per distinct range name
+    SELECT name, regexp_matches(name, $comm_op_regex) AS coll FROM cpu_ranges GROUP BY name
+),
+coll_ranges AS (
+    SELECT {'rank': rank, 'tid': tid} AS grp, start_ns AS s, end_ns AS e, r.name
+    FROM cpu_ranges r LEFT JOIN op_rule k ON k.name = r.name
+    WHERE k.coll
        OR upper(coalesce(domain, '')) = 'NCCL'
-       OR (upper(coalesce(domain, '')) = 'MPI' AND starts_with(name, 'MPI_'))
+       OR (upper(coalesce(domain, '')) = 'MPI' AND starts_with(r.name, 'MPI_'))
        OR coll_name IS NOT NULL
 ),
 -- nested/overlapping collective ranges merged into disjoint islands per thread (interval_union),
@@ -35,16 +38,22 @@ under_coll AS (
     FROM activity_origin o
     ASOF JOIN islands i ON o.rank = i.rank AND o.tid = i.tid AND o.origin_start_ns >= i.s
     WHERE o.origin_end_ns <= i.e
+),
+-- the kernel-name rule matched once per distinct name (computed after the grouping, not as a filter
+-- that the optimizer would push below it onto every activity's long name), joined by name
+name_rule AS (
+    SELECT name, regexp_matches(name, $comm_kernel_regex) AS comm FROM gpu_activities GROUP BY name
 )
 SELECT
     a.id, a.rank, a.device, a.stream, a.start_ns, a.end_ns, a.kind, a.name,
     CASE
         WHEN u.id IS NOT NULL
           OR a.coll_name IS NOT NULL
-          OR regexp_matches(a.name, $comm_kernel_regex) THEN 'comm'
+          OR k.comm THEN 'comm'
         WHEN a.kind IN ('memcpy', 'memset') THEN 'memory'
         ELSE 'compute'
     END AS class,
     u.coll_range
 FROM gpu_activities a
 LEFT JOIN under_coll u ON u.id = a.id
+LEFT JOIN name_rule k ON k.name = a.name

@@ -21,8 +21,9 @@ hits AS (SELECT n.name, rx.regex_index FROM names n JOIN rx ON regexp_matches(n.
 launched AS (SELECT rank, origin_start_ns FROM activity_origin WHERE origin_start_ns IS NOT NULL),
 with_work AS (
     SELECT DISTINCT h.regex_index, r.rank
-    FROM hits h
-    JOIN cpu_ranges r ON r.name = h.name AND r.kind IN ('annotation', 'op')
+    FROM (SELECT rank, name, start_ns, end_ns FROM cpu_ranges
+          WHERE kind IN ('annotation', 'op') AND name IN (SELECT name FROM hits)) r   -- the few matched names
+    JOIN hits h ON h.name = r.name
     ASOF JOIN launched o ON o.rank = r.rank AND r.start_ns <= o.origin_start_ns
     WHERE o.origin_start_ns < r.end_ns
 )

@@ -433,6 +433,37 @@ def test_activity_attribution():
     ]
 
 
+def test_activity_attribution_fwd_id_before_seq():
+    # a backward node's forward op is its fwd_id where it has one, else the first forward op with its
+    # sequence number; two nodes of sequence number 7 here: node 5 names op 4 by fwd_id, node 7 none
+    def r(id, tid, kind, name, start, end, parent=None, seq=None, fwd_id=None):
+        return {"id": id, "tid": tid, "kind": kind, "name": name, "start_ns": start, "end_ns": end,
+                "parent_id": parent, "seq": seq, "fwd_id": fwd_id}
+    prof = make_profile(cpu=[
+        r(1, 1, "annotation", "layer_1", 0, 100), r(2, 1, "op", "aten::mm", 10, 20, 1, seq=7),
+        r(3, 1, "annotation", "layer_2", 200, 300), r(4, 1, "op", "aten::mm", 210, 220, 3, seq=8),
+        r(5, 2, "op", "MmBackward0", 400, 500, seq=7, fwd_id=4), r(6, 2, "op", "aten::mm", 410, 420, 5),
+        r(7, 2, "op", "MmBackward0", 600, 700, seq=7), r(8, 2, "op", "aten::mm", 610, 620, 7)])
+    ctx = {  # id -> (tid, layer, stage, anchor)
+        1: (1, 1, "attention", None), 2: (1, 1, "attention", None), 3: (1, 2, "experts", None),
+        4: (1, 2, "experts", None), 5: (2, None, None, 5), 6: (2, None, None, 5), 7: (2, None, None, 7),
+        8: (2, None, None, 7)}
+    given = {
+        "range_context": T([{"id": i, "rank": 0, "tid": t, "layer": layer, "stage": stage, "phase": None,
+                             "anchor": a, "names_stage": stage is not None, "head": None, "layer_inferred": False}
+                            for i, (t, layer, stage, a) in ctx.items()],
+                           layer=pa.int32(), stage=pa.string(), anchor=pa.int64(), head=pa.int64()),
+        "step_ranges": T([step_range(1, 1, 0, 1000)]),    # another rank's: rank 0 is one step, 0
+        "activity_origin": T([origin(21, 2, 415, 416, op_id=6), origin(22, 2, 615, 616, op_id=8)], **ORIGIN_TYPES)}
+    got = run_step("activity_attribution", prof, given=given, order_by="id")
+    common = {"rank": 0, "step": 0, "phase": "backward", "region": "layer", "is_backward": True, "linked": True,
+              "layer_inferred": False, "cross_thread": False, "cross_ambiguous": False}
+    assert got == [
+        {"id": 21, **common, "layer": 2, "stage": "experts"},     # node 5: fwd_id 4 (layer_2), not seq 7's op 2
+        {"id": 22, **common, "layer": 1, "stage": "attention"},   # node 7: seq 7's forward op, 2 (layer_1)
+    ]
+
+
 # ---- FLOPs ---------------------------------------------------------------------------------------
 
 BF = json.dumps(["c10::BFloat16", "c10::BFloat16"])

@@ -19,20 +19,29 @@
 -- but no layer number), 'outside' (attributed, in no layer-like annotation: embedding, output
 -- head, loss, optimizer...), 'unattributed' (backward work with no link to a forward op and no
 -- annotation, or work with no launching CPU op).
-WITH fwd_by_seq AS (
+WITH anchored AS (   -- each activity's launching op's context, and its backward node (anchor)'s links
+    SELECT o.id, o.rank, o.tid, o.origin_start_ns, o.op_id, c.layer, c.stage, c.phase, c.anchor,
+           coalesce(c.layer_inferred, false) AS layer_inferred, ar.rank AS a_rank, ar.seq AS a_seq, ar.fwd_id AS a_fwd
+    FROM activity_origin o
+    LEFT JOIN range_context c ON c.id = o.op_id
+    LEFT JOIN (SELECT id, rank, seq, fwd_id FROM cpu_ranges WHERE seq IS NOT NULL OR fwd_id IS NOT NULL) ar
+           ON ar.id = c.anchor
+),
+-- the forward op of a backward node with no fwd_id: the first op with its sequence number, looked up
+-- only for the (rank, seq) such nodes have (not for every op with a sequence number)
+seq_wanted AS (SELECT DISTINCT a_rank AS rank, a_seq AS seq FROM anchored WHERE a_fwd IS NULL AND a_seq IS NOT NULL),
+fwd_by_seq AS (
     SELECT r.rank, r.seq, r.id AS fwd_op
     FROM cpu_ranges r JOIN range_context c ON c.id = r.id
     WHERE r.seq IS NOT NULL AND r.kind = 'op' AND c.anchor IS NULL AND coalesce(c.phase, '') <> 'backward'
+      AND (r.rank, r.seq) IN (SELECT (rank, seq) FROM seq_wanted)
     QUALIFY row_number() OVER (PARTITION BY r.rank, r.seq ORDER BY coalesce(r.depth, 0), r.start_ns, r.id) = 1
 ),
 base AS (
-    SELECT o.id, o.rank, o.tid, o.origin_start_ns, o.op_id, c.layer, c.stage, c.phase, c.anchor,
-           coalesce(c.layer_inferred, false) AS layer_inferred,
-           coalesce(ar.fwd_id, fs.fwd_op) AS fwd_op
-    FROM activity_origin o
-    LEFT JOIN range_context c ON c.id = o.op_id
-    LEFT JOIN cpu_ranges ar ON ar.id = c.anchor
-    LEFT JOIN fwd_by_seq fs ON fs.rank = ar.rank AND fs.seq = ar.seq
+    SELECT a.id, a.rank, a.tid, a.origin_start_ns, a.op_id, a.layer, a.stage, a.phase, a.anchor, a.layer_inferred,
+           coalesce(a.a_fwd, fs.fwd_op) AS fwd_op
+    FROM anchored a
+    LEFT JOIN fwd_by_seq fs ON fs.rank = a.a_rank AND fs.seq = a.a_seq
 ),
 linked AS (
     SELECT b.*, (b.anchor IS NOT NULL OR b.phase = 'backward') AS bwd,

@@ -27,7 +27,9 @@ up AS (   -- the launching range of each comm activity and its ancestors
 ),
 chain AS (
     SELECT u.id, u.lvl, r.id AS rid, r.name, r.kind, c.coll_range
-    FROM up u JOIN cpu_ranges r ON r.id = u.rid JOIN activity_class c ON c.id = u.id
+    FROM up u
+    JOIN (SELECT id, name, kind FROM cpu_ranges WHERE id IN (SELECT rid FROM up)) r ON r.id = u.rid   -- the walk's ranges only
+    JOIN activity_class c ON c.id = u.id
 ),
 coll_scope AS (
     SELECT id, arg_max(rid, lvl) AS rid FROM chain WHERE name = coll_range GROUP BY id

@@ -68,6 +68,23 @@ def test_activity_origin():
     ]
 
 
+def test_activity_origin_of_a_dangling_launch_id():
+    # launch_id 99 names no launch call: the activity's origin is its op, as with no launch_id at all
+    prof = make_profile(
+        cpu=[{"id": 3, "tid": 2, "kind": "op", "name": "aten::mm", "start_ns": 50, "end_ns": 80},
+             {"id": 4, "tid": 2, "kind": "op", "name": "aten::add", "start_ns": 90, "end_ns": 95}],
+        launches=[{"id": 10, "tid": 5, "start_ns": 100, "end_ns": 110, "correlation": 1}],
+        gpu=[{"id": 1, "start_ns": 1000, "end_ns": 1100, "name": "k", "launch_id": 99, "op_id": 3},
+             {"id": 2, "start_ns": 1000, "end_ns": 1100, "name": "k", "launch_id": 10, "op_id": 4}])
+    got = run_step("activity_origin", prof, order_by="id")
+    assert got == [
+        {"id": 1, "rank": 0, "tid": 2, "origin_start_ns": 50, "origin_end_ns": 80, "op_id": 3, "launch_name": None},
+        # a linked launch: its thread and time, not its op's
+        {"id": 2, "rank": 0, "tid": 5, "origin_start_ns": 100, "origin_end_ns": 110, "op_id": 4,
+         "launch_name": "cudaLaunchKernel"},
+    ]
+
+
 # ---- activity_class ----------------------------------------------------------------------------
 
 def test_activity_class():

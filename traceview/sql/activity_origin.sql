@@ -15,4 +15,7 @@ SELECT
     l.name                              AS launch_name
 FROM gpu_activities a
 LEFT JOIN launches l ON l.id = a.launch_id
-LEFT JOIN cpu_ranges o ON o.id = a.op_id
+LEFT JOIN (   -- the launching op's interval is read only where no launch call is linked
+    SELECT id, tid, start_ns, end_ns FROM cpu_ranges
+    WHERE id IN (SELECT g.op_id FROM gpu_activities g ANTI JOIN launches k ON k.id = g.launch_id)
+) o ON o.id = a.op_id

@@ -121,6 +121,30 @@ def test_activity_class():
                     "name": n, "class": c, "coll_range": r} for i, s, a, b, k, n, c, r in want]
 
 
+def test_activity_class_rules_apply_to_every_range_and_activity_of_a_name():
+    # the regexes are matched once per distinct name: each name's verdict reaches all its rows
+    prof = make_profile(
+        cpu=[{"id": 1, "tid": 1, "kind": "op", "name": "c10d::broadcast_", "start_ns": 100, "end_ns": 200},
+             {"id": 2, "tid": 2, "kind": "op", "name": "c10d::broadcast_", "start_ns": 300, "end_ns": 400},
+             {"id": 3, "tid": 1, "kind": "op", "name": "aten::mm", "start_ns": 500, "end_ns": 600}],
+        gpu=[{"id": 11, "stream": 7, "start_ns": 1000, "end_ns": 1010, "name": "gemm"},
+             {"id": 12, "stream": 7, "start_ns": 1020, "end_ns": 1030, "name": "gemm"},
+             {"id": 13, "stream": 7, "start_ns": 1040, "end_ns": 1050, "name": "gemm"},
+             {"id": 14, "stream": 8, "start_ns": 1060, "end_ns": 1070, "name": "ncclKernel_Broadcast"},
+             {"id": 15, "stream": 8, "start_ns": 1080, "end_ns": 1090, "name": "ncclKernel_Broadcast"}])
+    given = {"activity_origin": T([origin(11, 1, 110, 120), origin(12, 2, 310, 320), origin(13, 1, 510, 520),
+                                   origin(14, 1, 510, 520), origin(15)], **ORIGIN_TYPES)}
+    got = run_step("activity_class", prof, given=given, order_by="id",
+                   params={"comm_op_regex": r"^c10d::", "comm_kernel_regex": r"^nccl"})
+    assert [(r["id"], r["class"], r["coll_range"]) for r in got] == [
+        (11, "comm", "c10d::broadcast_"),      # launched in the broadcast on thread 1
+        (12, "comm", "c10d::broadcast_"),      # ... and in the one of the same name on thread 2
+        (13, "compute", None),                 # launched in aten::mm
+        (14, "comm", None),                    # by its name, launched in aten::mm
+        (15, "comm", None),                    # by its name, no origin
+    ]
+
+
 # ---- step_ranges, step_windows, whole_windows ----------------------------------------------------
 
 def test_step_ranges():

@@ -130,6 +130,33 @@ def windows(draw):
     return rows, ws, we, syncs, draw(st.booleans())
 
 
+def _acts(rows):
+    table = pa.Table.from_pylist(rows, schema=pa.schema([
+        ("id", pa.int64()), ("stream", pa.int64()), ("tid", pa.int64()), ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()), ("origin_start_ns", pa.int64()), ("origin_end_ns", pa.int64()),
+        ("prev_id", pa.int64()), ("prev_end_ns", pa.int64()), ("wait_src_id", pa.int64()),
+        ("wait_src_end_ns", pa.int64()), ("rank", pa.int32()), ("class", pa.string()), ("kind", pa.string()),
+        ("name", pa.string()), ("layer", pa.int32()), ("phase", pa.string()), ("stage", pa.string())]))
+    return cp.Acts(table) if rows else cp.Acts()
+
+
+@settings(max_examples=600, deadline=None)
+@given(windows())
+def test_walk_in_bulk_matches_the_reference(case):
+    """cp_walk (the choices at every activity made at once, then the chain followed), forced on
+    these small windows: the same pieces as the reference, with or without stream-wait records
+    (without them the walk is the one-activity-at-a-time loop)."""
+    rows, ws, we, syncs, infer = case
+    acts = _acts(rows)
+    old = cp.WALK_IN_BULK
+    cp.WALK_IN_BULK = 0
+    try:
+        got = cp.walk(acts, ws, we, syncs, infer_waits=infer)
+    finally:
+        cp.WALK_IN_BULK = old
+    assert got == reference(acts, ws, we, syncs, infer)
+
+
 @settings(max_examples=400, deadline=None)
 @given(windows())
 def test_walk_matches_the_reference(case):

@@ -36,9 +36,10 @@ _I64, _I8, _I32 = pa.int64(), pa.int8(), pa.int32()
 
 
 def arrow_ints(a) -> pa.Array:
-    """An array('q') (or a list of ints) as an int64 Arrow array (a copy: the array stays resizable)."""
+    """An array('q') (or a list of ints) as an int64 Arrow array: a view of the array's memory (no
+    copy), so the array cannot grow while the Arrow array (not what is computed from it) lives."""
     if isinstance(a, array) and a.typecode == "q":
-        return pa.Array.from_buffers(_I64, len(a), [None, pa.py_buffer(a.tobytes())])
+        return pa.Array.from_buffers(_I64, len(a), [None, pa.py_buffer(a)])
     return pa.array(a, _I64)
 
 
@@ -188,30 +189,53 @@ def _extras_of(pcause: pa.Array, psyncs: list) -> tuple[pa.Array, list]:
     return pa.array(extra, _I32), list(tuples)
 
 
+def _ends_needed(starts: pa.Array, ends: pa.Array, follows: pa.Array | None = None) -> pa.Array:
+    """Indices of the intervals (sorted, disjoint) whose end is no start of the next one (`follows`:
+    whether the next one is among them, where the intervals are a subset of a tiling)."""
+    n = len(starts)
+    if n == 0:
+        return pa.array([], _I64)
+    meets = pc.equal(ends.slice(0, n - 1), starts.slice(1))
+    if follows is not None:
+        meets = pc.and_(meets, follows)
+    return pc.indices_nonzero(pa.concat_arrays([pc.invert(meets), pa.array([True])])).cast(_I64)
+
+
 def _elementary(b_idx: pa.Array, ps: pa.Array, pe: pa.Array, segs) -> tuple:
-    """The pieces b_idx cut at every boundary of the (non-empty) segments: (a, b, piece, segment or
-    null where no segment covers it, the segments' c, m, x columns)."""
+    """The pieces b_idx cut at every boundary of the (non-empty) segments: (a, b, piece, the
+    segments' c, m, x there, 0 where no segment covers it)."""
     st, se = arrow_ints(segs.t), arrow_ints(segs.e)
-    qs = pc.indices_nonzero(pc.greater(se, st)).cast(_I64)   # (an empty segment covers nothing)
-    nb, nq = len(b_idx), len(qs)
-    # boundaries: a piece's start sets the piece, its end clears it (-1), likewise the segments; at
-    # one time the clearing sorts first, so the last row of a time holds the state after it
-    ev = pa.table({"t": pa.concat_arrays([ps.take(b_idx), pe.take(b_idx), st.take(qs), se.take(qs)]),
-                   "o": pa.concat_arrays([_const(nb, 1, _I8), _const(nb, 0, _I8), _const(nq, 1, _I8),
-                                          _const(nq, 0, _I8)]),
-                   "p": pa.concat_arrays([b_idx.cast(_I64), _const(nb, -1, _I64), pa.nulls(2 * nq, _I64)]),
-                   "s": pa.concat_arrays([pa.nulls(2 * nb, _I64), qs, _const(nq, -1, _I64)])})
-    ev = ev.take(pc.sort_indices(ev, [("t", "ascending"), ("o", "ascending")]))
-    t = ev.column("t").combine_chunks()
-    p = pc.fill_null_forward(ev.column("p").combine_chunks())
-    s = pc.fill_null_forward(ev.column("s").combine_chunks())
+    qs = pc.indices_nonzero(pc.greater(se, st)).cast(_I32)   # (an empty segment covers nothing)
+    st_q, se_q = st.take(qs), se.take(qs)
+    bs, be = ps.take(b_idx), pe.take(b_idx)
+    # (whether piece i + 1, the next of b_idx's piece i where it meets it, is split too)
+    nxt = pc.add(b_idx.slice(0, max(0, len(b_idx) - 1)), 1)
+    follows = pc.equal(b_idx.slice(1), nxt) if len(b_idx) else None
+    b_end = _ends_needed(bs, be, follows)
+    q_end = _ends_needed(st_q, se_q)
+    del nxt, follows
+    nb, nq, nbe, nqe = len(b_idx), len(qs), len(b_end), len(q_end)
+    # boundaries: a piece's start sets the piece, its end (where no split piece starts) clears it
+    # (-1), likewise the segments; at one time the clearing sorts first, so the last row of a time
+    # holds the state after it
+    t = pa.concat_arrays([bs, be.take(b_end), st_q, se_q.take(q_end)])
+    order = pc.sort_indices(pa.table({"t": t, "o": pa.concat_arrays([_const(nb, 1, _I8), _const(nbe, 0, _I8),
+                                                                     _const(nq, 1, _I8), _const(nqe, 0, _I8)])}),
+                            [("t", "ascending"), ("o", "ascending")])
+    del bs, be, st_q, se_q
+    t = t.take(order)
     n = len(t)
-    last = pa.concat_arrays([pc.not_equal(t.slice(0, n - 1), t.slice(1)), pa.array([True])])
-    t, p, s = t.filter(last), p.filter(last), s.filter(last)
+    last = pc.indices_nonzero(pa.concat_arrays([pc.not_equal(t.slice(0, n - 1), t.slice(1)), pa.array([True])]))
+    p = pc.fill_null_forward(pa.concat_arrays([b_idx.cast(_I32), _const(nbe, -1, _I32),
+                                               pa.nulls(nq + nqe, _I32)]).take(order)).take(last)
+    s = pc.fill_null_forward(pa.concat_arrays([pa.nulls(nb + nbe, _I32), qs, _const(nqe, -1, _I32)])
+                             .take(order)).take(last)
+    t = t.take(last)
+    del order, last
     n = len(t)
     inside = pc.indices_nonzero(pc.fill_null(pc.greater_equal(p.slice(0, n - 1), 0), False))
     a, b, i, q = t.take(inside), t.slice(1).take(inside), p.take(inside), s.take(inside)
-    q = pc.if_else(pc.fill_null(pc.less(q, 0), True), pa.scalar(None, _I64), q)
+    q = pc.if_else(pc.fill_null(pc.less(q, 0), True), pa.scalar(None, _I32), q)
     return (a, b, i, pc.fill_null(arrow_ints(segs.c).take(q), 0), pc.fill_null(arrow_ints(segs.m).take(q), 0),
             pc.fill_null(arrow_ints(segs.x).take(q), 0))
 
@@ -299,21 +323,22 @@ def _comm_parts(a, b, ck, comm: dict, comm_ks: list, ids) -> list:
     imb_end = pc.add(peer_end, imb)
     n = len(a)
     no_extra = _const(n, 0, _I32)
-    return [(a, peer_end, cat, _const(n, _PEER, _I8), ck, no_extra),
-            (peer_end, imb_end, cat, _const(n, _IMB, _I8), ck, no_extra),
-            (imb_end, b, cat, exposed, ck, no_extra)]
+    out = []
+    for part in ((a, peer_end, cat, _const(n, _PEER, _I8), ck, no_extra),
+                 (peer_end, imb_end, cat, _const(n, _IMB, _I8), ck, no_extra),
+                 (imb_end, b, cat, exposed, ck, no_extra)):
+        keep = pc.indices_nonzero(pc.greater(part[1], part[0]))   # (the empty ones dropped)
+        out.append(tuple(col.take(keep) for col in part))
+    return out
 
 
 def _assemble(acts, parts: list, extras: list) -> CodedPath:
-    """The parts (disjoint, tiling the window) in time order, adjacent equal ones merged."""
-    cols = [pa.concat_arrays([p[j] for p in parts]) for j in range(6)]
-    start, end, cat, cause, k, extra = cols
-    keep = pc.greater(end, start)
-    if not pc.all(keep).as_py():
-        idx = pc.indices_nonzero(keep)
-        start, end, cat, cause, k, extra = (col.take(idx) for col in (start, end, cat, cause, k, extra))
-    order = pc.sort_indices(start)
-    start, end, cat, cause, k, extra = (col.take(order) for col in (start, end, cat, cause, k, extra))
+    """The parts (disjoint, tiling the window; each part's rows in time order) in time order,
+    adjacent equal ones merged. Column by column, each sorted as it is concatenated (the largest
+    window's parts are a few million rows)."""
+    order = pc.sort_indices(pa.concat_arrays([p[0] for p in parts]))
+    start, end, cat, cause, k, extra = (pa.concat_arrays([p[j] for p in parts]).take(order) for j in range(6))
+    del order
     n = len(start)
     if n:
         first = _first_of_runs([cat, cause, k, extra])
@@ -322,4 +347,6 @@ def _assemble(acts, parts: list, extras: list) -> CodedPath:
         ends = pc.subtract(pa.concat_arrays([runs.slice(1).cast(_I64), pa.array([n], _I64)]), 1)
         start, cat, cause, k, extra = (col.take(runs) for col in (start, cat, cause, k, extra))
         end = end.take(ends)
-    return CodedPath(acts, to_q(start), to_q(end), to_q(k), _codes(cat), _codes(cause), to_q(extra), extras)
+    path = CodedPath(acts, to_q(start), to_q(end), to_q(k), _codes(cat), _codes(cause), to_q(extra), extras)
+    del start, end, cat, cause, k, extra
+    return path

@@ -31,11 +31,12 @@ import pyarrow.compute as pc
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..engine.steps import lookup
-from . import cp_split
+from . import cp_split, cp_walk
 
 CATEGORIES = cp_split.CATEGORIES
 IMBALANCE_MIN = cp_split.IMBALANCE_MIN  # max/mean split size above which part of an exposed all-to-all is imbalance
 NULL = -(2 ** 63)     # a null time / id in the integer columns (below every real value)
+WALK_IN_BULK = 2_000  # activities of a window (with stream-wait records) from which cp_walk walks it
 CHUNK_ROWS = 250_000  # the GPU activities of the ranks fetched together (a rank is never cut)
 # shadowed by a rank filter in the per-chunk query (cp_preds' inputs and the attribution)
 _CHUNK_INPUTS = ("activity_class", "syncs", "launches", "cp_host_syncs", "windows", "activity_origin",
@@ -244,6 +245,12 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     n = len(acts)
     if n == 0:
         pieces.add((ws, we, None, "idle", _EMPTY))
+        return pieces
+    if not infer_waits and n >= WALK_IN_BULK:   # (cp_walk: the choices at every activity made at once)
+        last = n - 1
+        while last > 0 and acts.end[last - 1] == acts.end[n - 1]:
+            last -= 1
+        cp_walk.walk(acts, ws, we, last, syncs_by_tid, pieces, _syncs_in, _inferred)
         return pieces
     # the columns as lists: indexing one returns its objects (an array makes a new int each time)
     start, end, ostart, oend = acts.start.tolist(), acts.end.tolist(), acts.ostart.tolist(), acts.oend.tolist()

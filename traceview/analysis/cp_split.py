@@ -35,6 +35,16 @@ _OVERLAPPED, _OTHER_STREAM = 1, 2
 _I64, _I8, _I32 = pa.int64(), pa.int8(), pa.int32()
 
 
+def lit(v, typ=_I64) -> pa.Scalar:
+    """A typed Arrow scalar (a bare Python number given to pyarrow.compute is converted by a path that
+    tries to import dateutil each time, a search of sys.path where it is not installed)."""
+    return pa.scalar(v, typ)
+
+
+_TRUE, _FALSE = lit(True, pa.bool_()), lit(False, pa.bool_())
+_ONE_TRUE, _ONE_FALSE = pa.array([True], pa.bool_()), pa.array([False], pa.bool_())
+
+
 def arrow_ints(a) -> pa.Array:
     """An array('q') (or a list of ints) as an int64 Arrow array: a view of the array's memory (no
     copy), so the array cannot grow while the Arrow array (not what is computed from it) lives."""
@@ -134,7 +144,7 @@ def _first_of_runs(keys: list) -> pa.Array:
     for c in keys:
         d = pc.not_equal(c.slice(1), c.slice(0, n - 1))
         diff = d if diff is None else pc.or_(diff, d)
-    return pa.concat_arrays([pa.array([True]), diff])
+    return pa.concat_arrays([_ONE_TRUE, diff])
 
 
 def split(pieces, segs, acts, comm: dict) -> CodedPath:
@@ -160,8 +170,8 @@ def split(pieces, segs, acts, comm: dict) -> CodedPath:
             act_code[k] = 2
             comm_ks.append(k)
     code_of_act = pa.Array.from_buffers(_I8, n_act + 1, [None, pa.py_buffer(bytes(act_code))])
-    pcode = code_of_act.take(pc.if_else(pc.less(pk, 0), n_act, pk))
-    split_me = pc.or_(pc.not_equal(pcause, 0), pc.not_equal(pcode, 0))
+    pcode = code_of_act.take(pc.if_else(pc.less(pk, lit(0)), lit(n_act), pk))
+    split_me = pc.or_(pc.not_equal(pcause, lit(0, _I8)), pc.not_equal(pcode, lit(0, _I8)))
     plain = pc.indices_nonzero(pc.invert(split_me))   # plain work: compute over its whole span
     n = len(plain)
     parts = [(ps.take(plain), pe.take(plain), _const(n, _COMPUTE, _I8), _const(n, 0, _I8), _const(n, -1, _I64),
@@ -183,7 +193,7 @@ def _extras_of(pcause: pa.Array, psyncs: list) -> tuple[pa.Array, list]:
     """Per piece the extra code of its host_sync parts (the host syncs' ids as a tuple, coded), and the tuples."""
     extra = [0] * len(pcause)
     tuples: dict = {}
-    for i in pc.indices_nonzero(pc.equal(pcause, _SYNC)).to_pylist():
+    for i in pc.indices_nonzero(pc.equal(pcause, lit(_SYNC, _I8))).to_pylist():
         t = tuple(h["id"] for h in psyncs[i])
         extra[i] = len(EXTRAS) + tuples.setdefault(t, len(tuples))
     return pa.array(extra, _I32), list(tuples)
@@ -198,7 +208,7 @@ def _ends_needed(starts: pa.Array, ends: pa.Array, follows: pa.Array | None = No
     meets = pc.equal(ends.slice(0, n - 1), starts.slice(1))
     if follows is not None:
         meets = pc.and_(meets, follows)
-    return pc.indices_nonzero(pa.concat_arrays([pc.invert(meets), pa.array([True])])).cast(_I64)
+    return pc.indices_nonzero(pa.concat_arrays([pc.invert(meets), _ONE_TRUE])).cast(_I64)
 
 
 def _elementary(b_idx: pa.Array, ps: pa.Array, pe: pa.Array, segs) -> tuple:
@@ -209,7 +219,7 @@ def _elementary(b_idx: pa.Array, ps: pa.Array, pe: pa.Array, segs) -> tuple:
     st_q, se_q = st.take(qs), se.take(qs)
     bs, be = ps.take(b_idx), pe.take(b_idx)
     # (whether piece i + 1, the next of b_idx's piece i where it meets it, is split too)
-    nxt = pc.add(b_idx.slice(0, max(0, len(b_idx) - 1)), 1)
+    nxt = pc.add(b_idx.slice(0, max(0, len(b_idx) - 1)), lit(1, b_idx.type))
     follows = pc.equal(b_idx.slice(1), nxt) if len(b_idx) else None
     b_end = _ends_needed(bs, be, follows)
     q_end = _ends_needed(st_q, se_q)
@@ -225,7 +235,7 @@ def _elementary(b_idx: pa.Array, ps: pa.Array, pe: pa.Array, segs) -> tuple:
     del bs, be, st_q, se_q
     t = t.take(order)
     n = len(t)
-    last = pc.indices_nonzero(pa.concat_arrays([pc.not_equal(t.slice(0, n - 1), t.slice(1)), pa.array([True])]))
+    last = pc.indices_nonzero(pa.concat_arrays([pc.not_equal(t.slice(0, n - 1), t.slice(1)), _ONE_TRUE]))
     p = pc.fill_null_forward(pa.concat_arrays([b_idx.cast(_I32), _const(nbe, -1, _I32),
                                                pa.nulls(nq + nqe, _I32)]).take(order)).take(last)
     s = pc.fill_null_forward(pa.concat_arrays([pa.nulls(nb + nbe, _I32), qs, _const(nqe, -1, _I32)])
@@ -233,31 +243,31 @@ def _elementary(b_idx: pa.Array, ps: pa.Array, pe: pa.Array, segs) -> tuple:
     t = t.take(last)
     del order, last
     n = len(t)
-    inside = pc.indices_nonzero(pc.fill_null(pc.greater_equal(p.slice(0, n - 1), 0), False))
+    inside = pc.indices_nonzero(pc.fill_null(pc.greater_equal(p.slice(0, n - 1), lit(0, _I32)), _FALSE))
     a, b, i, q = t.take(inside), t.slice(1).take(inside), p.take(inside), s.take(inside)
-    q = pc.if_else(pc.fill_null(pc.less(q, 0), True), pa.scalar(None, _I32), q)
-    return (a, b, i, pc.fill_null(arrow_ints(segs.c).take(q), 0), pc.fill_null(arrow_ints(segs.m).take(q), 0),
-            pc.fill_null(arrow_ints(segs.x).take(q), 0))
+    q = pc.if_else(pc.fill_null(pc.less(q, lit(0, _I32)), _TRUE), pa.scalar(None, _I32), q)
+    return (a, b, i, pc.fill_null(arrow_ints(segs.c).take(q), lit(0)), pc.fill_null(arrow_ints(segs.m).take(q), lit(0)),
+            pc.fill_null(arrow_ints(segs.x).take(q), lit(0)))
 
 
 def _classify(sub: tuple, pk, pcause, pcode, extra_of_piece, acts, comm: dict, comm_ks: list) -> list:
     """The parts (start, end, category, cause, k, extra) of the elementary intervals `sub`."""
     a, b, i, c, m, x = sub
     k, cause, code = pk.take(i), pcause.take(i), pcode.take(i)
-    is_act = pc.equal(cause, 0)
-    c0, m_pos = pc.equal(c, 0), pc.greater(m, 0)
+    is_act = pc.equal(cause, lit(0, _I8))
+    c0, m_pos = pc.equal(c, lit(0)), pc.greater(m, lit(0))
     # a copy beside a collective alone is a gap (idle unless a collective covers it)
-    mem_gap = pc.and_(pc.and_(is_act, pc.equal(code, 1)), pc.and_(c0, m_pos))
+    mem_gap = pc.and_(pc.and_(is_act, pc.equal(code, lit(1, _I8))), pc.and_(c0, m_pos))
     gap = pc.or_(pc.invert(is_act), mem_gap)
     gcause = pc.if_else(is_act, pa.scalar(_IDLE, _I8), cause)
     # gaps: compute where compute (or a copy alone) runs, a collective where one runs alone, else the reason
-    g_compute = pc.and_(gap, pc.or_(pc.invert(c0), pc.and_(pc.greater(x, 0), pc.invert(m_pos))))
+    g_compute = pc.and_(gap, pc.or_(pc.invert(c0), pc.and_(pc.greater(x, lit(0)), pc.invert(m_pos))))
     g_comm = pc.and_(pc.and_(gap, pc.invert(g_compute)), m_pos)
     g_own = pc.and_(gap, pc.invert(pc.or_(g_compute, g_comm)))
     # activities: a copy is compute; a collective is compute where compute runs beside it
-    a_comm = pc.and_(pc.invert(gap), pc.equal(code, 2))
+    a_comm = pc.and_(pc.invert(gap), pc.equal(code, lit(2, _I8)))
     a_overlap = pc.and_(a_comm, pc.invert(c0))
-    is_launch, is_sync = pc.equal(gcause, _LAUNCH), pc.equal(gcause, _SYNC)
+    is_launch, is_sync = pc.equal(gcause, lit(_LAUNCH, _I8)), pc.equal(gcause, lit(_SYNC, _I8))
     own_cat = pc.if_else(is_sync, pa.scalar(_SYNC_CAT, _I8),
                          pc.if_else(is_launch, pa.scalar(_LAUNCH_CAT, _I8), pa.scalar(_IDLE_CAT, _I8)))
     cat = pc.if_else(g_own, own_cat, pa.scalar(_COMPUTE, _I8))
@@ -315,11 +325,13 @@ def _comm_parts(a, b, ck, comm: dict, comm_ks: list, ids) -> list:
     wu_a, ratio_a = pa.array(wu, _I64).take(pos), pa.array(ratio, pa.float64()).take(pos)
     cat = pc.if_else(is_a2a, pa.scalar(_A2A, _I8), pa.scalar(_OTHER_COMM, _I8))
     exposed = pc.if_else(is_a2a, pa.scalar(_EXP_A2A, _I8), pa.scalar(_EXP_COMM, _I8))
-    peer_end = pc.if_else(pc.fill_null(pc.greater(wu_a, a), False), pc.min_element_wise(b, wu_a), a)
+    peer_end = pc.if_else(pc.fill_null(pc.greater(wu_a, a), _FALSE), pc.min_element_wise(b, wu_a), a)
     rest = pc.subtract(b, peer_end)
-    share = pc.subtract(1.0, pc.divide(1.0, ratio_a))
+    one = lit(1.0, pa.float64())
+    share = pc.subtract(one, pc.divide(one, ratio_a))
     imb = pc.round(pc.multiply(rest.cast(pa.float64()), share), 0, "half_to_even").cast(_I64)
-    imb = pc.if_else(pc.and_(pc.greater(ratio_a, IMBALANCE_MIN), pc.greater(rest, 0)), imb, 0)
+    uneven = pc.and_(pc.greater(ratio_a, lit(IMBALANCE_MIN, pa.float64())), pc.greater(rest, lit(0)))
+    imb = pc.if_else(uneven, imb, lit(0))
     imb_end = pc.add(peer_end, imb)
     n = len(a)
     no_extra = _const(n, 0, _I32)
@@ -342,9 +354,9 @@ def _assemble(acts, parts: list, extras: list) -> CodedPath:
     n = len(start)
     if n:
         first = _first_of_runs([cat, cause, k, extra])
-        first = pc.or_(first, pa.concat_arrays([pa.array([False]), pc.not_equal(start.slice(1), end.slice(0, n - 1))]))
+        first = pc.or_(first, pa.concat_arrays([_ONE_FALSE, pc.not_equal(start.slice(1), end.slice(0, n - 1))]))
         runs = pc.indices_nonzero(first)
-        ends = pc.subtract(pa.concat_arrays([runs.slice(1).cast(_I64), pa.array([n], _I64)]), 1)
+        ends = pc.subtract(pa.concat_arrays([runs.slice(1).cast(_I64), pa.array([n], _I64)]), lit(1))
         start, cat, cause, k, extra = (col.take(runs) for col in (start, cat, cause, k, extra))
         end = end.take(ends)
     path = CodedPath(acts, to_q(start), to_q(end), to_q(k), _codes(cat), _codes(cause), to_q(extra), extras)

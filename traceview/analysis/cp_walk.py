@@ -11,8 +11,9 @@ reached at what time; an arrival before an activity's start (overlapping work) t
 rule (`_step`). The pieces are then built from the recorded visits, again in bulk; the gaps before
 launch calls that ended late are classified by the host syncs one by one (they are few).
 
-Without stream-wait records (infer_waits), the candidate of another stream launched before k
-depends on launch order: critical_path walks those windows one activity at a time.
+Without stream-wait records (infer_waits), another stream's activity launched before k that
+ended last is a candidate too: the latest one not on k's stream where it was launched before k,
+else searched one activity at a time below it.
 """
 from __future__ import annotations
 
@@ -22,9 +23,10 @@ from bisect import bisect_right
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .cp_split import CAUSE_CODE, arrow_ints, to_q
+from .cp_split import CAUSE_CODE, arrow_ints, lit, to_q
 
 _I64, _I8 = pa.int64(), pa.int8()
+_NULL = -(2 ** 63)   # a null time (critical_path.NULL)
 _EMPTY: list = []   # the syncs of a gap without host syncs (shared: never changed)
 _IDLE, _LAUNCH, _SYNC = CAUSE_CODE["idle"], CAUSE_CODE["launch_bound"], CAUSE_CODE["host_sync"]
 
@@ -41,19 +43,19 @@ def searchsorted_right(hay: pa.Array, x: pa.Array) -> pa.Array:
     hay_before = pc.cumulative_sum(pc.subtract(pa.scalar(1, _I64), is_x.cast(_I64)))
     at = pc.indices_nonzero(is_x)
     got = hay_before.take(at)
-    orig = pc.subtract(order.take(at).cast(_I64), nh)
+    orig = pc.subtract(order.take(at).cast(_I64), lit(nh))
     return got.take(pc.sort_indices(orig))   # (back to x's order: orig is a permutation)
 
 
 def _run_starts(col: pa.Array) -> pa.Array:
     """For each row, the first row of the run of equal values it is in."""
     n = len(col)
-    change = pa.concat_arrays([pa.array([True]), pc.not_equal(col.slice(1), col.slice(0, n - 1))])
+    change = pa.concat_arrays([pa.array([True], pa.bool_()), pc.not_equal(col.slice(1), col.slice(0, n - 1))])
     return pc.fill_null_forward(pc.replace_with_mask(pa.nulls(n, _I64), change,
                                                      pc.indices_nonzero(change).cast(_I64)))
 
 
-def _choices(acts, ws: int) -> dict:
+def _choices(acts, ws: int, infer_waits: bool) -> dict:
     """What the walk does at each activity k when it arrives at or after k's start (all columns of n
     rows, int64): S (the start, at least ws: the time after k), NC / NT (the next activity, -1 for
     none, and the time then; NT <= ws: the walk ends), gap A (before k: from A0 to S, kind LB 1 a
@@ -66,8 +68,9 @@ def _choices(acts, ws: int) -> dict:
     wsa = pa.scalar(ws, _I64)
     s = pc.max_element_wise(start, wsa)
     # the candidates cut at s: the stream predecessor and the wait source, the later (time, id, k)
-    has1, has2 = pc.greater_equal(prev_k, 0), pc.greater_equal(wsrc_k, 0)
-    k1, k2 = pc.max_element_wise(prev_k, 0), pc.max_element_wise(wsrc_k, 0)
+    zero, one = lit(0), lit(1)
+    has1, has2 = pc.greater_equal(prev_k, zero), pc.greater_equal(wsrc_k, zero)
+    k1, k2 = pc.max_element_wise(prev_k, zero), pc.max_element_wise(wsrc_k, zero)
     g1, g2 = pc.min_element_wise(prev_end, s), pc.min_element_wise(wsrc_end, s)
     id1, id2 = ids.take(k1), ids.take(k2)
     later2 = pc.or_(pc.greater(g2, g1), pc.and_(pc.equal(g2, g1), pc.or_(
@@ -76,30 +79,33 @@ def _choices(acts, ws: int) -> dict:
     has_pred = pc.or_(has1, has2)
     g = pc.if_else(choose2, g2, g1)
     pred = pc.if_else(choose2, wsrc_k, prev_k)
+    # another stream's activity that ended last by s (the latest one by end order not on k's stream)
+    i0 = pc.subtract(searchsorted_right(end, s), one)
+    i0c = pc.max_element_wise(i0, zero)
+    other = pc.if_else(pc.not_equal(stream.take(i0c), stream), i0, pc.subtract(_run_starts(stream).take(i0c), one))
+    other_c = pc.max_element_wise(other, zero)
+    other_end = end.take(other_c)
+    has_other = pc.and_(pc.greater_equal(i0, zero), pc.greater_equal(other, zero))
+    if infer_waits:   # no stream-wait records: that activity, where launched before k, is a candidate too
+        g, pred, has_pred = _inferred_waits(acts, ws, s, g, pred, has_pred, ids, end, other, other_end, has_other)
     reached = pc.and_(has_pred, pc.greater_equal(g, wsa))      # (g > ws - 1)
     geff = pc.if_else(reached, g, wsa)
     neg = pa.scalar(-1, _I64)
     term = pc.less_equal(s, wsa)          # k starts at or before ws: the walk ends after it
     gap = pc.and_(pc.invert(term), pc.less(geff, s))
     late = pc.and_(gap, pc.greater(oend, geff))      # the launch call ended after the GPU was ready
-    # another stream's activity that ended last by s (the latest one by end order not on k's stream)
-    i0 = pc.subtract(searchsorted_right(end, s), 1)
-    i0c = pc.max_element_wise(i0, 0)
-    other = pc.if_else(pc.not_equal(stream.take(i0c), stream), i0, pc.subtract(_run_starts(stream).take(i0c), 1))
-    other_c = pc.max_element_wise(other, 0)
-    other_end = end.take(other_c)
-    jump = pc.and_(pc.and_(gap, pc.invert(late)), pc.and_(pc.and_(pc.greater_equal(i0, 0), pc.greater_equal(other, 0)),
-                                                         pc.greater(other_end, geff)))
+    found = pc.and_(has_other, pc.greater(other_end, geff))
+    jump = pc.and_(pc.and_(gap, pc.invert(late)), found)
     # after the gap: the predecessor, else the activity that ended last by geff (none: idle to ws)
     on = pc.and_(pc.invert(term), pc.invert(jump))
     to_pred = pc.and_(on, reached)
     any_ = pc.and_(pc.and_(on, pc.invert(reached)), pc.greater(geff, wsa))
     # (few rows: searched for those alone)
     at = pc.indices_nonzero(any_)
-    i1 = pc.replace_with_mask(pa.repeat(neg, n), any_, pc.subtract(searchsorted_right(end, geff.take(at)), 1))
-    i1c = pc.max_element_wise(i1, 0)
+    i1 = pc.replace_with_mask(pa.repeat(neg, n), any_, pc.subtract(searchsorted_right(end, geff.take(at)), one))
+    i1c = pc.max_element_wise(i1, zero)
     i1_end = end.take(i1c)
-    any_ok = pc.and_(any_, pc.and_(pc.greater_equal(i1, 0), pc.greater(i1_end, ws - 1)))
+    any_ok = pc.and_(any_, pc.and_(pc.greater_equal(i1, zero), pc.greater(i1_end, lit(ws - 1))))
     any_none = pc.and_(any_, pc.invert(any_ok))
     nc = pc.if_else(jump, other, pc.if_else(to_pred, pred, pc.if_else(any_ok, i1, neg)))
     nt = pc.if_else(term, wsa, pc.if_else(jump, other_end, pc.if_else(any_ok, i1_end,
@@ -112,9 +118,43 @@ def _choices(acts, ws: int) -> dict:
             "end": end}
 
 
-def _step(acts, cur: int, t: int, ws: int, syncs_by_tid: dict | None, syncs_in, inferred) -> tuple:
-    """One step of the walk at activity cur reached at time t (without inferred waits): its pieces
-    (backwards) and the next (activity or -1, time)."""
+def _inferred_waits(acts, ws: int, s, g, pred, has_pred, ids, end, other, other_end, has_other) -> tuple:
+    """The candidates (g, pred, has_pred) with, at each k, the activity of another stream launched
+    before k (launch start below k's, or k's unknown) that ended last in (lo, s], lo the candidate's
+    time (at least ws - 1): the latest other stream's activity where it was launched before k, else
+    searched one activity at a time below it."""
+    zero, wm1 = lit(0), lit(ws - 1)
+    ostart = arrow_ints(acts.ostart)
+    lo = pc.if_else(pc.and_(has_pred, pc.greater_equal(g, wm1)), g, wm1)
+    lb_none = pc.equal(ostart, lit(_NULL))
+    inside = pc.and_(has_other, pc.greater(other_end, lo))
+    before = pc.or_(lb_none, pc.less(ostart.take(pc.max_element_wise(other, zero)), ostart))
+    inf = pc.if_else(pc.and_(inside, before), other, lit(-1))
+    scan = pc.and_(inside, pc.invert(before))
+    rows = pc.indices_nonzero(scan)
+    if len(rows):
+        ends, streams, ostarts = acts.end, acts.stream, acts.ostart
+        got = []
+        for k, i, low in zip(rows.to_pylist(), other.take(rows).to_pylist(), lo.take(rows).to_pylist(), strict=True):
+            cs, lb = streams[k], ostarts[k]
+            i -= 1
+            while i >= 0 and ends[i] > low and (streams[i] == cs or ostarts[i] >= lb):
+                i -= 1
+            got.append(i if i >= 0 and ends[i] > low else -1)
+        inf = pc.replace_with_mask(inf, scan, pa.array(got, _I64))
+    has_inf = pc.greater_equal(inf, zero)
+    inf_c = pc.max_element_wise(inf, zero)
+    inf_end, inf_id, bid = end.take(inf_c), ids.take(inf_c), ids.take(pc.max_element_wise(pred, zero))
+    better = pc.or_(pc.invert(has_pred), pc.or_(pc.greater(inf_end, g), pc.and_(pc.equal(inf_end, g), pc.or_(
+        pc.greater(inf_id, bid), pc.and_(pc.equal(inf_id, bid), pc.greater(inf, pred))))))
+    take = pc.and_(has_inf, better)
+    return pc.if_else(take, inf_end, g), pc.if_else(take, inf, pred), pc.or_(has_pred, has_inf)
+
+
+def _step(acts, cur: int, t: int, ws: int, syncs_by_tid: dict | None, infer_waits: bool, syncs_in,
+          inferred) -> tuple:
+    """One step of the walk at activity cur reached at time t: its pieces (backwards) and the next
+    (activity or -1, time)."""
     out: list = []
     start, end = acts.start, acts.end
     s, e = max(start[cur], ws), min(end[cur], t)
@@ -130,6 +170,11 @@ def _step(acts, cur: int, t: int, ws: int, syncs_by_tid: dict | None, syncs_in, 
     if acts.wsrc_k[cur] >= 0:
         wk = acts.wsrc_k[cur]
         cands.append((min(acts.wsrc_end[cur], t), acts.id[wk], wk))
+    if infer_waits:
+        lo = ws - 1 if not cands or max(cands)[0] < ws - 1 else max(cands)[0]
+        inf = inferred(acts, cur, lo, t, acts.ostart[cur])
+        if inf is not None:
+            cands.append((end[inf], acts.id[inf], inf))
     g, pred = (max(cands)[0], max(cands)[2]) if cands else (None, None)
     g_eff = ws if g is None or g < ws else g
     if g_eff < t:
@@ -157,11 +202,12 @@ def _step(acts, cur: int, t: int, ws: int, syncs_by_tid: dict | None, syncs_in, 
     return out, i, end[i]
 
 
-def walk(acts, ws: int, we: int, last: int, syncs_by_tid: dict | None, pieces, syncs_in, inferred) -> None:
-    """The walk of a window (we > ws, acts not empty, no inferred waits) from `last` (the activity
-    ending last), its pieces added to `pieces` (critical_path.Pieces) in time order. syncs_in,
-    inferred: critical_path's searches of the host syncs and of another stream's activity."""
-    ch = _choices(acts, ws)
+def walk(acts, ws: int, we: int, last: int, syncs_by_tid: dict | None, infer_waits: bool, pieces, syncs_in,
+         inferred) -> None:
+    """The walk of a window (we > ws, acts not empty) from `last` (the activity ending last), its
+    pieces added to `pieces` (critical_path.Pieces) in time order. syncs_in, inferred:
+    critical_path's searches of the host syncs and of another stream's activity."""
+    ch = _choices(acts, ws, infer_waits)
     end = acts.end
     first: list = []   # the pieces the loop adds itself, backwards
     t = we
@@ -182,7 +228,7 @@ def walk(acts, ws: int, we: int, last: int, syncs_by_tid: dict | None, pieces, s
             vt.append(t)
             t, cur = nt_of[cur], nc_of[cur]
         else:
-            got, cur, t = _step(acts, cur, t, ws, syncs_by_tid, syncs_in, inferred)
+            got, cur, t = _step(acts, cur, t, ws, syncs_by_tid, infer_waits, syncs_in, inferred)
             first += got
     del s_of, nc_of, nt_of, seen
     _build(acts, ch, arrow_ints(vk), arrow_ints(vt), first, syncs_by_tid, pieces, syncs_in)

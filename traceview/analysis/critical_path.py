@@ -36,7 +36,8 @@ from . import cp_split, cp_walk
 CATEGORIES = cp_split.CATEGORIES
 IMBALANCE_MIN = cp_split.IMBALANCE_MIN  # max/mean split size above which part of an exposed all-to-all is imbalance
 NULL = -(2 ** 63)     # a null time / id in the integer columns (below every real value)
-WALK_IN_BULK = 2_000  # activities of a window (with stream-wait records) from which cp_walk walks it
+WALK_IN_BULK = 2_000  # activities of a window from which cp_walk walks it
+RELEASE_AFTER = 100_000  # pieces of a window after whose split Arrow's unused memory is released
 CHUNK_ROWS = 250_000  # the GPU activities of the ranks fetched together (a rank is never cut)
 # shadowed by a rank filter in the per-chunk query (cp_preds' inputs and the attribution)
 _CHUNK_INPUTS = ("activity_class", "syncs", "launches", "cp_host_syncs", "windows", "activity_origin",
@@ -141,11 +142,11 @@ class Acts:
             prev_id, wsrc_id = cols.prev_id[lo:hi], cols.wsrc_id[lo:hi]
             self._kind = cols.kind[lo:hi]
         self._ids = (prev_id, wsrc_id)
-        pos = {v: k for k, v in enumerate(self.id)}
-        get = pos.get
-        self.prev_k = array("q", [get(i, -1) for i in prev_id])
-        self.wsrc_k = array("q", [get(i, -1) for i in wsrc_id])
-        self._pos = None   # built again on request (`index`): the walk needs none
+        ids, none = cp_split.arrow_ints(self.id), cp_split.lit(-1, pa.int32())   # (ids are unique in a window)
+        self.prev_k = cp_split.to_q(pc.fill_null(pc.index_in(cp_split.arrow_ints(prev_id), ids), none))
+        self.wsrc_k = cp_split.to_q(pc.fill_null(pc.index_in(cp_split.arrow_ints(wsrc_id), ids), none))
+        del ids
+        self._pos = None   # built on request (`index`): the walk needs none
 
     def __len__(self) -> int:
         return len(self.id)
@@ -246,11 +247,11 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     if n == 0:
         pieces.add((ws, we, None, "idle", _EMPTY))
         return pieces
-    if not infer_waits and n >= WALK_IN_BULK:   # (cp_walk: the choices at every activity made at once)
+    if n >= WALK_IN_BULK:   # (cp_walk: the choices at every activity made at once)
         last = n - 1
         while last > 0 and acts.end[last - 1] == acts.end[n - 1]:
             last -= 1
-        cp_walk.walk(acts, ws, we, last, syncs_by_tid, pieces, _syncs_in, _inferred)
+        cp_walk.walk(acts, ws, we, last, syncs_by_tid, infer_waits, pieces, _syncs_in, _inferred)
         return pieces
     # the columns as lists: indexing one returns its objects (an array makes a new int each time)
     start, end, ostart, oend = acts.start.tolist(), acts.end.tolist(), acts.ostart.tolist(), acts.oend.tolist()
@@ -399,10 +400,11 @@ def composition(path: Path, ws: int, we: int) -> dict:
 
     def total(mask) -> int:
         return pc.sum(pc.filter(d, mask)).as_py() or 0
-    comp = {name: total(pc.equal(cat, code)) for code, name in enumerate(cp_split.CATEGORIES)}
-    comp["peer_wait_ns"] = total(pc.equal(cause, cp_split.CAUSE_CODE["peer_wait"]))
-    comp["imbalance_ns"] = total(pc.equal(cause, cp_split.CAUSE_CODE["imbalance"]))
-    comp["overlapped_comm_ns"] = total(pc.equal(cp_split.arrow_ints(path.extra_code), 1))
+    i8 = pa.int8()
+    comp = {name: total(pc.equal(cat, cp_split.lit(code, i8))) for code, name in enumerate(cp_split.CATEGORIES)}
+    comp["peer_wait_ns"] = total(pc.equal(cause, cp_split.lit(cp_split.CAUSE_CODE["peer_wait"], i8)))
+    comp["imbalance_ns"] = total(pc.equal(cause, cp_split.lit(cp_split.CAUSE_CODE["imbalance"], i8)))
+    comp["overlapped_comm_ns"] = total(pc.equal(cp_split.arrow_ints(path.extra_code), cp_split.lit(1)))
     tot = sum(comp[k] for k in CATEGORIES)
     if tot != we - ws:
         raise AssertionError(f"critical path does not cover the window: {tot} != {we - ws}")
@@ -535,6 +537,8 @@ def iter_paths(session: Session | None, comm: dict, data: dict | None = None, ra
             segs = Segments(None, chunk["segments"], *chunk["seg_bounds"].get((rank, step), (0, 0)))
             pieces = walk_columns(acts, ws, we, chunk["syncs"], infer_waits=rank not in data["wait_ranks"])
             path = split(pieces, segs, acts, comm)
+            if len(pieces.start) >= RELEASE_AFTER:   # (the split's Arrow memory, back to the system)
+                pa.default_memory_pool().release_unused()
             del pieces
             yield {"rank": rank, "step": step, "start_ns": ws, "end_ns": we,
                    "composition": composition(path, ws, we), "path": path, "acts": acts, "segments": segs,

@@ -187,14 +187,15 @@ def _groups(w: dict, coll_by_id) -> list[tuple[tuple, _Group]]:
     Returns ((cause code, activity index or attribute code), group) in no particular order."""
     path, acts = w["path"], w["acts"]
     cause = pa.Array.from_buffers(pa.int8(), len(path), [None, pa.py_buffer(path.cause_code)])
-    rows = pc.indices_nonzero(pc.not_equal(cause, 0))
+    rows = pc.indices_nonzero(pc.not_equal(cause, cp_split.lit(0, pa.int8())))
     if not len(rows):
         return []
     k = cp_split.arrow_ints(path.k).take(rows)
     c = cause.take(rows)
     d = pc.subtract(cp_split.arrow_ints(path.end), cp_split.arrow_ints(path.start)).take(rows)
     n_act = len(acts.id)
-    k_or_last = pc.if_else(pc.less(k, 0), n_act, k)
+    zero = cp_split.lit(0)
+    k_or_last = pc.if_else(pc.less(k, zero), cp_split.lit(n_act), k)
     key = pc.if_else(pc.is_in(c, _BY_ACTIVITY_CODES), k, _attr_codes(acts).take(k_or_last))
     t = pa.table({"c": c, "key": key, "j": rows.cast(pa.int64()), "d": d, "k": k})
     agg = t.group_by(["c", "key"], use_threads=False).aggregate(
@@ -203,8 +204,8 @@ def _groups(w: dict, coll_by_id) -> list[tuple[tuple, _Group]]:
                                                    "k_count_distinct")]
     out = [((cc, kk), _Group(a, b, n, s, mx, na)) for cc, kk, a, b, n, s, mx, na in zip(*cols, strict=True)]
     # the activities of collectives among a launch_bound / idle group's rows, in path order
-    gap = pc.and_(pc.invert(pc.is_in(c, _BY_ACTIVITY_CODES)), pc.greater_equal(k, 0))
-    ids = cp_split.arrow_ints(acts.id).take(pc.if_else(pc.less(k, 0), 0, k))   # (k -1: masked by gap)
+    gap = pc.and_(pc.invert(pc.is_in(c, _BY_ACTIVITY_CODES)), pc.greater_equal(k, zero))
+    ids = cp_split.arrow_ints(acts.id).take(pc.if_else(pc.less(k, zero), zero, k))   # (k -1: masked by gap)
     coll = pc.and_(gap, pc.is_in(ids, _coll_ids(coll_by_id)))
     sel = pc.indices_nonzero(coll)
     if len(sel):

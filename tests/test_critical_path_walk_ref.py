@@ -130,6 +130,32 @@ def windows(draw):
     return rows, ws, we, syncs, draw(st.booleans())
 
 
+def _acts(rows):
+    table = pa.Table.from_pylist(rows, schema=pa.schema([
+        ("id", pa.int64()), ("stream", pa.int64()), ("tid", pa.int64()), ("start_ns", pa.int64()),
+        ("end_ns", pa.int64()), ("origin_start_ns", pa.int64()), ("origin_end_ns", pa.int64()),
+        ("prev_id", pa.int64()), ("prev_end_ns", pa.int64()), ("wait_src_id", pa.int64()),
+        ("wait_src_end_ns", pa.int64()), ("rank", pa.int32()), ("class", pa.string()), ("kind", pa.string()),
+        ("name", pa.string()), ("layer", pa.int32()), ("phase", pa.string()), ("stage", pa.string())]))
+    return cp.Acts(table) if rows else cp.Acts()
+
+
+@settings(max_examples=600, deadline=None)
+@given(windows())
+def test_walk_in_bulk_matches_the_reference(case):
+    """cp_walk (the choices at every activity made at once, then the chain followed), forced on
+    these small windows: the same pieces as the reference, with or without stream-wait records."""
+    rows, ws, we, syncs, infer = case
+    acts = _acts(rows)
+    old = cp.WALK_IN_BULK
+    cp.WALK_IN_BULK = 0
+    try:
+        got = cp.walk(acts, ws, we, syncs, infer_waits=infer)
+    finally:
+        cp.WALK_IN_BULK = old
+    assert got == reference(acts, ws, we, syncs, infer)
+
+
 @settings(max_examples=400, deadline=None)
 @given(windows())
 def test_walk_matches_the_reference(case):
@@ -165,3 +191,29 @@ def test_reference_by_hand():
     want = [(0, 8, 0, None, None), (8, 10, 1, "launch_bound", []), (10, 20, 1, None, None)]
     assert cp.walk(acts, 0, 20) == want
     assert reference(acts, 0, 20) == want
+
+
+def test_inferred_wait_needs_an_earlier_launch_by_hand():
+    """No stream-wait records: a (stream 0, 0-8) and b (stream 1, 10-20) were launched at the same
+    time (5), so a was not launched before b and is no candidate for b's wait: 0-10 is b's late
+    launch (the call ended at 12), the walk does not reach a. Launched at 4, a is b's wait: 0-8 is
+    a, 8-10 still b's late launch."""
+    rows = [{"id": 1, "stream": 0, "start_ns": 0, "end_ns": 8, "origin_start_ns": 5, "origin_end_ns": 6},
+            {"id": 2, "stream": 1, "start_ns": 10, "end_ns": 20, "origin_start_ns": 5, "origin_end_ns": 12}]
+    for r in rows:
+        r.update(rank=0, tid=1, **{"class": "compute"}, kind="kernel", name="x", layer=None, phase=None,
+                 stage=None, prev_id=None, prev_end_ns=None, wait_src_id=None, wait_src_end_ns=None)
+    same = [(0, 10, 1, "launch_bound", []), (10, 20, 1, None, None)]
+    rows[0]["origin_start_ns"] = 4
+    earlier = [(0, 8, 0, None, None), (8, 10, 1, "launch_bound", []), (10, 20, 1, None, None)]
+    for launch, want in ((5, same), (4, earlier)):
+        rows[0]["origin_start_ns"] = launch
+        acts = _acts(rows)
+        old = cp.WALK_IN_BULK
+        for bulk in (0, 10 ** 9):
+            cp.WALK_IN_BULK = bulk
+            try:
+                assert cp.walk(acts, 0, 20, {}, infer_waits=True) == want
+            finally:
+                cp.WALK_IN_BULK = old
+        assert reference(acts, 0, 20, {}, True) == want

@@ -31,10 +31,13 @@ import pyarrow.compute as pc
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..engine.steps import lookup
+from . import cp_split, cp_walk
 
-CATEGORIES = ("compute_ns", "all_to_all_ns", "other_comm_ns", "launch_bound_ns", "host_sync_ns", "idle_ns")
-IMBALANCE_MIN = 1.05  # max/mean split size above which part of an exposed all-to-all is imbalance
+CATEGORIES = cp_split.CATEGORIES
+IMBALANCE_MIN = cp_split.IMBALANCE_MIN  # max/mean split size above which part of an exposed all-to-all is imbalance
 NULL = -(2 ** 63)     # a null time / id in the integer columns (below every real value)
+WALK_IN_BULK = 2_000  # activities of a window from which cp_walk walks it
+RELEASE_AFTER = 100_000  # pieces of a window after whose split Arrow's unused memory is released
 CHUNK_ROWS = 250_000  # the GPU activities of the ranks fetched together (a rank is never cut)
 # shadowed by a rank filter in the per-chunk query (cp_preds' inputs and the attribution)
 _CHUNK_INPUTS = ("activity_class", "syncs", "launches", "cp_host_syncs", "windows", "activity_origin",
@@ -139,11 +142,11 @@ class Acts:
             prev_id, wsrc_id = cols.prev_id[lo:hi], cols.wsrc_id[lo:hi]
             self._kind = cols.kind[lo:hi]
         self._ids = (prev_id, wsrc_id)
-        pos = {v: k for k, v in enumerate(self.id)}
-        get = pos.get
-        self.prev_k = array("q", [get(i, -1) for i in prev_id])
-        self.wsrc_k = array("q", [get(i, -1) for i in wsrc_id])
-        self._pos = None   # built again on request (`index`): the walk needs none
+        ids, none = cp_split.arrow_ints(self.id), cp_split.lit(-1, pa.int32())   # (ids are unique in a window)
+        self.prev_k = cp_split.to_q(pc.fill_null(pc.index_in(cp_split.arrow_ints(prev_id), ids), none))
+        self.wsrc_k = cp_split.to_q(pc.fill_null(pc.index_in(cp_split.arrow_ints(wsrc_id), ids), none))
+        del ids
+        self._pos = None   # built on request (`index`): the walk needs none
 
     def __len__(self) -> int:
         return len(self.id)
@@ -189,30 +192,7 @@ class Segments:
         return len(self.t)
 
 
-class Path:
-    """One window's critical path as columns, in time order: start, end, k (the activity's index in
-    the window's Acts; -1 for none), category, cause (None on compute) and extra (the host syncs'
-    ids of a host_sync gap, or a note). Iterating gives the segments as dicts {start, end,
-    category, cause, id, extra}."""
-
-    def __init__(self, acts: Acts):
-        self.acts = acts
-        self.start, self.end, self.k = array("q"), array("q"), array("q")
-        self.category: list = []
-        self.cause: list = []
-        self.extra: list = []
-
-    def __len__(self) -> int:
-        return len(self.start)
-
-    def id(self, j: int):
-        k = self.k[j]
-        return self.acts.id[k] if k >= 0 else None
-
-    def __iter__(self):
-        for j in range(len(self.start)):
-            yield {"start": self.start[j], "end": self.end[j], "category": self.category[j],
-                   "cause": self.cause[j], "id": self.id(j), "extra": self.extra[j]}
+Path = cp_split.CodedPath   # (a window's critical path: columns in time order)
 
 
 def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
@@ -225,29 +205,35 @@ def walk(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
 
 
 class Pieces:
-    """The walk's pieces as columns (start, end, k with -1 for none, cause, syncs)."""
+    """The walk's pieces as columns (start, end, k with -1 for none, code: the cause's code in
+    cp_split.CAUSES, syncs)."""
 
     def __init__(self):
         self.start, self.end, self.k = array("q"), array("q"), array("q")
-        self.cause: list = []
+        self.code = array("b")
         self.syncs: list = []
 
     def add(self, p: tuple) -> None:
         self.start.append(p[0])
         self.end.append(p[1])
         self.k.append(-1 if p[2] is None else p[2])
-        self.cause.append(p[3])
+        self.code.append(_CAUSE_CODE[p[3]])
         self.syncs.append(p[4])
 
+    @property
+    def cause(self) -> list:
+        return [_CAUSES[c] for c in self.code]
+
     def reverse(self) -> None:
-        for c in (self.start, self.end, self.k, self.cause, self.syncs):
+        for c in (self.start, self.end, self.k, self.code, self.syncs):
             c.reverse()
 
     def tuples(self):
-        return ((a, b, None if k < 0 else k, c, y)
-                for a, b, k, c, y in zip(self.start, self.end, self.k, self.cause, self.syncs, strict=True))
+        return ((a, b, None if k < 0 else k, _CAUSES[c], y)
+                for a, b, k, c, y in zip(self.start, self.end, self.k, self.code, self.syncs, strict=True))
 
 
+_CAUSES, _CAUSE_CODE = cp_split.CAUSES, cp_split.CAUSE_CODE
 _EMPTY: list = []   # the syncs of a gap without host syncs (shared: never changed)
 
 
@@ -261,6 +247,12 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
     if n == 0:
         pieces.add((ws, we, None, "idle", _EMPTY))
         return pieces
+    if n >= WALK_IN_BULK:   # (cp_walk: the choices at every activity made at once)
+        last = n - 1
+        while last > 0 and acts.end[last - 1] == acts.end[n - 1]:
+            last -= 1
+        cp_walk.walk(acts, ws, we, last, syncs_by_tid, infer_waits, pieces, _syncs_in, _inferred)
+        return pieces
     # the columns as lists: indexing one returns its objects (an array makes a new int each time)
     start, end, ostart, oend = acts.start.tolist(), acts.end.tolist(), acts.ostart.tolist(), acts.oend.tolist()
     ids, stream = acts.id.tolist(), acts.stream.tolist()
@@ -271,7 +263,7 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
         last -= 1
     # (start, end, k, cause, syncs): see above
     append = pieces.add
-    p_start, p_end, p_k, p_cause, p_syncs = pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs
+    p_start, p_end, p_k, p_code, p_syncs = pieces.start, pieces.end, pieces.k, pieces.code, pieces.syncs
     t, seen = we, bytearray(n)
     if end[last] < we:  # the window ends with zero-length work (not among acts): nothing ran after it
         t = end[last] if end[last] > ws else ws
@@ -292,7 +284,7 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
             p_start.append(s)
             p_end.append(e)
             p_k.append(cur)
-            p_cause.append(None)
+            p_code.append(0)
             p_syncs.append(None)
         if s < t:
             t = s
@@ -393,128 +385,29 @@ def _syncs_in(syncs_by_tid: dict | None, acts: Acts, cur: int, lo: int, hi: int)
     return out[::-1]
 
 
-_GAP_CATEGORY = {"host_sync": "host_sync_ns", "launch_bound": "launch_bound_ns"}
-
-
 def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
     """The path (`Path`, in time order, adjacent equal segments merged); compute segments carry no
     activity (k -1: they merge across activities, only their sums are used).
-    comm: id -> {"kind", "wait_until", "imbalance"} for communication activities."""
-    out = Path(acts)
-    ids, cls = acts.id.tolist(), acts.cls   # (lists: indexing returns their objects)
-    p_start, p_end, p_k, p_cat, p_cause, p_extra = out.start, out.end, out.k, out.category, out.cause, out.extra
-    comm_list = [(acts.start[k], i, acts.end[k], k) for k, i in enumerate(ids) if cls[k] == "comm" and i in comm]
-
-    def add(a, b, category, cause, ref, extra=None):
-        if b <= a:
-            return
-        if p_end and p_end[-1] == a and p_cat[-1] == category and p_cause[-1] == cause \
-                and p_k[-1] == ref and p_extra[-1] == extra:
-            p_end[-1] = b
-            return
-        p_start.append(a)
-        p_end.append(b)
-        p_k.append(ref)
-        p_cat.append(category)
-        p_cause.append(cause)
-        p_extra.append(extra)
-
-    def comm_part(a, b, ck):
-        info = comm[ids[ck]]
-        cat = "all_to_all_ns" if info["kind"] == "all_to_all" else "other_comm_ns"
-        wu = info.get("wait_until")
-        if wu is not None and wu > a:
-            m = min(b, wu)
-            add(a, m, cat, "peer_wait", ck)
-            a = m
-        if b <= a:
-            return
-        ratio = (info.get("imbalance") or {}).get("max_over_mean", 1.0)
-        exposed = "exposed_a2a" if info["kind"] == "all_to_all" else "exposed_comm"
-        if ratio > IMBALANCE_MIN:
-            imb = int(round((b - a) * (1.0 - 1.0 / ratio)))
-            add(a, a + imb, cat, "imbalance", ck)
-            a += imb
-        add(a, b, cat, exposed, ck)
-
-    st, se, sc, sm, sx = segs.t.tolist(), segs.e.tolist(), segs.c.tolist(), segs.m.tolist(), segs.x.tolist()
-    nseg, j = len(st), 0
-    src = zip(pieces.start, pieces.end, pieces.k, pieces.cause, pieces.syncs, strict=True) \
-        if isinstance(pieces, Pieces) else ((a, b, -1 if k is None else k, c, y) for a, b, k, c, y in pieces)
-    for ps, pe, k, cause, syncs in src:   # (k: -1 for none)
-        if cause is None:
-            ck = cls[k]
-            if ck != "memory" and (ck != "comm" or ids[k] not in comm):
-                # work on the path that is neither a collective nor a copy: compute over every
-                # segment it spans, whatever runs beside it (`add` inlined: the common piece)
-                if pe > ps:
-                    if p_end and p_end[-1] == ps and p_cat[-1] == "compute_ns" and p_cause[-1] is None \
-                            and p_k[-1] == -1 and p_extra[-1] is None:
-                        p_end[-1] = pe
-                    else:
-                        p_start.append(ps)
-                        p_end.append(pe)
-                        p_k.append(-1)
-                        p_cat.append("compute_ns")
-                        p_cause.append(None)
-                        p_extra.append(None)
-                continue
-        ref = k
-        is_comm = k >= 0 and cls[k] == "comm" and ids[k] in comm
-        j = bisect_right(se, ps, j)   # the first segment ending after ps (segments tile the window)
-        q, a = j, ps
-        while a < pe:
-            if q >= nseg or st[q] > a:  # not covered by a segment (cannot happen in a window)
-                b = min(pe, st[q]) if q < nseg else pe
-                c = m = x = 0
-            else:
-                b = min(pe, se[q])
-                c, m, x = sc[q], sm[q], sx[q]
-                if b >= se[q]:
-                    q += 1
-            gap, gcause = cause is not None, cause
-            if not gap:
-                if cls[k] == "memory" and c == 0 and m > 0:  # a copy beside a collective: comm time
-                    gap, gcause = True, "idle"
-                elif not is_comm:
-                    add(a, b, "compute_ns", None, -1)
-                elif c > 0:
-                    add(a, b, "compute_ns", None, -1, "overlapped comm")
-                else:
-                    comm_part(a, b, k)
-            if gap:
-                if c > 0 or (x > 0 and m == 0):
-                    add(a, b, "compute_ns", None, -1, "other stream")
-                elif m > 0:
-                    running = [r for r in comm_list if r[0] <= a and r[2] >= b]
-                    if running:
-                        comm_part(a, b, max(running)[3])
-                    else:
-                        add(a, b, "other_comm_ns", "exposed_comm", ref)
-                else:
-                    cat = _GAP_CATEGORY.get(gcause, "idle_ns")
-                    extra = tuple(h["id"] for h in syncs) if gcause == "host_sync" else None
-                    add(a, b, cat, gcause, ref, extra)
-            a = b
-    return out
+    comm: id -> {"kind", "wait_until", "imbalance"} for communication activities (cp_split.split)."""
+    return cp_split.split(pieces, segs, acts, comm)
 
 
 def composition(path: Path, ws: int, we: int) -> dict:
-    comp = {k: 0 for k in CATEGORIES}
-    peer = imb = overlapped = 0
-    for a, b, cat, cause, extra in zip(path.start, path.end, path.category, path.cause, path.extra, strict=True):
-        d = b - a
-        comp[cat] += d
-        if cause == "peer_wait":
-            peer += d
-        elif cause == "imbalance":
-            imb += d
-        if extra == "overlapped comm":
-            overlapped += d
-    comp["peer_wait_ns"], comp["imbalance_ns"], comp["overlapped_comm_ns"] = peer, imb, overlapped
-    total = sum(comp[k] for k in CATEGORIES)
-    if total != we - ws:
-        raise AssertionError(f"critical path does not cover the window: {total} != {we - ws}")
+    """The time of each category on the path, and of peer wait, imbalance and overlapped comm."""
+    d = pc.subtract(cp_split.arrow_ints(path.end), cp_split.arrow_ints(path.start))
+    cat = pa.Array.from_buffers(pa.int8(), len(path.cat_code), [None, pa.py_buffer(path.cat_code)])
+    cause = pa.Array.from_buffers(pa.int8(), len(path.cause_code), [None, pa.py_buffer(path.cause_code)])
+
+    def total(mask) -> int:
+        return pc.sum(pc.filter(d, mask)).as_py() or 0
+    i8 = pa.int8()
+    comp = {name: total(pc.equal(cat, cp_split.lit(code, i8))) for code, name in enumerate(cp_split.CATEGORIES)}
+    comp["peer_wait_ns"] = total(pc.equal(cause, cp_split.lit(cp_split.CAUSE_CODE["peer_wait"], i8)))
+    comp["imbalance_ns"] = total(pc.equal(cause, cp_split.lit(cp_split.CAUSE_CODE["imbalance"], i8)))
+    comp["overlapped_comm_ns"] = total(pc.equal(cp_split.arrow_ints(path.extra_code), cp_split.lit(1)))
+    tot = sum(comp[k] for k in CATEGORIES)
+    if tot != we - ws:
+        raise AssertionError(f"critical path does not cover the window: {tot} != {we - ws}")
     comp["window_ns"] = we - ws
     return comp
 
@@ -644,6 +537,8 @@ def iter_paths(session: Session | None, comm: dict, data: dict | None = None, ra
             segs = Segments(None, chunk["segments"], *chunk["seg_bounds"].get((rank, step), (0, 0)))
             pieces = walk_columns(acts, ws, we, chunk["syncs"], infer_waits=rank not in data["wait_ranks"])
             path = split(pieces, segs, acts, comm)
+            if len(pieces.start) >= RELEASE_AFTER:   # (the split's Arrow memory, back to the system)
+                pa.default_memory_pool().release_unused()
             del pieces
             yield {"rank": rank, "step": step, "start_ns": ws, "end_ns": we,
                    "composition": composition(path, ws, we), "path": path, "acts": acts, "segments": segs,

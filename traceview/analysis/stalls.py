@@ -19,12 +19,16 @@ a worker's session may hold just them) and `merge(job, parts, top)`.
 from __future__ import annotations
 
 import threading
+from array import array
 from bisect import bisect_right
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..document.packed import row_bytes, sort_rows
 from ..engine.pipeline import build
 from ..engine.session import Session
-from . import collectives, critical_path
+from . import collectives, cp_split, critical_path
 
 COMM_CAUSES = ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance")
 INDEPENDENT_STAGES = ("shared_expert",)  # MoE work that does not depend on the dispatch
@@ -93,12 +97,23 @@ def _nz(x: int) -> int:
     return 0 if x == critical_path.NULL else x
 
 
-def _evidence(cause: str, js: list[int], w: dict, coll_by_id: dict) -> dict:
-    """Evidence of one stall: the path segments js (indices into the window's Path) of one group."""
+class _Group:
+    """One stall group of a window's path: its rows' first and last index, count, summed and
+    largest duration, number of distinct activities and the activities of collectives among them
+    (`colls`, in order of first appearance)."""
+    __slots__ = ("first", "last", "count", "dur", "max_dur", "acts", "colls")
+
+    def __init__(self, first: int, last: int, count: int, dur: int, max_dur: int, acts: int):
+        self.first, self.last, self.count, self.dur, self.max_dur, self.acts = first, last, count, dur, max_dur, acts
+        self.colls: list = []
+
+
+def _evidence(cause: str, g: _Group, w: dict, coll_by_id) -> dict:
+    """Evidence of one stall: the path rows of one group `g`."""
     acts, path = w["acts"], w["path"]
-    k = path.k[js[0]]
+    k = path.k[g.first]
     ref = k if k >= 0 else None
-    ev: dict = {"activity": acts.name(k) if ref is not None else None, "pieces": len(js)}
+    ev: dict = {"activity": acts.name(k) if ref is not None else None, "pieces": g.count}
     if cause in COMM_CAUSES and ref is not None:
         a, b, rid = acts.start[k], acts.end[k], acts.id[k]
         hidden = _overlap_compute(w["segments"], a, b)
@@ -120,7 +135,7 @@ def _evidence(cause: str, js: list[int], w: dict, coll_by_id: dict) -> dict:
                       independent_work_after_ns=after,
                       independent_stages=sorted({acts.attr[i][2] for i in indep}))
     elif cause == "host_sync":
-        ids = path.extra[js[0]] or ()
+        ids = path.extra_at(g.first) or ()
         sync_by_id = w["syncs"]
         calls = [sync_by_id[i] for i in ids if i in sync_by_id]
         if calls:
@@ -131,18 +146,16 @@ def _evidence(cause: str, js: list[int], w: dict, coll_by_id: dict) -> dict:
                       calls=[{"name": h["name"], "dur_ns": h["dur_ns"], "ops": _ops(h)} for h in calls])
         ev["resumed_by"] = ev.pop("activity")
     elif cause in ("launch_bound", "idle"):
-        ps, pe = path.start, path.end
-        gaps = [pe[j] - ps[j] for j in js]
-        ev.update(gaps=len(gaps), max_gap_ns=max(gaps), mean_gap_ns=sum(gaps) // len(gaps),
-                  activities=len({path.k[j] for j in js}), last_start_ns=ps[js[-1]])
+        ev.update(gaps=g.count, max_gap_ns=g.max_dur, mean_gap_ns=g.dur // g.count,
+                  activities=g.acts, last_start_ns=path.start[g.last])
         ev.pop("activity")
         if cause == "launch_bound" and ref is not None:
             tid = acts.tid[k]
             ev["thread"] = None if tid == critical_path.NULL else tid
         rank = w["rank"]
         late = []
-        for kk in dict.fromkeys(path.k[j] for j in js):
-            c = coll_by_id.get(acts.id[kk]) if kk >= 0 else None
+        for kk in g.colls:
+            c = coll_by_id.get(acts.id[kk])
             if c is not None and c["straggler"] == rank and c["skew_ns"] > 0:
                 late.append(c)
         if late:  # the gap delayed this rank's arrival at a collective where it was the last rank
@@ -151,36 +164,73 @@ def _evidence(cause: str, js: list[int], w: dict, coll_by_id: dict) -> dict:
     return ev
 
 
-def _window_stalls(w: dict, coll_by_id: dict) -> list[dict]:
+_BY_ACTIVITY_CODES = pa.array([cp_split.CAUSE_CODE[c] for c in _BY_ACTIVITY], pa.int8())
+
+
+def _coll_ids(coll_by_id) -> pa.Array:
+    """The activity ids of coll_by_id (a matched.ById or a dict) as an Arrow array."""
+    ids = getattr(coll_by_id, "ids", None)
+    return cp_split.arrow_ints(ids if ids is not None else list(coll_by_id))
+
+
+def _attr_codes(acts) -> pa.Array:
+    """Per activity the code of its (layer, phase, stage); one more entry, for k = -1, (None, None, None)."""
+    memo: dict = {}
+    codes = array("q", [memo.setdefault(t, len(memo)) for t in acts.attr])
+    codes.append(memo.setdefault(_NO_ATTR, len(memo)))
+    return cp_split.arrow_ints(codes)
+
+
+def _groups(w: dict, coll_by_id) -> list[tuple[tuple, _Group]]:
+    """The stall groups of a window's path, whole-column: the rows with a cause grouped by (cause,
+    activity) for the causes of one activity, else by (cause, layer, phase, stage) of the activity.
+    Returns ((cause code, activity index or attribute code), group) in no particular order."""
+    path, acts = w["path"], w["acts"]
+    cause = pa.Array.from_buffers(pa.int8(), len(path), [None, pa.py_buffer(path.cause_code)])
+    rows = pc.indices_nonzero(pc.not_equal(cause, cp_split.lit(0, pa.int8())))
+    if not len(rows):
+        return []
+    k = cp_split.arrow_ints(path.k).take(rows)
+    c = cause.take(rows)
+    d = pc.subtract(cp_split.arrow_ints(path.end), cp_split.arrow_ints(path.start)).take(rows)
+    n_act = len(acts.id)
+    zero = cp_split.lit(0)
+    k_or_last = pc.if_else(pc.less(k, zero), cp_split.lit(n_act), k)
+    key = pc.if_else(pc.is_in(c, _BY_ACTIVITY_CODES), k, _attr_codes(acts).take(k_or_last))
+    t = pa.table({"c": c, "key": key, "j": rows.cast(pa.int64()), "d": d, "k": k})
+    agg = t.group_by(["c", "key"], use_threads=False).aggregate(
+        [("j", "min"), ("j", "max"), ("j", "count"), ("d", "sum"), ("d", "max"), ("k", "count_distinct")])
+    cols = [agg.column(n).to_pylist() for n in ("c", "key", "j_min", "j_max", "j_count", "d_sum", "d_max",
+                                                   "k_count_distinct")]
+    out = [((cc, kk), _Group(a, b, n, s, mx, na)) for cc, kk, a, b, n, s, mx, na in zip(*cols, strict=True)]
+    # the activities of collectives among a launch_bound / idle group's rows, in path order
+    gap = pc.and_(pc.invert(pc.is_in(c, _BY_ACTIVITY_CODES)), pc.greater_equal(k, zero))
+    ids = cp_split.arrow_ints(acts.id).take(pc.if_else(pc.less(k, zero), zero, k))   # (k -1: masked by gap)
+    coll = pc.and_(gap, pc.is_in(ids, _coll_ids(coll_by_id)))
+    sel = pc.indices_nonzero(coll)
+    if len(sel):
+        by_key = {key: g for key, g in out}
+        for cc, kk, key2 in zip(c.take(sel).to_pylist(), k.take(sel).to_pylist(), key.take(sel).to_pylist(),
+                                strict=True):
+            lst = by_key[(cc, key2)].colls
+            if kk not in lst:
+                lst.append(kk)
+    return out
+
+
+def _window_stalls(w: dict, coll_by_id) -> list[dict]:
     """The stall rows of one window (its path's non-compute segments grouped), sorted."""
     path, attr = w["path"], w["acts"].attr
     rank, step = w["rank"], w["step"]
-    groups: dict = {}
-    pk, pc_ = path.k, path.cause
-    for j in range(len(pk)):
-        cause = pc_[j]
-        if cause is None:
-            continue
-        k = pk[j]
-        if cause in _BY_ACTIVITY:
-            key = (cause, k)
-        else:
-            key = (cause,) + (attr[k] if k >= 0 else _NO_ATTR)
-        lst = groups.get(key)
-        if lst is None:
-            groups[key] = [j]
-        else:
-            lst.append(j)
     out = []
-    ps, pe = path.start, path.end
-    for key, js in groups.items():
-        cause = key[0]
-        k = pk[js[0]]
+    for (cc, _), g in _groups(w, coll_by_id):
+        cause = cp_split.CAUSES[cc]
+        assert cause is not None   # (the rows without a cause are not grouped)
+        k = path.k[g.first]
         a = attr[k] if k >= 0 else _NO_ATTR
         out.append({"rank": rank, "step": step, "layer": a[0], "phase": a[1], "stage": a[2],
-                    "cause": cause, "start_ns": ps[js[0]],
-                    "dur_ns": sum(pe[j] - ps[j] for j in js),
-                    "evidence": _evidence(cause, js, w, coll_by_id)})
+                    "cause": cause, "start_ns": path.start[g.first], "dur_ns": g.dur,
+                    "evidence": _evidence(cause, g, w, coll_by_id)})
     out.sort(key=lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]))
     return out
 
@@ -194,22 +244,28 @@ def stall_rows(paths: list[dict], coll_by_id: dict) -> list[dict]:
 def a2a_exposure(paths: list[dict], comm: dict) -> list[dict]:
     """Per all-to-all in a window: duration, time hidden by compute, exposed time on the critical path."""
     out = []
+    a2a_ids = cp_split.arrow_ints([i for i, info in comm.items() if info["kind"] == "all_to_all"])
     for w in paths:
         acts, path = w["acts"], w["path"]
+        mine = pc.indices_nonzero(pc.is_in(cp_split.arrow_ints(acts.id), a2a_ids)).to_pylist()
+        if not mine:
+            continue
         on_path: dict = {}
-        for k, cat, a, b in zip(path.k, path.category, path.start, path.end, strict=True):
-            if cat == "all_to_all_ns":
-                on_path[k] = on_path.get(k, 0) + b - a
-        for k, i in enumerate(acts.id):
-            info = comm.get(i)
-            if info is None or info["kind"] != "all_to_all":
-                continue
+        cat = pa.Array.from_buffers(pa.int8(), len(path), [None, pa.py_buffer(path.cat_code)])
+        rows = pc.indices_nonzero(pc.equal(cat, _A2A_CAT)).to_pylist()
+        pk, ps, pe = path.k, path.start, path.end
+        for j in rows:
+            on_path[pk[j]] = on_path.get(pk[j], 0) + pe[j] - ps[j]
+        for k in mine:
             layer, phase, stage = acts.attr[k]
             a, b = acts.start[k], acts.end[k]
             out.append({"rank": w["rank"], "step": w["step"], "layer": layer, "phase": phase, "stage": stage,
                         "start_ns": a, "dur_ns": b - a, "hidden_ns": _overlap_compute(w["segments"], a, b),
                         "exposed_on_path_ns": on_path.get(k, 0)})
     return sorted(out, key=lambda d: (d["rank"], d["step"], d["start_ns"]))
+
+
+_A2A_CAT = cp_split.CATEGORIES.index("all_to_all_ns")
 
 
 def job_inputs(session: Session) -> dict:

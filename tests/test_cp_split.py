@@ -1,0 +1,59 @@
+"""cp_split.split (the path's pieces over the segments, whole-column) against the per-piece loop it
+replaced (cp_reference.split), and critical_path.composition against the reference's row loop:
+random windows of a few activities (compute, copies, collectives with peer waits and uneven
+splits), pieces tiling the window (activities and gaps with their causes and host syncs) and
+segments tiling it with holes and empty segments."""
+from __future__ import annotations
+
+from array import array
+
+import cp_reference as ref
+from cp_cases import cases
+from hypothesis import given, settings
+
+from traceview.analysis import critical_path as cp
+
+
+@settings(max_examples=600, deadline=None)
+@given(cases())
+def test_split_matches_the_per_piece_loop(case):
+    pieces, segs, acts, comm, ws, we = case
+    got = cp.split(pieces, segs, acts, comm)
+    want = ref.split(pieces, segs, acts, comm)
+    assert list(zip(got.start, got.end, got.k, got.category, got.cause, got.extra, strict=True)) == \
+        list(zip(want.start, want.end, want.k, want.category, want.cause, want.extra, strict=True))
+    assert [s["id"] for s in got] == [s["id"] for s in want]
+    assert cp.composition(got, ws, we) == ref.composition(want, ws, we)
+
+
+@settings(max_examples=200, deadline=None)
+@given(cases())
+def test_split_of_the_walks_columns_is_the_split_of_its_tuples(case):
+    pieces, segs, acts, comm, _, _ = case
+    cols = cp.Pieces()
+    for p in pieces:
+        cols.add(p)
+    got, want = cp.split(cols, segs, acts, comm), cp.split(pieces, segs, acts, comm)
+    assert (list(got.start), got.category, got.cause, got.extra) == (list(want.start), want.category,
+                                                                    want.cause, want.extra)
+    assert list(cols.tuples()) == pieces
+
+
+def test_a_collective_by_hand():
+    """An all-to-all 0-10 on the path, its peers arrived at 3, split sizes max/mean 2; compute runs
+    beside it from 8 (the segments), so 8-10 is overlapped comm (compute). 0-8: peer wait 0-3, then
+    half of the remaining 5 ns imbalance, rounded half to even as Python's round (2.5 -> 2: 3-5),
+    the rest exposed (5-8)."""
+    acts = cp.Acts()
+    acts.id, acts.cls = array("q", [1]), ["comm"]
+    acts.start, acts.end = array("q", [0]), array("q", [10])
+    comm = {1: {"kind": "all_to_all", "wait_until": 3, "imbalance": {"max_over_mean": 2.0}}}
+    segs = cp.Segments(None, (array("q", [0, 8]), array("q", [8, 10]), array("q", [0, 1]), array("q", [1, 1]),
+                              array("q", [0, 0])), 0, 2)
+    path = cp.split([(0, 10, 0, None, None)], segs, acts, comm)
+    assert list(zip(path.start, path.end, path.category, path.cause, path.extra, strict=True)) == [
+        (0, 3, "all_to_all_ns", "peer_wait", None), (3, 5, "all_to_all_ns", "imbalance", None),
+        (5, 8, "all_to_all_ns", "exposed_a2a", None), (8, 10, "compute_ns", None, "overlapped comm")]
+    comp = cp.composition(path, 0, 10)
+    assert (comp["all_to_all_ns"], comp["compute_ns"], comp["peer_wait_ns"], comp["imbalance_ns"],
+            comp["overlapped_comm_ns"]) == (8, 2, 3, 2, 2)

@@ -91,7 +91,7 @@ def _read_db(db: Path, path: Path) -> Profile:
         raise TraceError(path, "not an SQLite file (expected an Nsight Systems SQLite export or .nsys-rep report)")
     try:
         src = nsys_export.Export(db, path)
-    except (nsys_export.dbapi.Error, OSError) as e:
+    except (nsys_export.adbc_driver_manager.Error, OSError) as e:
         raise TraceError(path, f"cannot open the SQLite file: {_line(e)}") from None
     reader = None
     try:
@@ -99,7 +99,7 @@ def _read_db(db: Path, path: Path) -> Profile:
         return reader.run()
     except TraceError:
         raise
-    except (nsys_export.dbapi.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
+    except (nsys_export.adbc_driver_manager.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
         raise TraceError(path, f"cannot read this Nsight Systems export: {_line(e)}") from None
     finally:
         if reader is not None:

@@ -153,6 +153,7 @@ class _Reader:
         self.db.execute("SET enable_progress_bar = false")  # a long query writes nothing on stderr
         self.registered: set[str] = set()
         self.views: set[str] = set()  # numbered(): a view over a sorted table
+        self.devices: dict = {}  # pid -> its most used GPU (run(), for meta())
 
     def warn(self, msg: str) -> None:
         self.warnings.append(f"{self.path}: {msg}")
@@ -221,14 +222,16 @@ class _Reader:
         self.reg("strs", self.strs)
         nv = s.table("NVTX_EVENTS", {
             "start_ns": "start TIME", "end_ns": "end TIME", "event_type": "eventType", "gtid": "globalTid",
-            "domain_id": "domainId", "name": f"={self.nvtx_name_sql()} TEXT", "rn": "=rowid INTEGER"},
-            "WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES),
+            "domain_id": "domainId", "name": f"={self.nvtx_name_sql()} TEXT"},
+            # in rowid order (a plain scan, which the ORDER BY costs nothing on): a row's position is
+            # its place in the file, the ranges' last tie-break
+            "NOT INDEXED WHERE eventType IN (?, ?, ?) ORDER BY rowid", tuple(types[n] for n in _EVENT_TYPES),
             need=("start", "eventType", "globalTid"))
         ranges = pc.is_in(nv.column("event_type"), pa.array([types["NvtxPushPopRange"], types["NvtxStartEndRange"]]))
         n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
         if n_bad:
             self.warn(f"{n_bad} NVTX ranges with a missing, non-integer or out-of-range start dropped")
-        self.nv = nv.append_column("pos", pa.array(range(nv.num_rows), pa.int64()))
+        self.nv = nv.append_column("pos", nsys_nesting.positions(nv.num_rows))
         del nv
         self.reg("nv", self.nv)
         self.reg("sy", self.timed("sync records", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
@@ -325,7 +328,7 @@ class _Reader:
         if s.rows("TARGET_INFO_SESSION_START_TIME") and "utcEpochNs" in s.cols("TARGET_INFO_SESSION_START_TIME"):
             offset = s.fetch("SELECT CAST(utcEpochNs AS INTEGER) FROM TARGET_INFO_SESSION_START_TIME LIMIT 1"
                              )[0][0].as_py()
-        dev = dict(self.db.execute("SELECT pid, mode(device) FROM gpu0 GROUP BY pid").fetchall())
+        dev = self.devices   # pid -> its most used device (run)
         cols: dict[str, list] = {k: [] for k in ("rank", "world_size", "source_format", "source_version", "source_file",
                                                  "device", "gpu_name", "sm_count", "clock_offset_ns", "rank_source")}
         for pid, rank, how, ws in ranks:
@@ -345,7 +348,7 @@ class _Reader:
         x = self.db.execute
         pid = _PID.format(c="gpid")
         # GPU activities; a, b, c: the name key (kernel: name ids; memcpy: copy/src/dst kinds; memset: kind)
-        x(f"""CREATE TEMP TABLE gpu0 AS
+        x(f"""CREATE TEMP VIEW gpu0 AS
             SELECT 'kernel' AS kind, start_ns, end_ns, device, stream, correlation, {pid} AS pid,
                    COALESCE(name_id, -1) AS a, COALESCE(short_id, -1) AS b, -1 AS c, NULL::BIGINT AS bytes,
                    gx || ',' || gy || ',' || gz AS grid, bx || ',' || "by" || ',' || bz AS block FROM k
@@ -353,7 +356,15 @@ class _Reader:
                    COALESCE(src_kind, -1), COALESCE(dst_kind, -1), bytes, NULL, NULL FROM mc
             UNION ALL SELECT 'memset', start_ns, end_ns, device, stream, correlation, {pid}, COALESCE(mem_kind, -1),
                    -1, -1, bytes, NULL, NULL FROM ms""")
-        self.drop("k", "mc", "ms")  # each table is held once: the Arrow rows go as soon as they are copied
+        ranks = self.assign_ranks()
+        self.reg("ranks", pa.table({"pid": pa.array([r[0] for r in ranks], pa.int64()),
+                                    "rank": pa.array([r[1] for r in ranks], pa.int32())}))
+        self.devices = dict(self.db.execute("SELECT pid, mode(device) FROM gpu0 GROUP BY pid").fetchall())
+        # the GPU rows go into DuckDB once, numbered; the Arrow rows go as soon as they are copied
+        self.numbered("g", """SELECT r.rank, g.* FROM gpu0 g JOIN ranks r USING (pid)
+            ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind, g.a, g.b, g.c""")
+        x("DROP VIEW gpu0")
+        self.drop("k", "mc", "ms")
         x("""CREATE TEMP TABLE gname AS
             SELECT kind, a, b, c, CASE kind
                 WHEN 'kernel' THEN COALESCE(d.value, s.value,
@@ -361,13 +372,10 @@ class _Reader:
                 WHEN 'memcpy' THEN 'Memcpy ' || COALESCE(ck.v, 'Unknown') || ' (' || COALESCE(sk.v, 'Unknown') || ' -> '
                                    || COALESCE(dk.v, 'Unknown') || ')'
                 ELSE 'Memset (' || COALESCE(mk.v, 'Unknown') || ')' END AS name
-            FROM (SELECT DISTINCT kind, a, b, c FROM gpu0) g
+            FROM (SELECT DISTINCT kind, a, b, c FROM g) g
             LEFT JOIN strs d ON kind = 'kernel' AND d.id = a LEFT JOIN strs s ON kind = 'kernel' AND s.id = b
             LEFT JOIN e_copy ck ON kind = 'memcpy' AND ck.id = a LEFT JOIN e_mem sk ON kind = 'memcpy' AND sk.id = b
             LEFT JOIN e_mem dk ON kind = 'memcpy' AND dk.id = c LEFT JOIN e_mem mk ON kind = 'memset' AND mk.id = a""")
-        ranks = self.assign_ranks()
-        self.reg("ranks", pa.table({"pid": pa.array([r[0] for r in ranks], pa.int64()),
-                                    "rank": pa.array([r[1] for r in ranks], pa.int32())}))
         n_other = self.one(f"SELECT count(*) FROM rt WHERE {_PID.format(c='gtid')} NOT IN (SELECT pid FROM ranks)")[0]
         if n_other:
             self.warn(f"{n_other} CUDA API calls of processes without GPU activity dropped")
@@ -378,7 +386,7 @@ class _Reader:
                    regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
                                   '_v[0-9]{4,}$', '') AS name
             FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
-        last = self.one("SELECT (SELECT max(end_ns) FROM gpu0), (SELECT max(end_ns) FROM rt)")
+        last = self.one("SELECT (SELECT max(end_ns) FROM g), (SELECT max(end_ns) FROM rt)")
         self.drop("rt")
         cpu_ranges = _conformed("cpu_ranges", self.ranges(*last))
         launches = self.launches()
@@ -386,10 +394,7 @@ class _Reader:
         syncs, meta = self.syncs(), self.meta(ranks)
         names = self.q("SELECT kind, a, b, c, name FROM gname ORDER BY kind, a, b, c")  # codes in one order
         self.drop("gname")
-        self.reg("gk", names.drop_columns(["name"]).append_column("gi", pa.array(range(names.num_rows), pa.int64())))
-        self.numbered("g", """SELECT r.rank, g.* FROM gpu0 g JOIN ranks r USING (pid)
-            ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind, g.a, g.b, g.c""")
-        self.drop("gpu0")
+        self.reg("gk", names.drop_columns(["name"]).append_column("gi", nsys_nesting.positions(names.num_rows)))
         gpu = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
                        FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation)
@@ -426,7 +431,7 @@ class _Reader:
             SELECT n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
             WHERE {rngs}
-            ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.rn""")
+            ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.pos""")
         self.drop("nv")
         self.nv = None
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the

@@ -30,3 +30,11 @@ def test_one_device_per_rank_or_none_warns_nothing():
     p = load._warn_several_devices(_profile([0, 0, 1, 1], [1, 1, None, 4]), Path("t"))
     assert p.warnings == []
     assert load._warn_several_devices(_profile([], []), Path("t")).warnings == []
+
+
+def test_rows_without_rank_are_one_process():
+    # rank 0 on device 1 and 2; the rows without a rank (not from the parsers) on 1 and 2 too, and
+    # a null device; their warning comes after the ranked ones
+    p = load._warn_several_devices(_profile([None, 0, None, 0, None], [1, 1, 2, 2, None]), Path("t"))
+    assert p.warnings == [
+        "t: GPU activity on 2 devices (1, 2) in one process: its step breakdown is one timeline over all of them"] * 2

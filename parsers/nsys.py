@@ -72,16 +72,22 @@ def _coded(col: pa.ChunkedArray) -> pa.Array:
 
 
 def _conformed(name: str, t: pa.Table) -> pa.Table:
-    """schema.conform, the columns the export has no data for (collective metadata, fwd_id, ...)
-    null over one shared zeroed buffer: pa.nulls allocates and zeroes one per column (about 150 MB
-    of zeros at 2M NVTX ranges). The buffer comes from calloc, so its pages take no memory until
-    written, and nothing writes to an Arrow buffer."""
+    """schema.conform, with every column that holds only nulls (those the export has no data for:
+    collective metadata, fwd_id, ...; and those null on every row read, e.g. seq where no name has
+    one) null over one shared zeroed buffer: pa.nulls allocates and zeroes one per column (about
+    150 MB of zeros at 2M NVTX ranges). The buffer comes from calloc, so its pages take no memory
+    until written, and nothing writes to an Arrow buffer."""
     n = t.num_rows
-    missing = [f for f in schema.TABLES[name] if f.name not in t.column_names]
-    if n and missing:
+    fields = [f for f in schema.TABLES[name]
+              if f.name not in t.column_names or t.column(f.name).null_count == n]
+    if n and fields:
         zeros = pa.py_buffer(bytes(8 * n + 8))   # validity bits, values up to 8 bytes, n + 1 offsets
-        for f in missing:
-            t = t.append_column(f, _nulls(f.type, n, zeros))
+        for f in fields:
+            col = _nulls(f.type, n, zeros)
+            if f.name in t.column_names:
+                t = t.set_column(t.schema.get_field_index(f.name), t.schema.field(f.name).with_type(f.type), col)
+            else:
+                t = t.append_column(f, col)
     return schema.conform(name, t)
 
 

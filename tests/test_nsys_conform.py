@@ -28,11 +28,17 @@ def test_nulls_match_pa_nulls(n, typ):
     assert _ipc(pa.table({"c": got})) == _ipc(pa.table({"c": want}))
 
 
+def _values(typ: pa.DataType) -> pa.Array:
+    if pa.types.is_integer(typ):
+        return pa.array([1, 2], typ)
+    return pa.array(["a", "b"]).cast(typ)   # string, or dictionary-coded string
+
+
 @pytest.mark.parametrize("name", list(schema.TABLES))
 def test_conformed_is_schema_conform(name):
-    # two rows of every column but the second half of the schema's: those come from _conformed
+    # two rows of the first half of the schema's columns (the second half come from _conformed)
     fields = list(schema.TABLES[name])[: len(schema.TABLES[name]) // 2]
-    t = pa.table({f.name: pa.array([None, None], f.type) for f in fields})
+    t = pa.table({f.name: _values(f.type) for f in fields})
     got, want = nsys._conformed(name, t), schema.conform(name, t)
     got.validate(full=True)
     assert got.schema == want.schema and got.equals(want)
@@ -40,3 +46,13 @@ def test_conformed_is_schema_conform(name):
     if name == "cpu_ranges":   # the absent columns share one buffer
         addr = {got.column(f).chunk(0).buffers()[0].address for f in ("fwd_id", "coll_name", "input_types")}
         assert len(addr) == 1
+
+
+@pytest.mark.parametrize("name", list(schema.TABLES))
+def test_all_null_columns_read_are_shared_nulls(name):
+    # every column read but null on every row: the same table, its columns over one buffer
+    t = pa.table({f.name: pa.nulls(3, f.type) for f in schema.TABLES[name]})
+    got = nsys._conformed(name, t)
+    got.validate(full=True)
+    assert got.schema == schema.TABLES[name] and got.equals(schema.conform(name, t))
+    assert len({got.column(i).chunk(0).buffers()[0].address for i in range(got.num_columns)}) == 1

@@ -219,10 +219,14 @@ class _Reader:
             **_GPU, "bytes": "bytes", "mem_kind": "memKind"}, need=_NEED_GPU)))
         api = {"start_ns": "start TIME", "end_ns": "end TIME", "gtid": "globalTid", "correlation": "correlationId",
                "name_id": "nameId", "event_class": "eventClass"}
-        api_tables = (("CUPTI_ACTIVITY_KIND_RUNTIME", "NULL"), ("CUPTI_ACTIVITY_KIND_DRIVER", "'driver'"))
-        self.reg("rt", self.timed("CUDA API calls", pa.concat_tables([
-            s.table(t, {**api, "table_api": f"={v} TEXT"}, need=("start", "end", "globalTid"))
-            for t, v in api_tables])))
+        parts = []
+        for t, v in (("CUPTI_ACTIVITY_KIND_RUNTIME", None), ("CUPTI_ACTIVITY_KIND_DRIVER", "driver")):
+            part = s.table(t, api, need=("start", "end", "globalTid"))
+            n = part.num_rows   # the table's API, a constant added here (not a column read through ADBC)
+            part = part.append_column(pa.field("table_api", pa.string()), pa.repeat(pa.scalar(v, pa.string()), n))
+            parts.append(part)
+        self.reg("rt", self.timed("CUDA API calls", pa.concat_tables(parts)))
+        del parts, part
         self.strs = s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
                             need=("id", "value"))
         self.reg("strs", self.strs)
@@ -401,14 +405,22 @@ class _Reader:
         names = self.q("SELECT kind, a, b, c, name FROM gname ORDER BY kind, a, b, c")  # codes in one order
         self.drop("gname")
         self.reg("gk", names.drop_columns(["name"]).append_column("gi", nsys_nesting.positions(names.num_rows)))
-        gpu = self.q("""
+        # the rows in id order as numbered (a scan), and the looked-up columns sorted back to it
+        # apart: the sort after the joins carries three integers, not the strings
+        gpu = self.q("""SELECT id, rank, device, stream, start_ns, end_ns, kind, correlation, bytes, grid, block
+                        FROM g""")
+        found = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
                        FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation)
-            SELECT g.id, g.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, n.gi, g.correlation,
-                   l.id AS launch_id, l.op_id, g.bytes, g.grid, g.block
+            SELECT g.id, n.gi, l.id AS launch_id, l.op_id
             FROM g JOIN gk n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
-            ORDER BY id""")
+            ORDER BY g.id""")
         self.drop("gk", "g", "launches", "rec")
+        if not found.column("id").equals(gpu.column("id")):
+            raise ValueError("GPU activities and their names out of step")
+        for f in ("gi", "launch_id", "op_id"):
+            gpu = gpu.append_column(f, found.column(f))
+        del found
         gpu = gpu.append_column("name", pc.take(_coded(names.column("name")), gpu.column("gi"))).drop_columns(["gi"])
         del names
         return Profile(gpu_activities=_conformed("gpu_activities", gpu),

@@ -64,6 +64,11 @@ _PARSE_NAMES = """
     FROM p"""
 
 
+def _flat(col: pa.ChunkedArray) -> pa.Array:
+    """One array of a column (its one chunk as it is: combine_chunks copies even that)."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 def _coded(col: pa.ChunkedArray) -> pa.Array:
     """A string column as one dictionary array (schema.CODED: int32 codes, each value once)."""
     enc = pc.dictionary_encode(col)
@@ -466,15 +471,17 @@ class _Reader:
                   UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
                             WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
             ORDER BY gtid, t, kid""")
-        kind = pc.divide(ev.column("kid"), _K)
-        step = pc.if_else(pc.equal(kind, 1), 1, pc.if_else(pc.equal(kind, 3), 0, -1)).cast(pa.int32())
-        run = pc.cumulative_sum(step)
-        keep = pc.or_(pc.equal(kind, 1), pc.equal(kind, 3))
-        del step
-        sw = ev.append_column("run", run).append_column("kind", kind).filter(keep)
-        del ev, run, keep, kind
+        # column by column, each freed once used (the sweep has 2.5 rows a range)
+        cols = {c: ev.column(c) for c in ("gtid", "t", "kid")}
+        del ev
+        cols["kind"] = pc.divide(cols["kid"], _K).cast(pa.int8())
+        is_start, is_call = pc.equal(cols["kind"], 1), pc.equal(cols["kind"], 3)
+        cols["run"] = pc.cumulative_sum(pc.if_else(is_start, 1, pc.if_else(is_call, 0, -1)).cast(pa.int32()))
+        keep = pc.or_(is_start, is_call)
+        del is_start, is_call
+        sw = {c: _flat(pc.filter(cols.pop(c), keep)) for c in ("gtid", "t", "kid", "kind", "run")}
+        del keep
         depth, parent_id, crosses, op = self.nest(sw)
-        del sw
         crossing = pc.sum(crosses).as_py() or 0
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
@@ -483,14 +490,17 @@ class _Reader:
         del op
         # Integer columns in id order first; the names (parsed and coded in file order) are then
         # gathered by position (a take of dictionary codes, no sort of strings).
-        rows = self.q(f"""
-            SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns,
-                   r0.end_ns, CASE WHEN r0.domain_id IS NULL OR r0.domain_id = 0 THEN NULL
-                        ELSE COALESCE(d.name, '<unknown domain ' || r0.domain_id || '>') END AS domain,
-                   r0.pos
-            FROM r0 LEFT JOIN dom d ON d.domain_id = r0.domain_id
-            ORDER BY id""")
+        # The rows are r0's in its order (a scan: no sort), the domain names looked up per distinct id.
+        rows = self.q(f"""SELECT id, rank, {_PID.format(c='gtid')} AS pid, gtid & 16777215 AS tid, start_ns, end_ns,
+                                 domain_id, pos FROM r0""")
+        doms = self.q("""
+            SELECT r.domain_id, CASE WHEN r.domain_id IS NULL OR r.domain_id = 0 THEN NULL
+                                     ELSE COALESCE(d.name, '<unknown domain ' || r.domain_id || '>') END AS domain
+            FROM (SELECT DISTINCT domain_id FROM r0) r LEFT JOIN dom d ON d.domain_id = r.domain_id""")
         self.drop("r0")
+        at = pc.index_in(rows.column("domain_id"), value_set=_flat(doms.column("domain_id")))
+        rows = rows.drop_columns(["domain_id"]).append_column("domain", pc.take(_flat(doms.column("domain")), at))
+        del doms, at
         rows = rows.append_column("depth", depth).append_column("parent_id", parent_id)
         del depth, parent_id
         pos = rows.column("pos")
@@ -502,32 +512,39 @@ class _Reader:
         del names, pos
         return rows
 
-    def nest(self, sw: pa.Table):
-        """From the sweep (starts and calls, in (gtid, t, kid) order): depth, parent id and whether it
-        ends after its parent, of every range (in id order; null where not push/pop), and the
-        innermost open range of each call (table id, op_id)."""
-        kind, run = sw.column("kind").combine_chunks(), sw.column("run").combine_chunks()
+    def nest(self, sw: dict[str, pa.Array]):
+        """From the sweep (starts and calls, in (gtid, t, kid) order; its columns are taken out of
+        `sw` and freed as they are used): depth, parent id and whether it ends after its parent, of
+        every range (in id order; null where not push/pop), and the innermost open range of each
+        call (table id, op_id)."""
+        kind, run = sw.pop("kind"), sw.pop("run").cast(pa.int64())
         is_start = pc.equal(kind, 1)
+        del kind
         null = pa.scalar(None, pa.int64())
-        run = run.cast(pa.int64())
         depth = pc.if_else(is_start, pc.subtract(run, 1), null)
-        hit = nsys_nesting.last_at_depth(sw.column("gtid").combine_chunks(), is_start, depth,
-                                         pc.subtract(run, pc.if_else(is_start, 2, 1).cast(pa.int64())))
-        ident = pc.subtract(sw.column("kid").combine_chunks(), pc.multiply(kind, _K))
-        ends = self.q("SELECT end_ns FROM r0 ORDER BY id").column("end_ns")   # by id
+        want = pc.subtract(run, pc.if_else(is_start, 2, 1).cast(pa.int64()))
+        del run
+        hit = nsys_nesting.last_at_depth(sw.pop("gtid"), is_start, depth, want)
+        del want
+        ident = pc.bit_wise_and(sw.pop("kid"), _K - 1)   # kid = kind * _K + id, ids < _K
+        ends = _flat(self.q("SELECT end_ns FROM r0").column("end_ns"))   # by id (r0's rows are in id order)
         end = pc.if_else(is_start, pc.take(ends, pc.if_else(is_start, ident, null)), null)
         del ends
         up_id, up_end = pc.take(ident, hit), pc.take(end, hit)
+        del hit
         is_call = pc.invert(is_start)
-        open_ = pc.fill_null(pc.greater(up_end, sw.column("t").combine_chunks()), False)
+        open_ = pc.fill_null(pc.greater(up_end, sw.pop("t")), False)
         op = pa.table({"id": pc.filter(ident, is_call),
                        "op_id": pc.filter(pc.if_else(open_, up_id, null), is_call)})
+        del open_, is_call
         s_id = pc.filter(ident, is_start)
+        del ident
         order = pc.sort_indices(s_id)
         cols = [pc.take(pc.filter(c, is_start), order) for c in (depth, up_id, pc.less(up_end, end))]
+        del depth, up_id, up_end, end, order
         n_ranges = self.one("SELECT count(*) FROM r0")[0]
         if len(s_id) != n_ranges:   # start/end ranges among them: no depth, no parent
-            pushpop = self.q("SELECT pushpop FROM r0 ORDER BY id").column("pushpop").combine_chunks()
+            pushpop = _flat(self.q("SELECT pushpop FROM r0").column("pushpop"))   # by id
             slot = pc.if_else(pushpop, pc.subtract(pc.cumulative_sum(pushpop.cast(pa.int64())), 1), null)
             cols = [pc.take(c, slot) for c in cols]
         return cols[0].cast(pa.int32()), cols[1], pc.fill_null(cols[2], False), op

@@ -64,11 +64,51 @@ _PARSE_NAMES = """
     FROM p"""
 
 
+def _flat(col: pa.ChunkedArray) -> pa.Array:
+    """One array of a column (its one chunk as it is: combine_chunks copies even that)."""
+    return col.chunk(0) if col.num_chunks == 1 else col.combine_chunks()
+
+
 def _coded(col: pa.ChunkedArray) -> pa.Array:
     """A string column as one dictionary array (schema.CODED: int32 codes, each value once)."""
     enc = pc.dictionary_encode(col)
     enc = enc.combine_chunks() if isinstance(enc, pa.ChunkedArray) else enc
     return enc.cast(schema.CODED)
+
+
+def _conformed(name: str, t: pa.Table) -> pa.Table:
+    """schema.conform, with every column that holds only nulls (those the export has no data for:
+    collective metadata, fwd_id, ...; and those null on every row read, e.g. seq where no name has
+    one) null over one shared zeroed buffer: pa.nulls allocates and zeroes one per column (about
+    150 MB of zeros at 2M NVTX ranges). The buffer comes from calloc, so its pages take no memory
+    until written, and nothing writes to an Arrow buffer."""
+    n = t.num_rows
+    fields = [f for f in schema.TABLES[name]
+              if f.name not in t.column_names or t.column(f.name).null_count == n]
+    if n and fields:
+        zeros = pa.py_buffer(bytes(8 * n + 8))   # validity bits, values up to 8 bytes, n + 1 offsets
+        for f in fields:
+            col = _nulls(f.type, n, zeros)
+            if f.name in t.column_names:
+                t = t.set_column(t.schema.get_field_index(f.name), t.schema.field(f.name).with_type(f.type), col)
+            else:
+                t = t.append_column(f, col)
+    return schema.conform(name, t)
+
+
+def _nulls(typ: pa.DataType, n: int, zeros: pa.Buffer) -> pa.Array:
+    """n nulls of `typ` over slices of `zeros` (at least 8 n + 8 bytes), with the buffer sizes
+    pa.nulls gives (so that an Arrow IPC file of the table is byte for byte the same)."""
+    bits = zeros[:(n + 7) // 8]
+    if pa.types.is_dictionary(typ) and pa.types.is_string(typ.value_type) and typ.index_type == pa.int32():
+        codes = pa.Array.from_buffers(typ.index_type, n, [bits, zeros[:4 * n + 4]], null_count=n)
+        empty = pa.Array.from_buffers(typ.value_type, 0, [None, zeros[:4], zeros[:4]])
+        return pa.DictionaryArray.from_arrays(codes, empty)
+    if pa.types.is_string(typ):
+        return pa.Array.from_buffers(typ, n, [bits, zeros[:4 * n + 4], zeros[:4 * n + 4]], null_count=n)
+    if (pa.types.is_integer(typ) or pa.types.is_floating(typ)) and typ.bit_width in (8, 16, 32, 64):
+        return pa.Array.from_buffers(typ, n, [bits, zeros[:typ.bit_width // 8 * n]], null_count=n)
+    return pa.nulls(n, typ)
 
 
 def sniff(path) -> bool:
@@ -91,7 +131,7 @@ def _read_db(db: Path, path: Path) -> Profile:
         raise TraceError(path, "not an SQLite file (expected an Nsight Systems SQLite export or .nsys-rep report)")
     try:
         src = nsys_export.Export(db, path)
-    except (nsys_export.dbapi.Error, OSError) as e:
+    except (nsys_export.adbc_driver_manager.Error, OSError) as e:
         raise TraceError(path, f"cannot open the SQLite file: {_line(e)}") from None
     reader = None
     try:
@@ -99,7 +139,7 @@ def _read_db(db: Path, path: Path) -> Profile:
         return reader.run()
     except TraceError:
         raise
-    except (nsys_export.dbapi.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
+    except (nsys_export.adbc_driver_manager.Error, duckdb.Error, OSError, ValueError, pa.ArrowException) as e:
         raise TraceError(path, f"cannot read this Nsight Systems export: {_line(e)}") from None
     finally:
         if reader is not None:
@@ -124,6 +164,7 @@ class _Reader:
         self.db.execute("SET enable_progress_bar = false")  # a long query writes nothing on stderr
         self.registered: set[str] = set()
         self.views: set[str] = set()  # numbered(): a view over a sorted table
+        self.devices: dict = {}  # pid -> its most used GPU (run(), for meta())
 
     def warn(self, msg: str) -> None:
         self.warnings.append(f"{self.path}: {msg}")
@@ -183,23 +224,29 @@ class _Reader:
             **_GPU, "bytes": "bytes", "mem_kind": "memKind"}, need=_NEED_GPU)))
         api = {"start_ns": "start TIME", "end_ns": "end TIME", "gtid": "globalTid", "correlation": "correlationId",
                "name_id": "nameId", "event_class": "eventClass"}
-        api_tables = (("CUPTI_ACTIVITY_KIND_RUNTIME", "NULL"), ("CUPTI_ACTIVITY_KIND_DRIVER", "'driver'"))
-        self.reg("rt", self.timed("CUDA API calls", pa.concat_tables([
-            s.table(t, {**api, "table_api": f"={v} TEXT"}, need=("start", "end", "globalTid"))
-            for t, v in api_tables])))
+        parts = []
+        for t, v in (("CUPTI_ACTIVITY_KIND_RUNTIME", None), ("CUPTI_ACTIVITY_KIND_DRIVER", "driver")):
+            part = s.table(t, api, need=("start", "end", "globalTid"))
+            n = part.num_rows   # the table's API, a constant added here (not a column read through ADBC)
+            part = part.append_column(pa.field("table_api", pa.string()), pa.repeat(pa.scalar(v, pa.string()), n))
+            parts.append(part)
+        self.reg("rt", self.timed("CUDA API calls", pa.concat_tables(parts)))
+        del parts, part
         self.strs = s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
                             need=("id", "value"))
         self.reg("strs", self.strs)
         nv = s.table("NVTX_EVENTS", {
             "start_ns": "start TIME", "end_ns": "end TIME", "event_type": "eventType", "gtid": "globalTid",
-            "domain_id": "domainId", "name": f"={self.nvtx_name_sql()} TEXT", "rn": "=rowid INTEGER"},
-            "WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES),
+            "domain_id": "domainId", "name": f"={self.nvtx_name_sql()} TEXT"},
+            # in rowid order (a plain scan, which the ORDER BY costs nothing on): a row's position is
+            # its place in the file, the ranges' last tie-break
+            "NOT INDEXED WHERE eventType IN (?, ?, ?) ORDER BY rowid", tuple(types[n] for n in _EVENT_TYPES),
             need=("start", "eventType", "globalTid"))
         ranges = pc.is_in(nv.column("event_type"), pa.array([types["NvtxPushPopRange"], types["NvtxStartEndRange"]]))
         n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
         if n_bad:
             self.warn(f"{n_bad} NVTX ranges with a missing, non-integer or out-of-range start dropped")
-        self.nv = nv.append_column("pos", pa.array(range(nv.num_rows), pa.int64()))
+        self.nv = nv.append_column("pos", nsys_nesting.positions(nv.num_rows))
         del nv
         self.reg("nv", self.nv)
         self.reg("sy", self.timed("sync records", s.table("CUPTI_ACTIVITY_KIND_SYNCHRONIZATION", {
@@ -296,7 +343,7 @@ class _Reader:
         if s.rows("TARGET_INFO_SESSION_START_TIME") and "utcEpochNs" in s.cols("TARGET_INFO_SESSION_START_TIME"):
             offset = s.fetch("SELECT CAST(utcEpochNs AS INTEGER) FROM TARGET_INFO_SESSION_START_TIME LIMIT 1"
                              )[0][0].as_py()
-        dev = dict(self.db.execute("SELECT pid, mode(device) FROM gpu0 GROUP BY pid").fetchall())
+        dev = self.devices   # pid -> its most used device (run)
         cols: dict[str, list] = {k: [] for k in ("rank", "world_size", "source_format", "source_version", "source_file",
                                                  "device", "gpu_name", "sm_count", "clock_offset_ns", "rank_source")}
         for pid, rank, how, ws in ranks:
@@ -316,7 +363,7 @@ class _Reader:
         x = self.db.execute
         pid = _PID.format(c="gpid")
         # GPU activities; a, b, c: the name key (kernel: name ids; memcpy: copy/src/dst kinds; memset: kind)
-        x(f"""CREATE TEMP TABLE gpu0 AS
+        x(f"""CREATE TEMP VIEW gpu0 AS
             SELECT 'kernel' AS kind, start_ns, end_ns, device, stream, correlation, {pid} AS pid,
                    COALESCE(name_id, -1) AS a, COALESCE(short_id, -1) AS b, -1 AS c, NULL::BIGINT AS bytes,
                    gx || ',' || gy || ',' || gz AS grid, bx || ',' || "by" || ',' || bz AS block FROM k
@@ -324,7 +371,15 @@ class _Reader:
                    COALESCE(src_kind, -1), COALESCE(dst_kind, -1), bytes, NULL, NULL FROM mc
             UNION ALL SELECT 'memset', start_ns, end_ns, device, stream, correlation, {pid}, COALESCE(mem_kind, -1),
                    -1, -1, bytes, NULL, NULL FROM ms""")
-        self.drop("k", "mc", "ms")  # each table is held once: the Arrow rows go as soon as they are copied
+        ranks = self.assign_ranks()
+        self.reg("ranks", pa.table({"pid": pa.array([r[0] for r in ranks], pa.int64()),
+                                    "rank": pa.array([r[1] for r in ranks], pa.int32())}))
+        self.devices = dict(self.db.execute("SELECT pid, mode(device) FROM gpu0 GROUP BY pid").fetchall())
+        # the GPU rows go into DuckDB once, numbered; the Arrow rows go as soon as they are copied
+        self.numbered("g", """SELECT r.rank, g.* FROM gpu0 g JOIN ranks r USING (pid)
+            ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind, g.a, g.b, g.c""")
+        x("DROP VIEW gpu0")
+        self.drop("k", "mc", "ms")
         x("""CREATE TEMP TABLE gname AS
             SELECT kind, a, b, c, CASE kind
                 WHEN 'kernel' THEN COALESCE(d.value, s.value,
@@ -332,13 +387,10 @@ class _Reader:
                 WHEN 'memcpy' THEN 'Memcpy ' || COALESCE(ck.v, 'Unknown') || ' (' || COALESCE(sk.v, 'Unknown') || ' -> '
                                    || COALESCE(dk.v, 'Unknown') || ')'
                 ELSE 'Memset (' || COALESCE(mk.v, 'Unknown') || ')' END AS name
-            FROM (SELECT DISTINCT kind, a, b, c FROM gpu0) g
+            FROM (SELECT DISTINCT kind, a, b, c FROM g) g
             LEFT JOIN strs d ON kind = 'kernel' AND d.id = a LEFT JOIN strs s ON kind = 'kernel' AND s.id = b
             LEFT JOIN e_copy ck ON kind = 'memcpy' AND ck.id = a LEFT JOIN e_mem sk ON kind = 'memcpy' AND sk.id = b
             LEFT JOIN e_mem dk ON kind = 'memcpy' AND dk.id = c LEFT JOIN e_mem mk ON kind = 'memset' AND mk.id = a""")
-        ranks = self.assign_ranks()
-        self.reg("ranks", pa.table({"pid": pa.array([r[0] for r in ranks], pa.int64()),
-                                    "rank": pa.array([r[1] for r in ranks], pa.int32())}))
         n_other = self.one(f"SELECT count(*) FROM rt WHERE {_PID.format(c='gtid')} NOT IN (SELECT pid FROM ranks)")[0]
         if n_other:
             self.warn(f"{n_other} CUDA API calls of processes without GPU activity dropped")
@@ -349,32 +401,37 @@ class _Reader:
                    regexp_replace(COALESCE(s.value, '<unknown string ' || ids.name_id || '>'),
                                   '_v[0-9]{4,}$', '') AS name
             FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
-        last = self.one("SELECT (SELECT max(end_ns) FROM gpu0), (SELECT max(end_ns) FROM rt)")
+        last = self.one("SELECT (SELECT max(end_ns) FROM g), (SELECT max(end_ns) FROM rt)")
         self.drop("rt")
-        cpu_ranges = schema.conform("cpu_ranges", self.ranges(*last))
+        cpu_ranges = _conformed("cpu_ranges", self.ranges(*last))
         launches = self.launches()
         self.drop("ops", "l0", "lname")
         syncs, meta = self.syncs(), self.meta(ranks)
         names = self.q("SELECT kind, a, b, c, name FROM gname ORDER BY kind, a, b, c")  # codes in one order
         self.drop("gname")
-        self.reg("gk", names.drop_columns(["name"]).append_column("gi", pa.array(range(names.num_rows), pa.int64())))
-        self.numbered("g", """SELECT r.rank, g.* FROM gpu0 g JOIN ranks r USING (pid)
-            ORDER BY r.rank, g.start_ns, g.end_ns, g.device, g.stream, g.kind, g.a, g.b, g.c""")
-        self.drop("gpu0")
-        gpu = self.q("""
+        self.reg("gk", names.drop_columns(["name"]).append_column("gi", nsys_nesting.positions(names.num_rows)))
+        # the rows in id order as numbered (a scan), and the looked-up columns sorted back to it
+        # apart: the sort after the joins carries three integers, not the strings
+        gpu = self.q("""SELECT id, rank, device, stream, start_ns, end_ns, kind, correlation, bytes, grid, block
+                        FROM g""")
+        found = self.q("""
             WITH l AS (SELECT pid, correlation, min(id) AS id, arg_min(op_id, id) AS op_id
                        FROM launches WHERE correlation IS NOT NULL GROUP BY pid, correlation)
-            SELECT g.id, g.rank, g.device, g.stream, g.start_ns, g.end_ns, g.kind, n.gi, g.correlation,
-                   l.id AS launch_id, l.op_id, g.bytes, g.grid, g.block
+            SELECT g.id, n.gi, l.id AS launch_id, l.op_id
             FROM g JOIN gk n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
-            ORDER BY id""")
+            ORDER BY g.id""")
         self.drop("gk", "g", "launches", "rec")
+        if not found.column("id").equals(gpu.column("id")):
+            raise ValueError("GPU activities and their names out of step")
+        for f in ("gi", "launch_id", "op_id"):
+            gpu = gpu.append_column(f, found.column(f))
+        del found
         gpu = gpu.append_column("name", pc.take(_coded(names.column("name")), gpu.column("gi"))).drop_columns(["gi"])
         del names
-        return Profile(gpu_activities=schema.conform("gpu_activities", gpu),
+        return Profile(gpu_activities=_conformed("gpu_activities", gpu),
                        cpu_ranges=cpu_ranges,
-                       launches=schema.conform("launches", launches),
-                       syncs=schema.conform("syncs", syncs), meta=meta, warnings=self.warnings)
+                       launches=_conformed("launches", launches),
+                       syncs=_conformed("syncs", syncs), meta=meta, warnings=self.warnings)
 
     def ranges(self, last_gpu, last_call) -> pa.Table:
         """cpu_ranges, and the nesting sweep over ranges and calls (tables sw, pp) that launches() uses."""
@@ -397,7 +454,7 @@ class _Reader:
             SELECT n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
             WHERE {rngs}
-            ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.rn""")
+            ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.pos""")
         self.drop("nv")
         self.nv = None
         # One sweep per thread over push/pop range starts (+1) and ends (-1) and CUDA calls (0): the
@@ -414,15 +471,17 @@ class _Reader:
                   UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
                             WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
             ORDER BY gtid, t, kid""")
-        kind = pc.divide(ev.column("kid"), _K)
-        step = pc.if_else(pc.equal(kind, 1), 1, pc.if_else(pc.equal(kind, 3), 0, -1)).cast(pa.int32())
-        run = pc.cumulative_sum(step)
-        keep = pc.or_(pc.equal(kind, 1), pc.equal(kind, 3))
-        del step
-        sw = ev.append_column("run", run).append_column("kind", kind).filter(keep)
-        del ev, run, keep, kind
+        # column by column, each freed once used (the sweep has 2.5 rows a range)
+        cols = {c: ev.column(c) for c in ("gtid", "t", "kid")}
+        del ev
+        cols["kind"] = pc.divide(cols["kid"], _K).cast(pa.int8())
+        is_start, is_call = pc.equal(cols["kind"], 1), pc.equal(cols["kind"], 3)
+        cols["run"] = pc.cumulative_sum(pc.if_else(is_start, 1, pc.if_else(is_call, 0, -1)).cast(pa.int32()))
+        keep = pc.or_(is_start, is_call)
+        del is_start, is_call
+        sw = {c: _flat(pc.filter(cols.pop(c), keep)) for c in ("gtid", "t", "kid", "kind", "run")}
+        del keep
         depth, parent_id, crosses, op = self.nest(sw)
-        del sw
         crossing = pc.sum(crosses).as_py() or 0
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")
@@ -431,14 +490,17 @@ class _Reader:
         del op
         # Integer columns in id order first; the names (parsed and coded in file order) are then
         # gathered by position (a take of dictionary codes, no sort of strings).
-        rows = self.q(f"""
-            SELECT r0.id, r0.rank, {_PID.format(c='r0.gtid')} AS pid, r0.gtid & 16777215 AS tid, r0.start_ns,
-                   r0.end_ns, CASE WHEN r0.domain_id IS NULL OR r0.domain_id = 0 THEN NULL
-                        ELSE COALESCE(d.name, '<unknown domain ' || r0.domain_id || '>') END AS domain,
-                   r0.pos
-            FROM r0 LEFT JOIN dom d ON d.domain_id = r0.domain_id
-            ORDER BY id""")
+        # The rows are r0's in its order (a scan: no sort), the domain names looked up per distinct id.
+        rows = self.q(f"""SELECT id, rank, {_PID.format(c='gtid')} AS pid, gtid & 16777215 AS tid, start_ns, end_ns,
+                                 domain_id, pos FROM r0""")
+        doms = self.q("""
+            SELECT r.domain_id, CASE WHEN r.domain_id IS NULL OR r.domain_id = 0 THEN NULL
+                                     ELSE COALESCE(d.name, '<unknown domain ' || r.domain_id || '>') END AS domain
+            FROM (SELECT DISTINCT domain_id FROM r0) r LEFT JOIN dom d ON d.domain_id = r.domain_id""")
         self.drop("r0")
+        at = pc.index_in(rows.column("domain_id"), value_set=_flat(doms.column("domain_id")))
+        rows = rows.drop_columns(["domain_id"]).append_column("domain", pc.take(_flat(doms.column("domain")), at))
+        del doms, at
         rows = rows.append_column("depth", depth).append_column("parent_id", parent_id)
         del depth, parent_id
         pos = rows.column("pos")
@@ -450,32 +512,39 @@ class _Reader:
         del names, pos
         return rows
 
-    def nest(self, sw: pa.Table):
-        """From the sweep (starts and calls, in (gtid, t, kid) order): depth, parent id and whether it
-        ends after its parent, of every range (in id order; null where not push/pop), and the
-        innermost open range of each call (table id, op_id)."""
-        kind, run = sw.column("kind").combine_chunks(), sw.column("run").combine_chunks()
+    def nest(self, sw: dict[str, pa.Array]):
+        """From the sweep (starts and calls, in (gtid, t, kid) order; its columns are taken out of
+        `sw` and freed as they are used): depth, parent id and whether it ends after its parent, of
+        every range (in id order; null where not push/pop), and the innermost open range of each
+        call (table id, op_id)."""
+        kind, run = sw.pop("kind"), sw.pop("run").cast(pa.int64())
         is_start = pc.equal(kind, 1)
+        del kind
         null = pa.scalar(None, pa.int64())
-        run = run.cast(pa.int64())
         depth = pc.if_else(is_start, pc.subtract(run, 1), null)
-        hit = nsys_nesting.last_at_depth(sw.column("gtid").combine_chunks(), is_start, depth,
-                                         pc.subtract(run, pc.if_else(is_start, 2, 1).cast(pa.int64())))
-        ident = pc.subtract(sw.column("kid").combine_chunks(), pc.multiply(kind, _K))
-        ends = self.q("SELECT end_ns FROM r0 ORDER BY id").column("end_ns")   # by id
+        want = pc.subtract(run, pc.if_else(is_start, 2, 1).cast(pa.int64()))
+        del run
+        hit = nsys_nesting.last_at_depth(sw.pop("gtid"), is_start, depth, want)
+        del want
+        ident = pc.bit_wise_and(sw.pop("kid"), _K - 1)   # kid = kind * _K + id, ids < _K
+        ends = _flat(self.q("SELECT end_ns FROM r0").column("end_ns"))   # by id (r0's rows are in id order)
         end = pc.if_else(is_start, pc.take(ends, pc.if_else(is_start, ident, null)), null)
         del ends
         up_id, up_end = pc.take(ident, hit), pc.take(end, hit)
+        del hit
         is_call = pc.invert(is_start)
-        open_ = pc.fill_null(pc.greater(up_end, sw.column("t").combine_chunks()), False)
+        open_ = pc.fill_null(pc.greater(up_end, sw.pop("t")), False)
         op = pa.table({"id": pc.filter(ident, is_call),
                        "op_id": pc.filter(pc.if_else(open_, up_id, null), is_call)})
+        del open_, is_call
         s_id = pc.filter(ident, is_start)
+        del ident
         order = pc.sort_indices(s_id)
         cols = [pc.take(pc.filter(c, is_start), order) for c in (depth, up_id, pc.less(up_end, end))]
+        del depth, up_id, up_end, end, order
         n_ranges = self.one("SELECT count(*) FROM r0")[0]
         if len(s_id) != n_ranges:   # start/end ranges among them: no depth, no parent
-            pushpop = self.q("SELECT pushpop FROM r0 ORDER BY id").column("pushpop").combine_chunks()
+            pushpop = _flat(self.q("SELECT pushpop FROM r0").column("pushpop"))   # by id
             slot = pc.if_else(pushpop, pc.subtract(pc.cumulative_sum(pushpop.cast(pa.int64())), 1), null)
             cols = [pc.take(c, slot) for c in cols]
         return cols[0].cast(pa.int32()), cols[1], pc.fill_null(cols[2], False), op

@@ -49,13 +49,14 @@ def last_at_depth(thread: pa.Array, is_start: pa.Array, depth: pa.Array, want: p
     return _by_sort(thread, is_start, depth, want)
 
 
-def _positions(n: int) -> pa.Array:
+def positions(n: int) -> pa.Array:
+    """0, 1, ..., n - 1 as int64, in Arrow kernels (pa.array(range(n)) makes n Python ints)."""
     return pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, _I64), n)), 1)
 
 
 def _by_levels(thread, is_start, depth, want, top: int) -> pa.Array:
     n = len(thread)
-    pos = _positions(n)
+    pos = positions(n)
     prev = pa.concat_arrays([thread[:1], thread[:-1]])
     first = pc.cumulative_max(pc.if_else(pc.not_equal(thread, prev), pos, 0))  # where the row's thread begins
     starts_at = pc.if_else(pc.fill_null(is_start, False), depth, -1)
@@ -77,7 +78,7 @@ def _by_sort(thread, is_start, depth, want) -> pa.Array:
     span = (pc.max(depth).as_py() or 0) + 2   # depths 0 .. span - 2, and one more for `want`
     if (pc.max(tix).as_py() + 1) * span >= 1 << (63 - _POS_BITS - 1):
         raise ValueError("too many threads and nesting levels in one NVTX sweep")
-    pos = _positions(n)
+    pos = positions(n)
 
     def packed(d: pa.Array, flag: int) -> pa.Array:
         g = pc.add(pc.multiply(tix, span), d.cast(_I64))

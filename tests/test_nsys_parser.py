@@ -542,3 +542,17 @@ def test_nvtx_names_parsed_once_per_distinct_name_give_the_rows_parsed_one_by_on
             assert a.equals(b), c
     # the copy holds every range twice: each name an even number of times
     assert all(n % 2 == 0 for n in Counter(by_name.column("name").to_pylist()).values())
+
+
+def test_domains_named_unknown_and_default(tmp_path):
+    # ranges in the NCCL domain (created), in domain 9 (never created) and in the default domain (0, NULL)
+    path = _tiny(tmp_path / "dom.sqlite")
+    con = sqlite3.connect(path)
+    (t1,) = con.execute("SELECT globalTid FROM NVTX_EVENTS WHERE text = 'C'").fetchone()
+    con.executemany("INSERT INTO NVTX_EVENTS VALUES (?, ?, 59, ?, ?, NULL, ?)", [
+        (1500, 1600, "D9", t1, 9), (1700, 1800, "Dnull", t1, None), (1900, 1950, "D1", t1, 1)])
+    con.commit()
+    con.close()
+    r = {row["name"]: row["domain"] for row in load([path]).cpu_ranges.to_pylist()}
+    assert (r["D9"], r["Dnull"], r["D1"], r["C"], r["nccl:all_to_all"]) == \
+        ("<unknown domain 9>", None, "NCCL", None, "NCCL")

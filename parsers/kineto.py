@@ -28,6 +28,7 @@ from ._nesting import innermost_container, nest
 from .kineto_events import Args, Trace, TypedEvent, TypedTrace  # noqa: F401
 
 _EMPTY_RAW = msgspec.Raw(b"")
+_CODED = schema.CODED  # strings stored once per distinct value (names, kinds, shapes)
 
 _CPU_KIND = {"cpu_op": "op", "operator": "op", "user_annotation": "annotation", "python_function": "python"}
 _LAUNCH = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
@@ -242,14 +243,15 @@ def _code(ph, cat) -> int:
 
 def _codes(ph: list, cat: list) -> pa.Array:
     """The route of each event, computed per distinct (ph, cat) and spread at C speed."""
-    try:
-        pa_ph, pa_cat = pa.array(ph, type=pa.string()), pa.array(cat, type=pa.string())
+    try:  # each column's distinct strings, coded in one pass
+        d_ph, d_cat = pa.array(ph, type=_CODED), pa.array(cat, type=_CODED)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # a ph or cat that is not a string: one by one
         return pa.array([_code(p, c) for p, c in zip(ph, cat, strict=False)], type=pa.int8())
-    d_ph, d_cat = pa_ph.dictionary_encode(null_encoding="encode"), pa_cat.dictionary_encode(null_encoding="encode")
-    phs, cats = d_ph.dictionary.to_pylist(), d_cat.dictionary.to_pylist()
+    phs, cats = d_ph.dictionary.to_pylist() + [None], d_cat.dictionary.to_pylist() + [None]  # absent: last
     table = pa.array([_code(p, c) for p in phs for c in cats], type=pa.int8())
-    pair = pc.add(pc.multiply(d_ph.indices.cast(pa.int64()), len(cats)), d_cat.indices.cast(pa.int64()))
+    i_ph, i_cat = (d.indices.fill_null(len(vals) - 1) if d.null_count else d.indices
+                   for d, vals in ((d_ph, phs), (d_cat, cats)))
+    pair = pc.add(pc.multiply(i_ph.cast(pa.int64()), len(cats)), i_cat.cast(pa.int64()))
     return table.take(pair)
 
 
@@ -258,23 +260,25 @@ def _kinds(cats: Sequence, table: dict) -> list:
     return list(map(known.__getitem__, cats))
 
 
+
 def _strs(vals: Sequence) -> pa.Array:
+    """Names, dictionary-coded: each distinct string once, in order of first appearance (the
+    group's accumulator then only maps those few strings into its column's dictionary)."""
     if set(map(type, vals)) <= {str}:
-        return pa.array(vals, type=pa.string())
-    return pa.array([str(v) for v in vals], type=pa.string())
+        return pa.array(vals, type=_CODED)
+    return pa.array([str(v) for v in vals], type=_CODED)
 
 
 def _raw_texts(vals: Sequence) -> pa.Array:
-    """Raw JSON slices -> their text (None where absent), decoded in one call when possible."""
+    """Raw JSON slices -> their text (None where absent), dictionary-coded; decoded in one call
+    when possible."""
     sep = b"\x1f"  # a control character: never unescaped inside JSON text
     joined = sep.join(vals)
     if not vals:
-        return pa.array([], type=pa.string())
+        return pa.array([], type=_CODED)
     if joined.count(sep) == len(vals) - 1:
-        arr = pa.array(joined.decode("utf-8", "replace").split("\x1f"), type=pa.string())
-        empty = pc.equal(arr, "")
-        return pc.if_else(empty, pa.scalar(None, pa.string()), arr) if pc.any(empty).as_py() else arr
-    return pa.array(_raws(vals), type=pa.string())
+        return pa.array([t or None for t in joined.decode("utf-8", "replace").split("\x1f")], type=_CODED)
+    return pa.array(_raws(vals), type=_CODED)
 
 
 def _tids(vals: Sequence) -> pa.Array:
@@ -317,16 +321,21 @@ _NO_ARGS = Args()
 
 
 def _exts(a: _ArgCols) -> pa.Array:
-    """`External id` (an int, or a string of one), else the older `external id`."""
-    return _int_or(a["external_id"], a["external_id_old"], unreadable_too=True)
+    """`External id` (an int, or a string of one), else the older `external id` (read only where
+    some `External id` is not an int)."""
+    ext = a["external_id"]
+    if _only(ext, {int}):
+        return pa.array(ext, type=pa.int64())
+    return _int_or(ext, a["external_id_old"], unreadable_too=True)
 
 
 def _gpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
-    corr, ext, old = a["correlation"], a["external_id"], a["external_id_old"]
+    corr = a["correlation"]
     if None in corr:
+        ext, old = a["external_id"], a["external_id_old"]
         part.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False)
                            if c is None and x is None and o is None)
-    d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=pa.string()), "name": _strs(e["name"]),
+    d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=_CODED), "name": _strs(e["name"]),
          "correlation": _ints(corr), "bytes": _ints(a["bytes"]),
          "grid": _dims_col(a["grid"]), "block": _dims_col(a["block"]),
          "device": _int_or(a["device"], e["pid"]), "stream": _int_or(a["stream"], e["tid"]),
@@ -338,7 +347,7 @@ def _gpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
 
 def _launch_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
-         "api": pa.array(_kinds(e["cat"], _LAUNCH), type=pa.string()), "correlation": _ints(a["correlation"]),
+         "api": pa.array(_kinds(e["cat"], _LAUNCH), type=_CODED), "correlation": _ints(a["correlation"]),
          "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     return d
@@ -346,7 +355,7 @@ def _launch_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
 
 def _sync_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     waits = _opt_ints(a["wait_on_stream"])
-    d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=pa.string()),
+    d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=_CODED),
          "device": _opt_ints(a["device"]), "stream": _opt_ints(a["stream"]),
          "event_id": _opt_ints(a["wait_event"]),
          "event_stream": pc.if_else(pc.greater_equal(waits, 0), waits, pa.scalar(None, pa.int64())),
@@ -357,7 +366,7 @@ def _sync_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
 
 def _cpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]),
-         "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=pa.string()), "name": _strs(e["name"]),
+         "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=_CODED), "name": _strs(e["name"]),
          "seq": _ints(a["seq"]),
          "input_dims": _raw_texts(a["input_dims"]), "input_types": _raw_texts(a["input_types"]),
          "concrete_inputs": _raw_texts(a["concrete"]), "ext": _exts(a)}
@@ -416,8 +425,9 @@ class _Acc:
         self.n += len(d["start_ns"])
 
     def _code(self, k: str, arr: pa.Array) -> pa.Array:
-        """A chunk's strings -> codes in the column's dictionary (distinct values looked up once)."""
-        enc = arr.dictionary_encode()
+        """A chunk's strings (dictionary-coded by the chunk, in order of first appearance) -> codes
+        in the column's dictionary (the chunk's distinct values looked up once)."""
+        enc = arr if pa.types.is_dictionary(arr.type) else arr.dictionary_encode()
         known = self.dicts[k]
         remap = pa.array([known.setdefault(v, len(known)) for v in enc.dictionary.to_pylist()], type=pa.int32())
         return remap.take(enc.indices)
@@ -515,7 +525,7 @@ def _ingest_stream(path: Path) -> tuple:
     helper = _helper(path)
     stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
     if helper is None:
-        for _, evs in stream:
+        for evs in stream:
             assert not isinstance(evs, bytes)  # without a helper, every batch comes decoded
             part = route_part(evs)
             del evs
@@ -533,7 +543,7 @@ def _ingest_stream(path: Path) -> tuple:
 
     try:
         try:
-            for _, item in stream:
+            for item in stream:
                 if isinstance(item, bytes):
                     helper.send(item)
                     waiting.append(None)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from itertools import compress, repeat
 from operator import attrgetter, is_not, itemgetter, not_
 from pathlib import Path
@@ -617,6 +618,18 @@ def _read(path: Path) -> Profile:
     gpu["id"], lau["id"], syn["id"], cpu["id"] = (_ids(a, n) for a, n in
                                                   ((0, n_g), (n_g, n_l), (n_g + n_l, n_s), (n_g + n_l + n_s, n_c)))
     gpu_ext, lau_ext, cpu_ext = (d.pop("ext") for d in (gpu, lau, cpu))
+    with ThreadPoolExecutor(1) as pool:  # the fwdbwd links meanwhile: Arrow kernels on both cores
+        return _linked(path, trace, gpu, cpu, lau, syn, (gpu_ext, lau_ext, cpu_ext), accs, dropped, flows,
+                       pool.submit(_fwd_links, cpu, flows[0], flows[1]))
+
+
+def _linked(path: Path, trace, gpu: dict, cpu: dict, lau: dict, syn: dict, exts: tuple, accs: dict,
+            dropped: Counter, flows: tuple, fwd_job) -> Profile:
+    """The groups' columns linked (launch, op, parent, depth, fwd) into the canonical tables;
+    `fwd_job` computes the fwdbwd links in another thread (its result, or its error, taken where
+    the links were computed one after the other)."""
+    gpu_ext, lau_ext, cpu_ext = exts
+    n_g, n_l, n_s, n_c = (len(d["start_ns"]) for d in (gpu, lau, syn, cpu))
 
     # --- links (Arrow lookups; the nesting sweep reads the columns' buffers in place) -----------
     by_ext = _first(cpu_ext, cpu["id"])  # External id -> the first CPU range that carries it
@@ -630,9 +643,9 @@ def _read(path: Path) -> Profile:
     li = _lookup(_first(lau["correlation"], _ids(0, n_l)), gpu["correlation"])
     g_launch = pc.add(li, n_g)
     g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), _lookup(by_ext, _nonzero(gpu_ext)))
-    fwd = _fwd_links(cpu, flows[0], flows[1])
+    fwd = fwd_job.result()
 
-    meta_info = _meta(path, trace, gpu["device"].to_pylist())
+    meta_info = _meta(path, trace, most_common(gpu["device"]))
     rank = meta_info["rank"]
     cpu.update(rank=pa.repeat(rank, n_c), depth=depth, parent_id=parent, fwd_id=fwd)
     lau.update(rank=pa.repeat(rank, n_l), op_id=op_of_launch)
@@ -757,12 +770,20 @@ def _fwd_links(cpu: dict, flows_s: list, flows_f: list) -> list:
     return fwd
 
 
-def _meta(path: Path, trace: Trace, devices: list) -> dict:
+def most_common(values: pa.Array):
+    """The most frequent non-null value (of those as frequent, the first to appear; None when
+    there is none): `Counter(...).most_common(1)` at C speed."""
+    counts = pc.value_counts(values.drop_null())  # in order of first appearance
+    if not len(counts):
+        return None
+    n = counts.field("counts")
+    return counts.field("values")[pc.index(n, pc.max(n)).as_py()].as_py()
+
+
+def _meta(path: Path, trace: Trace, device) -> dict:
     di = trace.distributedInfo or {}
     rank = _int(di.get("rank"))
     ws = _int(di.get("world_size"))
-    dev = Counter(d for d in devices if d is not None).most_common(1)
-    device = dev[0][0] if dev else None
     gpu_name = sm = None
     for p in trace.deviceProperties or []:
         if _int(p.id) == device or gpu_name is None:

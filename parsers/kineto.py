@@ -242,23 +242,38 @@ def _code(ph, cat) -> int:
     return 0
 
 
-def _codes(ph: list, cat: list) -> pa.Array:
-    """The route of each event, computed per distinct (ph, cat) and spread at C speed."""
+def _codes(ph: list, cat: list) -> tuple[pa.Array, pa.DictionaryArray | None]:
+    """The route of each event, computed per distinct (ph, cat) and spread at C speed; and the
+    categories dictionary-coded (None where a ph or cat is not a string)."""
     try:  # each column's distinct strings, coded in one pass
         d_ph, d_cat = pa.array(ph, type=_CODED), pa.array(cat, type=_CODED)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # a ph or cat that is not a string: one by one
-        return pa.array([_code(p, c) for p, c in zip(ph, cat, strict=False)], type=pa.int8())
+        return pa.array([_code(p, c) for p, c in zip(ph, cat, strict=False)], type=pa.int8()), None
     phs, cats = d_ph.dictionary.to_pylist() + [None], d_cat.dictionary.to_pylist() + [None]  # absent: last
     table = pa.array([_code(p, c) for p in phs for c in cats], type=pa.int8())
     i_ph, i_cat = (d.indices.fill_null(len(vals) - 1) if d.null_count else d.indices
                    for d, vals in ((d_ph, phs), (d_cat, cats)))
     pair = pc.add(pc.multiply(i_ph.cast(pa.int64()), len(cats)), i_cat.cast(pa.int64()))
-    return table.take(pair)
+    return table.take(pair), d_cat
 
 
 def _kinds(cats: Sequence, table: dict) -> list:
     known = {c: table[c.lower()] for c in set(cats)}
     return list(map(known.__getitem__, cats))
+
+
+def _kind_col(e: _EvCols, table: dict) -> pa.Array:
+    """The group's kind (the table's name for the lower-cased category), dictionary-coded in order of
+    first appearance; from the routing's coded categories where it made them (no category read)."""
+    if e.cats is None:
+        return pa.array(_kinds(e["cat"], table), type=_CODED)
+    at, values = e.cats
+    seen = pc.unique(at).to_pylist()  # the group's categories, in order of first appearance
+    kinds = list(dict.fromkeys(table[values[i].lower()] for i in seen))  # so are their kinds
+    remap = [0] * len(values)
+    for i in seen:
+        remap[i] = kinds.index(table[values[i].lower()])
+    return pa.DictionaryArray.from_arrays(pa.array(remap, type=pa.int32()).take(at), pa.array(kinds, type=pa.string()))
 
 
 
@@ -336,7 +351,7 @@ def _gpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
         ext, old = a["external_id"], a["external_id_old"]
         part.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False)
                            if c is None and x is None and o is None)
-    d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=_CODED), "name": _strs(e["name"]),
+    d = {"kind": _kind_col(e, _GPU), "name": _strs(e["name"]),
          "correlation": _ints(corr), "bytes": _ints(a["bytes"]),
          "grid": _dims_col(a["grid"]), "block": _dims_col(a["block"]),
          "device": _int_or(a["device"], e["pid"]), "stream": _int_or(a["stream"], e["tid"]),
@@ -348,7 +363,7 @@ def _gpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
 
 def _launch_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
-         "api": pa.array(_kinds(e["cat"], _LAUNCH), type=_CODED), "correlation": _ints(a["correlation"]),
+         "api": _kind_col(e, _LAUNCH), "correlation": _ints(a["correlation"]),
          "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     return d
@@ -367,7 +382,7 @@ def _sync_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
 
 def _cpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]),
-         "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=_CODED), "name": _strs(e["name"]),
+         "kind": _kind_col(e, _CPU_KIND), "name": _strs(e["name"]),
          "seq": _ints(a["seq"]),
          "input_dims": _raw_texts(a["input_dims"]), "input_types": _raw_texts(a["input_types"]),
          "concrete_inputs": _raw_texts(a["concrete"]), "ext": _exts(a)}
@@ -447,11 +462,13 @@ class _Acc:
 
 
 class _EvCols:
-    """A group's events read one field at a time (each field extracted once)."""
+    """A group's events read one field at a time (each field extracted once). `cats`, where the
+    routing coded the categories: each row's position in `cat_values` (int32) and those values."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, cats: tuple | None = None):
         self.rows = rows
         self.cache: dict[str, list] = {}
+        self.cats = cats
 
     def __getitem__(self, field: str) -> list:
         got = self.cache.get(field)
@@ -461,11 +478,12 @@ class _EvCols:
 
 
 def _route_chunk(evs: list, part: _Part) -> None:
-    codes = _codes(_get(evs, "ph"), _get(evs, "cat"))
+    codes, cat = _codes(_get(evs, "ph"), _get(evs, "cat"))
     for code in pc.unique(codes).to_pylist():
         if not code:
             continue
-        idx = pc.indices_nonzero(pc.equal(codes, code)).to_pylist()
+        at = pc.indices_nonzero(pc.equal(codes, code))
+        idx = at.to_pylist()
         rows: Sequence = _take(evs, idx)
         if code == _FLOW:
             flows = part.flows
@@ -477,7 +495,7 @@ def _route_chunk(evs: list, part: _Part) -> None:
                 else:
                     flows[2].append(None)
             continue
-        cols = _EvCols(rows)
+        cols = _EvCols(rows, (cat.indices.take(at), cat.dictionary.to_pylist()) if cat is not None else None)
         if None in cols["ts"] or None in cols["name"]:  # events without ts or name: dropped, counted
             keep = [ev for ev in rows if ev.ts is not None and ev.name is not None]
             part.dropped[_GROUPS[code]] += len(rows) - len(keep)

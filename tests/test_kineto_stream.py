@@ -371,3 +371,23 @@ def test_the_device_is_the_most_common_one_first_seen_on_ties():
         assert got == (want[0][0] if want else None), vals
     assert kineto.most_common(pa.array([5, 3, 3, 5, None, None, None], type=pa.int64())) == 5  # tie: 5 first
     assert kineto.most_common(pa.array([None], type=pa.int64())) is None
+
+
+@pytest.mark.parametrize("odd_cat", [False, True])
+def test_kinds_follow_the_lower_cased_category_in_order_of_first_appearance(tmp_path, odd_cat):
+    """GPU kinds and API kinds from categories written in any case (by hand: kernel, memcpy, kernel,
+    memset, memcpy; runtime, driver, runtime), each kind once in its dictionary, in order of first
+    appearance; the same where a category of another event is not a string (read one by one)."""
+    cats = ["Kernel", "gpu_memcpy", "kernel", "GPU_MEMSET", "Memcpy"]
+    ev = [{"ph": "X", "cat": c, "name": f"k{i}", "pid": 0, "tid": 3, "ts": 10 * i, "dur": 5,
+           "args": {"correlation": i, "device": 0, "stream": 3}} for i, c in enumerate(cats)]
+    ev += [{"ph": "X", "cat": c, "name": "cudaLaunchKernel", "pid": 1, "tid": 7, "ts": 10 * i, "dur": 2,
+            "args": {"correlation": i}} for i, c in enumerate(["CUDA_Runtime", "cuda_driver", "cuda_runtime"])]
+    if odd_cat:
+        ev.append({"ph": "i", "cat": 5, "name": "marker", "pid": 1, "tid": 7, "ts": 0})
+    p = kineto.read(_write(tmp_path, ev))
+    kind = p.gpu_activities.column("kind").combine_chunks()
+    assert kind.to_pylist() == ["kernel", "memcpy", "kernel", "memset", "memcpy"]
+    assert kind.dictionary.to_pylist() == ["kernel", "memcpy", "memset"]
+    api = p.launches.column("api").combine_chunks()
+    assert api.to_pylist() == ["runtime", "driver", "runtime"] and api.dictionary.to_pylist() == ["runtime", "driver"]

@@ -276,7 +276,6 @@ def _kind_col(e: _EvCols, table: dict) -> pa.Array:
     return pa.DictionaryArray.from_arrays(pa.array(remap, type=pa.int32()).take(at), pa.array(kinds, type=pa.string()))
 
 
-
 def _strs(vals: Sequence) -> pa.Array:
     """Names, dictionary-coded: each distinct string once, in order of first appearance (the
     group's accumulator then only maps those few strings into its column's dictionary)."""

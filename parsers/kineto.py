@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
+from concurrent.futures import ThreadPoolExecutor
 from itertools import compress, repeat
 from operator import attrgetter, is_not, itemgetter, not_
 from pathlib import Path
@@ -28,6 +29,7 @@ from ._nesting import innermost_container, nest
 from .kineto_events import Args, Trace, TypedEvent, TypedTrace  # noqa: F401
 
 _EMPTY_RAW = msgspec.Raw(b"")
+_CODED = schema.CODED  # strings stored once per distinct value (names, kinds, shapes)
 
 _CPU_KIND = {"cpu_op": "op", "operator": "op", "user_annotation": "annotation", "python_function": "python"}
 _LAUNCH = {"cuda_runtime": "runtime", "runtime": "runtime", "cuda_driver": "driver"}
@@ -240,17 +242,19 @@ def _code(ph, cat) -> int:
     return 0
 
 
-def _codes(ph: list, cat: list) -> pa.Array:
-    """The route of each event, computed per distinct (ph, cat) and spread at C speed."""
-    try:
-        pa_ph, pa_cat = pa.array(ph, type=pa.string()), pa.array(cat, type=pa.string())
+def _codes(ph: list, cat: list) -> tuple[pa.Array, pa.DictionaryArray | None]:
+    """The route of each event, computed per distinct (ph, cat) and spread at C speed; and the
+    categories dictionary-coded (None where a ph or cat is not a string)."""
+    try:  # each column's distinct strings, coded in one pass
+        d_ph, d_cat = pa.array(ph, type=_CODED), pa.array(cat, type=_CODED)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # a ph or cat that is not a string: one by one
-        return pa.array([_code(p, c) for p, c in zip(ph, cat, strict=False)], type=pa.int8())
-    d_ph, d_cat = pa_ph.dictionary_encode(null_encoding="encode"), pa_cat.dictionary_encode(null_encoding="encode")
-    phs, cats = d_ph.dictionary.to_pylist(), d_cat.dictionary.to_pylist()
+        return pa.array([_code(p, c) for p, c in zip(ph, cat, strict=False)], type=pa.int8()), None
+    phs, cats = d_ph.dictionary.to_pylist() + [None], d_cat.dictionary.to_pylist() + [None]  # absent: last
     table = pa.array([_code(p, c) for p in phs for c in cats], type=pa.int8())
-    pair = pc.add(pc.multiply(d_ph.indices.cast(pa.int64()), len(cats)), d_cat.indices.cast(pa.int64()))
-    return table.take(pair)
+    i_ph, i_cat = (d.indices.fill_null(len(vals) - 1) if d.null_count else d.indices
+                   for d, vals in ((d_ph, phs), (d_cat, cats)))
+    pair = pc.add(pc.multiply(i_ph.cast(pa.int64()), len(cats)), i_cat.cast(pa.int64()))
+    return table.take(pair), d_cat
 
 
 def _kinds(cats: Sequence, table: dict) -> list:
@@ -258,23 +262,38 @@ def _kinds(cats: Sequence, table: dict) -> list:
     return list(map(known.__getitem__, cats))
 
 
+def _kind_col(e: _EvCols, table: dict) -> pa.Array:
+    """The group's kind (the table's name for the lower-cased category), dictionary-coded in order of
+    first appearance; from the routing's coded categories where it made them (no category read)."""
+    if e.cats is None:
+        return pa.array(_kinds(e["cat"], table), type=_CODED)
+    at, values = e.cats
+    seen = pc.unique(at).to_pylist()  # the group's categories, in order of first appearance
+    kinds = list(dict.fromkeys(table[values[i].lower()] for i in seen))  # so are their kinds
+    remap = [0] * len(values)
+    for i in seen:
+        remap[i] = kinds.index(table[values[i].lower()])
+    return pa.DictionaryArray.from_arrays(pa.array(remap, type=pa.int32()).take(at), pa.array(kinds, type=pa.string()))
+
+
 def _strs(vals: Sequence) -> pa.Array:
+    """Names, dictionary-coded: each distinct string once, in order of first appearance (the
+    group's accumulator then only maps those few strings into its column's dictionary)."""
     if set(map(type, vals)) <= {str}:
-        return pa.array(vals, type=pa.string())
-    return pa.array([str(v) for v in vals], type=pa.string())
+        return pa.array(vals, type=_CODED)
+    return pa.array([str(v) for v in vals], type=_CODED)
 
 
 def _raw_texts(vals: Sequence) -> pa.Array:
-    """Raw JSON slices -> their text (None where absent), decoded in one call when possible."""
+    """Raw JSON slices -> their text (None where absent), dictionary-coded; decoded in one call
+    when possible."""
     sep = b"\x1f"  # a control character: never unescaped inside JSON text
     joined = sep.join(vals)
     if not vals:
-        return pa.array([], type=pa.string())
+        return pa.array([], type=_CODED)
     if joined.count(sep) == len(vals) - 1:
-        arr = pa.array(joined.decode("utf-8", "replace").split("\x1f"), type=pa.string())
-        empty = pc.equal(arr, "")
-        return pc.if_else(empty, pa.scalar(None, pa.string()), arr) if pc.any(empty).as_py() else arr
-    return pa.array(_raws(vals), type=pa.string())
+        return pa.array([t or None for t in joined.decode("utf-8", "replace").split("\x1f")], type=_CODED)
+    return pa.array(_raws(vals), type=_CODED)
 
 
 def _tids(vals: Sequence) -> pa.Array:
@@ -317,16 +336,21 @@ _NO_ARGS = Args()
 
 
 def _exts(a: _ArgCols) -> pa.Array:
-    """`External id` (an int, or a string of one), else the older `external id`."""
-    return _int_or(a["external_id"], a["external_id_old"], unreadable_too=True)
+    """`External id` (an int, or a string of one), else the older `external id` (read only where
+    some `External id` is not an int)."""
+    ext = a["external_id"]
+    if _only(ext, {int}):
+        return pa.array(ext, type=pa.int64())
+    return _int_or(ext, a["external_id_old"], unreadable_too=True)
 
 
 def _gpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
-    corr, ext, old = a["correlation"], a["external_id"], a["external_id_old"]
+    corr = a["correlation"]
     if None in corr:
+        ext, old = a["external_id"], a["external_id_old"]
         part.no_args += sum(1 for c, x, o in zip(corr, ext, old, strict=False)
                            if c is None and x is None and o is None)
-    d = {"kind": pa.array(_kinds(e["cat"], _GPU), type=pa.string()), "name": _strs(e["name"]),
+    d = {"kind": _kind_col(e, _GPU), "name": _strs(e["name"]),
          "correlation": _ints(corr), "bytes": _ints(a["bytes"]),
          "grid": _dims_col(a["grid"]), "block": _dims_col(a["block"]),
          "device": _int_or(a["device"], e["pid"]), "stream": _int_or(a["stream"], e["tid"]),
@@ -338,7 +362,7 @@ def _gpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
 
 def _launch_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]), "name": _strs(e["name"]),
-         "api": pa.array(_kinds(e["cat"], _LAUNCH), type=pa.string()), "correlation": _ints(a["correlation"]),
+         "api": _kind_col(e, _LAUNCH), "correlation": _ints(a["correlation"]),
          "ext": _exts(a)}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     return d
@@ -346,7 +370,7 @@ def _launch_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
 
 def _sync_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     waits = _opt_ints(a["wait_on_stream"])
-    d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=pa.string()),
+    d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=_CODED),
          "device": _opt_ints(a["device"]), "stream": _opt_ints(a["stream"]),
          "event_id": _opt_ints(a["wait_event"]),
          "event_stream": pc.if_else(pc.greater_equal(waits, 0), waits, pa.scalar(None, pa.int64())),
@@ -357,7 +381,7 @@ def _sync_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
 
 def _cpu_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"pid": _ints(e["pid"]), "tid": _tids(e["tid"]),
-         "kind": pa.array(_kinds(e["cat"], _CPU_KIND), type=pa.string()), "name": _strs(e["name"]),
+         "kind": _kind_col(e, _CPU_KIND), "name": _strs(e["name"]),
          "seq": _ints(a["seq"]),
          "input_dims": _raw_texts(a["input_dims"]), "input_types": _raw_texts(a["input_types"]),
          "concrete_inputs": _raw_texts(a["concrete"]), "ext": _exts(a)}
@@ -416,8 +440,9 @@ class _Acc:
         self.n += len(d["start_ns"])
 
     def _code(self, k: str, arr: pa.Array) -> pa.Array:
-        """A chunk's strings -> codes in the column's dictionary (distinct values looked up once)."""
-        enc = arr.dictionary_encode()
+        """A chunk's strings (dictionary-coded by the chunk, in order of first appearance) -> codes
+        in the column's dictionary (the chunk's distinct values looked up once)."""
+        enc = arr if pa.types.is_dictionary(arr.type) else arr.dictionary_encode()
         known = self.dicts[k]
         remap = pa.array([known.setdefault(v, len(known)) for v in enc.dictionary.to_pylist()], type=pa.int32())
         return remap.take(enc.indices)
@@ -436,11 +461,13 @@ class _Acc:
 
 
 class _EvCols:
-    """A group's events read one field at a time (each field extracted once)."""
+    """A group's events read one field at a time (each field extracted once). `cats`, where the
+    routing coded the categories: each row's position in `cat_values` (int32) and those values."""
 
-    def __init__(self, rows):
+    def __init__(self, rows, cats: tuple | None = None):
         self.rows = rows
         self.cache: dict[str, list] = {}
+        self.cats = cats
 
     def __getitem__(self, field: str) -> list:
         got = self.cache.get(field)
@@ -450,11 +477,12 @@ class _EvCols:
 
 
 def _route_chunk(evs: list, part: _Part) -> None:
-    codes = _codes(_get(evs, "ph"), _get(evs, "cat"))
+    codes, cat = _codes(_get(evs, "ph"), _get(evs, "cat"))
     for code in pc.unique(codes).to_pylist():
         if not code:
             continue
-        idx = pc.indices_nonzero(pc.equal(codes, code)).to_pylist()
+        at = pc.indices_nonzero(pc.equal(codes, code))
+        idx = at.to_pylist()
         rows: Sequence = _take(evs, idx)
         if code == _FLOW:
             flows = part.flows
@@ -466,7 +494,7 @@ def _route_chunk(evs: list, part: _Part) -> None:
                 else:
                     flows[2].append(None)
             continue
-        cols = _EvCols(rows)
+        cols = _EvCols(rows, (cat.indices.take(at), cat.dictionary.to_pylist()) if cat is not None else None)
         if None in cols["ts"] or None in cols["name"]:  # events without ts or name: dropped, counted
             keep = [ev for ev in rows if ev.ts is not None and ev.name is not None]
             part.dropped[_GROUPS[code]] += len(rows) - len(keep)
@@ -515,7 +543,7 @@ def _ingest_stream(path: Path) -> tuple:
     helper = _helper(path)
     stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
     if helper is None:
-        for _, evs in stream:
+        for evs in stream:
             assert not isinstance(evs, bytes)  # without a helper, every batch comes decoded
             part = route_part(evs)
             del evs
@@ -533,7 +561,7 @@ def _ingest_stream(path: Path) -> tuple:
 
     try:
         try:
-            for _, item in stream:
+            for item in stream:
                 if isinstance(item, bytes):
                     helper.send(item)
                     waiting.append(None)
@@ -607,6 +635,18 @@ def _read(path: Path) -> Profile:
     gpu["id"], lau["id"], syn["id"], cpu["id"] = (_ids(a, n) for a, n in
                                                   ((0, n_g), (n_g, n_l), (n_g + n_l, n_s), (n_g + n_l + n_s, n_c)))
     gpu_ext, lau_ext, cpu_ext = (d.pop("ext") for d in (gpu, lau, cpu))
+    with ThreadPoolExecutor(1) as pool:  # the fwdbwd links meanwhile: Arrow kernels on both cores
+        return _linked(path, trace, gpu, cpu, lau, syn, (gpu_ext, lau_ext, cpu_ext), accs, dropped, flows,
+                       pool.submit(_fwd_links, cpu, flows[0], flows[1]))
+
+
+def _linked(path: Path, trace, gpu: dict, cpu: dict, lau: dict, syn: dict, exts: tuple, accs: dict,
+            dropped: Counter, flows: tuple, fwd_job) -> Profile:
+    """The groups' columns linked (launch, op, parent, depth, fwd) into the canonical tables;
+    `fwd_job` computes the fwdbwd links in another thread (its result, or its error, taken where
+    the links were computed one after the other)."""
+    gpu_ext, lau_ext, cpu_ext = exts
+    n_g, n_l, n_s, n_c = (len(d["start_ns"]) for d in (gpu, lau, syn, cpu))
 
     # --- links (Arrow lookups; the nesting sweep reads the columns' buffers in place) -----------
     by_ext = _first(cpu_ext, cpu["id"])  # External id -> the first CPU range that carries it
@@ -620,9 +660,9 @@ def _read(path: Path) -> Profile:
     li = _lookup(_first(lau["correlation"], _ids(0, n_l)), gpu["correlation"])
     g_launch = pc.add(li, n_g)
     g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), _lookup(by_ext, _nonzero(gpu_ext)))
-    fwd = _fwd_links(cpu, flows[0], flows[1])
+    fwd = fwd_job.result()
 
-    meta_info = _meta(path, trace, gpu["device"].to_pylist())
+    meta_info = _meta(path, trace, most_common(gpu["device"]))
     rank = meta_info["rank"]
     cpu.update(rank=pa.repeat(rank, n_c), depth=depth, parent_id=parent, fwd_id=fwd)
     lau.update(rank=pa.repeat(rank, n_l), op_id=op_of_launch)
@@ -747,12 +787,20 @@ def _fwd_links(cpu: dict, flows_s: list, flows_f: list) -> list:
     return fwd
 
 
-def _meta(path: Path, trace: Trace, devices: list) -> dict:
+def most_common(values: pa.Array):
+    """The most frequent non-null value (of those as frequent, the first to appear; None when
+    there is none): `Counter(...).most_common(1)` at C speed."""
+    counts = pc.value_counts(values.drop_null())  # in order of first appearance
+    if not len(counts):
+        return None
+    n = counts.field("counts")
+    return counts.field("values")[pc.index(n, pc.max(n)).as_py()].as_py()
+
+
+def _meta(path: Path, trace: Trace, device) -> dict:
     di = trace.distributedInfo or {}
     rank = _int(di.get("rank"))
     ws = _int(di.get("world_size"))
-    dev = Counter(d for d in devices if d is not None).most_common(1)
-    device = dev[0][0] if dev else None
     gpu_name = sm = None
     for p in trace.deviceProperties or []:
         if _int(p.id) == device or gpu_name is None:

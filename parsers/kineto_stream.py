@@ -55,12 +55,13 @@ _TOP = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanosec
 
 
 class EventStream:
-    """Iterate for (index of the first event, events) batches; afterwards `top` holds the
-    top-level fields (a `Trace` without its events).
+    """Iterate for batches of events (lists of `TypedEvent`, in file order); afterwards `top`
+    holds the top-level fields (a `Trace` without its events).
 
     `hand_off`, when set, is asked before each batch is decoded: True makes that batch come out as
-    its JSON text (`[` events `]`, checked to be valid JSON of no excessive depth, a `bytes`)
-    instead of decoded events, for another process to decode."""
+    its JSON text (`[` events `]`, a `bytes`: a run of complete values of no excessive depth, its
+    syntax and events checked where it is decoded, `decode_text`) instead of decoded events, for
+    another process to decode."""
 
     def __init__(self, path: Path, text_bytes: int | None = None, piece: int | None = None,
                  hand_off: Callable[[], bool] | None = None):
@@ -71,14 +72,14 @@ class EventStream:
         self.max_held = max(MAX_HELD, 4 * self.text_bytes)
         self.top: Trace | None = None
 
-    def __iter__(self) -> Iterator[tuple[int, list | bytes]]:
+    def __iter__(self) -> Iterator[list | bytes]:
         src = bounded_read.pieces(self.path, size=self.piece)
         try:
             yield from self._batches(src)
         finally:
             src.close()
 
-    def _batches(self, src) -> Iterator[tuple[int, list | bytes]]:
+    def _batches(self, src) -> Iterator[list | bytes]:
         buf = bytearray()
         eof = False
 
@@ -93,8 +94,7 @@ class EventStream:
             return False
 
         head, start = self._head(buf, more)
-        del buf[:start]
-        first = 0
+        del buf[:start - 1]  # buf starts with the array's "[": a batch is buf[:cut] and a "]", one copy
         ended = False  # the array's closing bracket is in buf (found by the tokenizer)
         want = self.text_bytes  # bytes in buf before the next cut is tried
         while not eof:
@@ -116,19 +116,17 @@ class EventStream:
                 evs = decode(buf, cut)
                 if evs is None:
                     raise Fallback
-            del buf[:cut + 1]
+            del buf[:cut]
+            buf[0] = 0x5B  # the comma after the batch becomes the next batch's "["
             want = self.text_bytes
-            if type(evs) is tuple:  # (text, number of events) for another process
-                if evs[1]:
-                    yield first, evs[0]
-                    first += evs[1]
+            if type(evs) is tuple:  # (text,) for another process
+                yield evs[0]
             elif evs:
-                yield first, evs
-                first += len(evs)
+                yield evs
         tail = _decode_tail(buf)
         buf.clear()
         if tail.traceEvents:
-            yield first, tail.traceEvents
+            yield tail.traceEvents
         tail.traceEvents = None
         for k in _TOP:
             if getattr(tail, k) is not None:
@@ -191,43 +189,62 @@ def too_deep(text: bytes, limit: int) -> bool:
     For a text that is not valid JSON it may say True where the exact count says False (brackets
     of different kinds paired): the caller then reads the file whole, whose exact check and
     decoder report it."""
+    return _shape(text, limit) == _DEEP
+
+
+_DEEP, _CLOSED, _OPEN_OR_UNKNOWN = "deep", "closed", "open"
+
+
+def _shape(text: bytes, limit: int) -> str:
+    """_DEEP: more than `limit` levels (as `too_deep`); _CLOSED: one value of at most `limit`
+    levels, every bracket and string in it closed (both kinds of bracket counted as one), as a
+    batch `[` events `]` is; _OPEN_OR_UNKNOWN: neither (a string or bracket left open, as where a
+    cut falls inside a string or an event; or more than one value, as where it falls after the
+    array), or, for a text with escapes, not known."""
     if b"\\" in text:  # escapes inside strings: the exact count
-        return json_depth.depth_exceeds(text, limit)
+        return _DEEP if json_depth.depth_exceeds(text, limit) else _OPEN_OR_UNKNOWN
     marks = text.translate(_PARENS, _DROP).replace(b'""', b"")  # strings without brackets gone
     if 0x22 in marks:
-        marks = _STRING.sub(b"", marks)  # the strings that hold brackets
+        marks = _STRING.sub(b"", marks)  # the strings that hold brackets (a lone quote: one left open)
     for _ in range(limit):
-        if not marks:
-            return False
+        if marks == b"()":  # one value, every level closed (this one the last of at most `limit`)
+            return _CLOSED
         fewer = marks.replace(b"()", b"")  # one level: a pair it empties is not matched in the same pass
-        if len(fewer) == len(marks):  # unbalanced (a cut inside an event): the decoder refuses it
-            return False
+        if len(fewer) == len(marks) or not fewer:  # unbalanced (a cut inside an event), or several values
+            return _OPEN_OR_UNKNOWN
         marks = fewer
-    return len(marks.replace(b"()", b"")) < len(marks)
+    return _DEEP if len(marks.replace(b"()", b"")) < len(marks) else _OPEN_OR_UNKNOWN
 
 
-def _batch_array(buf: bytearray, cut: int) -> bytes:
-    """buf[:cut] as one JSON array, copied once: "[" + events + "]" (Fallback when too deep)."""
+def _batch_array(buf: bytearray, cut: int) -> tuple[bytes, str]:
+    """buf[:cut] (it starts with "[") as one JSON array, copied once: "[" events "]", and its
+    `_shape` (Fallback when too deep)."""
     comma = buf[cut]
     buf[cut] = 0x5D
-    text = b"[" + bytes(memoryview(buf)[:cut + 1])
+    text = bytes(memoryview(buf)[:cut + 1])
     buf[cut] = comma
-    if too_deep(text, json_depth.MAX_DEPTH - 1):  # the whole file nests one level more
+    shape = _shape(text, json_depth.MAX_DEPTH - 1)  # the whole file nests one level more
+    if shape == _DEEP:
         raise Fallback
-    return text
+    return text, shape
 
 
-def _batch_text(buf: bytearray, cut: int) -> tuple[bytes, int] | None:
-    """The text of the events of buf[:cut] as a JSON array and their number, checked as the decode
-    would check it (None when that is not a run of complete values); each value's type is checked
-    where it is decoded (`decode_text`)."""
-    text = _batch_array(buf, cut)
+def _batch_text(buf: bytearray, cut: int) -> tuple[bytes] | None:
+    """The text of the events of buf[:cut] as a JSON array, for another process to decode; None
+    when that is not a run of complete values (a cut inside a string or an event). Where every
+    string and bracket is closed the text is handed over as it is: a value that is not valid JSON
+    or not an event is then refused where it is decoded (`decode_text`: Fallback, as here);
+    otherwise (escapes in strings) the decoder checks it first."""
+    text, shape = _batch_array(buf, cut)
+    if shape == _CLOSED:
+        return (text,)
     try:
-        return text, len(msgspec.json.decode(text, type=list[msgspec.Raw]))
+        msgspec.json.decode(text, type=msgspec.Raw)
     except msgspec.DecodeError:
         return None
     except RecursionError:
         raise Fallback from None
+    return (text,)
 
 
 def decode_text(text: bytes) -> list:
@@ -240,7 +257,7 @@ def decode_text(text: bytes) -> list:
 
 def _decode_batch(buf: bytearray, cut: int) -> list | None:
     """The events of buf[:cut] (None when that is not a run of complete events)."""
-    text = _batch_array(buf, cut)
+    text, _ = _batch_array(buf, cut)
     try:
         return msgspec.json.decode(text, type=list[TypedEvent])
     except msgspec.DecodeError:
@@ -250,10 +267,11 @@ def _decode_batch(buf: bytearray, cut: int) -> list | None:
 
 
 def _exact_cut(buf: bytearray) -> tuple[int | None, bool]:
-    """The last comma between events in buf by a tokenizer (strings skipped, brackets counted),
-    and whether the array's closing bracket was reached (nothing after it is an event)."""
+    """The last comma between events in buf (after its leading "[") by a tokenizer (strings
+    skipped, brackets counted), and whether the array's closing bracket was reached (nothing after
+    it is an event)."""
     depth, cut = 0, None
-    for m in _TOKEN.finditer(buf):
+    for m in _TOKEN.finditer(buf, 1):
         c = buf[m.start()]
         if c == 0x22:  # a string, or a quote whose string the buffer cuts: stop there
             if m.end() - m.start() == 1:
@@ -271,7 +289,7 @@ def _exact_cut(buf: bytearray) -> tuple[int | None, bool]:
 
 
 def _decode_tail(buf: bytearray) -> _Tail:
-    text = b'{"traceEvents":[' + bytes(buf)
+    text = b'{"traceEvents":' + bytes(buf)  # buf starts with the array's "["
     if json_depth.depth_exceeds(text):
         raise Fallback
     try:

@@ -93,6 +93,8 @@ def _trace(tmp_path, n: int, bad_at: int | None = None, bad=None):
      "event fields of the wrong type"),
     # an event that is not an object: the whole read's message, naming its index
     (1500, 5, r"\$\.traceEvents\[1500\]"),
+    # not JSON (a NaN) in a batch whose brackets all close: handed over as it is, refused there
+    (1201, {"ph": "X", "cat": "kernel", "name": "k", "ts": float("nan"), "dur": 1}, "not valid JSON"),
 ])
 def test_a_batch_the_helper_refuses_gives_the_error_of_one_process(tmp_path, monkeypatch, bad_at, bad, msg):
     f = _trace(tmp_path, 1000, bad_at, bad)

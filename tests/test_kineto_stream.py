@@ -318,6 +318,21 @@ def test_the_stream_depth_check_counts_as_the_decoder_nests():
     assert not kineto_stream.too_deep(b'[{"a": [1, 2]}, {"b": ', 63)  # a cut inside an event: the decoder refuses it
 
 
+def test_a_batch_is_closed_only_as_one_complete_value():
+    """`_shape` says closed (handed over without a second decode) only for one value whose brackets
+    and strings all close within the limit: by hand, a cut inside a string, inside an event, after
+    the array (two values), a text with escapes, and one too deep."""
+    from traceview.parsers import kineto_stream as ks
+    closed, open_, deep = ks._CLOSED, ks._OPEN_OR_UNKNOWN, ks._DEEP
+    assert ks._shape(b'[{"a": [1, 2], "b": "x]"}, {"c": {}}]', 63) == closed  # 3 levels, a "]" in a string
+    assert ks._shape(b'[{"a": [1, 2]}]', 3) == closed and ks._shape(b'[{"a": [1, 2]}]', 2) == deep
+    assert ks._shape(b'[{"a": "x}, {y"]', 63) == open_  # the cut fell inside a string: its quote open
+    assert ks._shape(b'[{"a": [{"b": 1}]', 63) == open_  # inside an event: a bracket left open
+    assert ks._shape(b'[{"a": 1}], "dev": [{"id": 0}]', 63) == open_  # past the array: two values
+    assert ks._shape(b'[{"a": "q\\"uote"}]', 63) == open_  # escapes: not known here (the decoder checks)
+    assert ks._shape(b'[' * 70 + b']' * 70, 63) == deep
+
+
 def test_int_columns_fast_and_one_by_one_agree():
     """The int columns built at C speed (ints and None only) and one value at a time (strings,
     floats, bools) follow the same rules: `_int` of the value, else of the fallback."""
@@ -341,3 +356,38 @@ def test_dims_column_matches_one_by_one():
     assert [kineto._dims(v) for v in vals[:6]] == want[:6]
     assert kineto._dims_col(vals).to_pylist() == [kineto._dims(v) for v in vals]  # not ASCII: one by one
     assert kineto._dims_col([]).to_pylist() == []
+
+
+def test_the_device_is_the_most_common_one_first_seen_on_ties():
+    """`most_common` (Arrow) against `Counter.most_common(1)` (the first seen of equal counts) on
+    random device columns with nulls, and by hand."""
+    import random
+    from collections import Counter
+    rng = random.Random(3)
+    for _ in range(300):
+        vals = [rng.choice([None, 0, 1, 2, 3, 7]) for _ in range(rng.randrange(0, 12))]
+        got = kineto.most_common(pa.array(vals, type=pa.int64()))
+        want = Counter(v for v in vals if v is not None).most_common(1)
+        assert got == (want[0][0] if want else None), vals
+    assert kineto.most_common(pa.array([5, 3, 3, 5, None, None, None], type=pa.int64())) == 5  # tie: 5 first
+    assert kineto.most_common(pa.array([None], type=pa.int64())) is None
+
+
+@pytest.mark.parametrize("odd_cat", [False, True])
+def test_kinds_follow_the_lower_cased_category_in_order_of_first_appearance(tmp_path, odd_cat):
+    """GPU kinds and API kinds from categories written in any case (by hand: kernel, memcpy, kernel,
+    memset, memcpy; runtime, driver, runtime), each kind once in its dictionary, in order of first
+    appearance; the same where a category of another event is not a string (read one by one)."""
+    cats = ["Kernel", "gpu_memcpy", "kernel", "GPU_MEMSET", "Memcpy"]
+    ev = [{"ph": "X", "cat": c, "name": f"k{i}", "pid": 0, "tid": 3, "ts": 10 * i, "dur": 5,
+           "args": {"correlation": i, "device": 0, "stream": 3}} for i, c in enumerate(cats)]
+    ev += [{"ph": "X", "cat": c, "name": "cudaLaunchKernel", "pid": 1, "tid": 7, "ts": 10 * i, "dur": 2,
+            "args": {"correlation": i}} for i, c in enumerate(["CUDA_Runtime", "cuda_driver", "cuda_runtime"])]
+    if odd_cat:
+        ev.append({"ph": "i", "cat": 5, "name": "marker", "pid": 1, "tid": 7, "ts": 0})
+    p = kineto.read(_write(tmp_path, ev))
+    kind = p.gpu_activities.column("kind").combine_chunks()
+    assert kind.to_pylist() == ["kernel", "memcpy", "kernel", "memset", "memcpy"]
+    assert kind.dictionary.to_pylist() == ["kernel", "memcpy", "memset"]
+    api = p.launches.column("api").combine_chunks()
+    assert api.to_pylist() == ["runtime", "driver", "runtime"] and api.dictionary.to_pylist() == ["runtime", "driver"]

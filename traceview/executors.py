@@ -373,7 +373,15 @@ def start_pool(files: int, on_start: Callable[[], None] | None = None) -> None:
     n = max(1, min(state.settings.jobs, files))
     pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"),
                               initializer=forked_worker_init, initargs=(on_start,))
+    # the workers are forked with every object there is now frozen (gc.freeze, as the gc module's
+    # documentation advises before a fork): their collections never walk what they inherited (a
+    # walk touches each object, so its page would be copied) and cost only what they make
+    import gc
+    frozen = gc.get_freeze_count()
+    gc.freeze()
     pool.submit(os.getpid)           # a pool of forked workers forks them all at its first task
+    if not frozen:
+        gc.unfreeze()                # this process as it was (the command line keeps them frozen: runs.py)
     state.pool = pool
 
 

@@ -209,7 +209,8 @@ def load_job(files: list[Path], nsys_bin: str | None, started: Started | None = 
     keep = executors.keeps_sessions(state, len(batches))
     root = str(state.settings.store)
     t0 = time.perf_counter()
-    early = _map(scratch, place_task, [(str(scratch), b, batch, root, keep) for b, batch in enumerate(batches)], keep)
+    early = _map(scratch, place_task, [(str(scratch), b, _sent(batch), root, keep, _batch_meta(batch))
+                                       for b, batch in enumerate(batches)], keep)
     _stat(f"placed {len(placements)} files in {len(batches)} batches", t0)
     maps: list[mmap.mmap] = []
     tables = {name: _concat([_read(scratch, b, name, maps) for b in range(len(batches))])
@@ -217,6 +218,17 @@ def load_job(files: list[Path], nsys_bin: str | None, started: Started | None = 
     remote = Remote(scratch, batches, maps=maps, keep=keep)
     remote.early = early[0]
     return Profile(**tables, meta=job.meta, warnings=job.warnings, remote=remote)
+
+
+def _sent(batch: list[Placement]) -> list[Placement]:
+    """A batch's placements as a place task is given them: without their meta tables (a pickled
+    Arrow table costs some 0.5 ms; the task is given the batch's meta whole, _batch_meta)."""
+    return [Placement(p.path, p.mapping, p.offset, None, p.spill) for p in batch]
+
+
+def _batch_meta(batch: list[Placement]) -> pa.Table:
+    """The batch's rows of the job's meta table, its files' one after the other."""
+    return pa.concat_tables([p.meta for p in batch]) if len(batch) > 1 else batch[0].meta
 
 
 def _stat(what: str, t0: float) -> None:
@@ -296,10 +308,12 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 EARLY_STEPS = ["activity_origin"]     # per-rank steps without parameters, built while placing
 
 
-def place_task(scratch: str, batch: int, files: list[Placement], store_root: str, keep: bool = False) -> list[str]:
+def place_task(scratch: str, batch: int, files: list[Placement], store_root: str, keep: bool = False,
+               meta: pa.Table | None = None) -> list[str]:
     """Read a batch's files from the store, place them in the job (ranks, ids), write them, and
     build and write EARLY_STEPS over them. Returns the steps built. `keep`: the session stays in
-    this worker for the batch's later rounds (_KEPT)."""
+    this worker for the batch's later rounds (_KEPT). `meta`: the batch's meta table (_batch_meta),
+    where the placements come without theirs (_sent)."""
     from .engine.pipeline import build
     from .store import Store
     store = Store(Path(store_root))
@@ -315,10 +329,14 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
         if p.mapping:
             prof = prof.map_ranks(p.mapping)
         for name in schema.TABLES:
+            if name == "meta" and meta is not None:
+                continue
             t = p.meta if name == "meta" else getattr(prof, name)
             if name in _ID_COLUMNS:
                 t = _shift(t, _ID_COLUMNS[name], p.offset)
             parts[name].append(t)
+    if meta is not None:
+        parts["meta"] = [meta]
     tables = {name: pa.concat_tables(ts) if len(ts) > 1 else ts[0] for name, ts in parts.items()}
     for name, t in tables.items():
         _write(Path(scratch), batch, name, t)

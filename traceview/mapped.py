@@ -543,3 +543,78 @@ def _share_strings(obj, memo: dict):
 
 
 _LEAVES = frozenset({int, float, bool, type(None), bytes})
+
+
+# -- the JSON report's long lists, written by the pool's workers ---------------------------------
+#
+# A mapped job's document holds its long row lists (stalls, layers, all-to-alls) in files of the
+# scratch folder (document/packed.py). When the report is JSON, the workers, idle once the stall
+# parts are merged, write each list's JSON (json_report.list_body_file, the code and bytes of the
+# report's own writer) while this process keeps the document in the store; the report is then
+# written from those pieces instead of formatting the rows here.
+
+def start_list_bodies(doc: dict):
+    """The JSON of `doc`'s long lists whose rows lie in files, started on the run's pool: a
+    function that waits and returns {key: a function giving that list's body in pieces} (what
+    json_report.pieces takes; a list whose task failed is left out: written here as before).
+    None where there is no local pool or no such list."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from . import executors
+    from .document.packed import PackedRows
+    from .reports.json_report import list_body_file
+    state = executors.current()
+    if state is None or state.client is not None or state.pool is None:
+        return None
+    todo = [(k, src) for k, v in doc.items() if type(v) is PackedRows and (src := v.source()) is not None]
+    if not todo:
+        return None
+    todo.sort(key=lambda ks: -_source_bytes(ks[1]))      # the largest first: the workers end together
+    folder = Path(_first_file(todo[0][1])).parent
+    stamp = uuid.uuid4().hex[:8]
+    paths = [str(folder / f"json-{stamp}-{i}.body") for i in range(len(todo))]
+    try:
+        futs = [(k, path, state.pool.submit(*executors._task(list_body_file, (src, path))))
+                for (k, src), path in zip(todo, paths, strict=True)]
+    except (BrokenProcessPool, RuntimeError):
+        return None
+
+    def take() -> dict:
+        out = {}
+        for k, path, fut in futs:
+            try:
+                size = fut.result()
+            except Exception:            # written here instead (the same bytes, or the same error)
+                continue
+            out[k] = _file_pieces(path, size)
+        return out
+    return take
+
+
+def _source_bytes(src) -> int:
+    ends = [src[2]] if src[0] == "file" else [e for _, e, _ in src[1]]
+    return sum(e[-1] for e in ends if len(e))
+
+
+def _first_file(src) -> str:
+    return src[1] if src[0] == "file" else next(p for p, _, _ in src[1] if p is not None)
+
+
+def _file_pieces(path: str, size: int, piece: int = 1 << 20):
+    """A function giving the file's bytes in pieces, memory-mapped now (the scratch folder is
+    removed before the report is written; a mapping outlives the name), each piece's pages let go
+    once it is given."""
+    if size == 0:
+        return lambda: iter(())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+    def gen():
+        view = memoryview(mm)
+        for a in range(0, size, piece):          # (a piece starts at a multiple of the page size)
+            yield view[a:min(size, a + piece)]
+            mm.madvise(mmap.MADV_DONTNEED, a, min(size, a + piece) - a)
+    return gen

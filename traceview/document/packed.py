@@ -120,8 +120,36 @@ class PackedRows(Sequence):
         """fn applied to every row, packed again."""
         return pack_iter((fn(r) for r in self), self.shape)
 
+    def source(self):
+        """Where another process of this machine (a mapped job's worker) finds these rows: a small
+        picklable description that `from_source` makes into the same PackedRows there, or None
+        (rows held in this process's memory). Rows in files: a chunk file (pack_reader) or the
+        spilled parts of a merge (sort_rows)."""
+        c = self._chunks
+        if type(c) is _FileChunks and c.path is not None:
+            return ("file", c.path, c._ends, self._len, self.shape, self._per)
+        if type(c) is _MergedChunks and all(p.path is not None or not len(p) for p in c._parts):
+            return ("merged", [(p.path, p.ends, p.shape) for p in c._parts], c._part, c._index, c._ordered,
+                    self._len, self.shape)
+        return None
+
 
 register_packed(PackedRows)
+
+
+def from_source(src) -> PackedRows:
+    """The PackedRows that PackedRows.source described (in another process: its files mapped)."""
+    if src[0] == "file":
+        _, path, ends, n, shape, per = src
+        return PackedRows(_FileChunks(_mapped(path, None), ends, path), n, shape, per)
+    _, parts, part_of, index_of, ordered, n, shape = src
+    rows = []
+    for path, ends, pshape in parts:
+        rb = RowBytes(b"", ends, pshape, path)
+        if path is not None and len(ends) and ends[-1]:
+            rb.data = _mapped(path, None)
+        rows.append(rb)
+    return PackedRows(_MergedChunks(rows, part_of, index_of, ordered), n, shape)
 
 
 def packable(rows: list, shape: Shape | None = None) -> bool:
@@ -466,8 +494,8 @@ class _FileChunks(Sequence):
     (those read are let go every RELEASE_EVERY chunks, and by Remote.release_pages), not memory of
     this process."""
 
-    def __init__(self, mm: mmap.mmap, ends: array):
-        self.map, self._ends = mm, ends
+    def __init__(self, mm: mmap.mmap, ends: array, path: str | None = None):
+        self.map, self._ends, self.path = mm, ends, path
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -538,7 +566,7 @@ def pack_reader(batches, path: str | None = None, maps: list | None = None):
             os.unlink(tmp)
         return None if not ok else PackedRows(chunks, n, combine(shapes))
     os.replace(tmp, path)
-    return PackedRows(_FileChunks(_mapped(path, maps), ends), n, combine(shapes))
+    return PackedRows(_FileChunks(_mapped(path, maps), ends, path), n, combine(shapes))
 
 
 def pack_table(table):

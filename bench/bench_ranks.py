@@ -109,6 +109,12 @@ def _submitted(fn, args, **kw):     # a round started, its results taken later: 
     return span("round " + name + " (wait)", gather)
 executors.submit_tasks = _submitted
 executors.read_all = span("parse (read_all)", executors.read_all)
+if hasattr(mapped, "start_list_bodies"):   # a JSON report's long lists, written by the workers
+    start_bodies = mapped.start_list_bodies
+    def _bodies(doc):
+        take = span("started list_body_file", start_bodies)(doc)
+        return None if take is None else span("round list_body_file (wait)", take)
+    mapped.start_list_bodies = _bodies
 mapped.load_job = span("load_job (parse + place)", mapped.load_job)
 import traceview.load as ld
 ld.load = span("load (in process)", ld.load)
@@ -177,9 +183,9 @@ def split(path: Path, work: Path, jobs: int) -> dict:
         print(f"    workers {kind:12s} {len(ts):3d} tasks, CPU {sum(c for _, c in ts):6.2f} s "
               f"(per worker {', '.join(f'{v:.2f}' for v in per.values())}; largest task {max(c for _, c in ts):.2f} s)")
         # the parse is one task per file, taken by whichever worker is free: its share; the later
-        # rounds are one task per batch: the largest
+        # rounds are one task per batch (or per long list): the busiest worker's
         bound += max(sum(c for _, c in ts) / jobs, max(c for _, c in ts)) if kind == "parse_task" \
-            else max(0.0, max(c for _, c in ts) - overlap.get(kind, 0.0))
+            else max(0.0, max(per.values()) - overlap.get(kind, 0.0))
     tree = next((ln.split()[1:] for ln in p.stderr.splitlines() if ln.startswith("TREE ")), None)
     own, others = (float(tree[0]), float(tree[1])) if tree else (total, 0.0)
     in_tasks = sum(c for ts in tasks.values() for _, c in ts)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -70,6 +71,7 @@ me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 kids = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
 own, reaped, live = tree_cpu()
 print(f"BENCH {rc} {wall:.3f} {me} {kids} {own:.3f} {reaped + live:.3f}", file=sys.stderr)
+getattr(launch, "exit_now", sys.exit)(rc)   # as the command ends (launch.main; an older tree: sys.exit)
 """
 
 
@@ -107,6 +109,12 @@ def _submitted(fn, args, **kw):     # a round started, its results taken later: 
     return span("round " + name + " (wait)", gather)
 executors.submit_tasks = _submitted
 executors.read_all = span("parse (read_all)", executors.read_all)
+if hasattr(mapped, "start_list_bodies"):   # a JSON report's long lists, written by the workers
+    start_bodies = mapped.start_list_bodies
+    def _bodies(doc):
+        take = span("started list_body_file", start_bodies)(doc)
+        return None if take is None else span("round list_body_file (wait)", take)
+    mapped.start_list_bodies = _bodies
 mapped.load_job = span("load_job (parse + place)", mapped.load_job)
 import traceview.load as ld
 ld.load = span("load (in process)", ld.load)
@@ -124,6 +132,7 @@ for name, at, wall, cpu, cpu_at in sorted(SPANS, key=lambda s: s[1]):
 own, reaped, live = tree_cpu()
 print(f"TREE {own:.3f} {reaped + live:.3f}", file=sys.stderr)
 print(f"BENCH {rc}", file=sys.stderr)
+getattr(launch, "exit_now", sys.exit)(rc)
 """
 
 
@@ -133,10 +142,10 @@ def split(path: Path, work: Path, jobs: int) -> dict:
     workers' per kind of task, and the bound of the run's time on `jobs` idle cores."""
     store = work / f"store-split-{jobs}"
     shutil.rmtree(store, ignore_errors=True)
-    cmd = [sys.executable, "-c", _SPLIT_RUNNER, "analyze", str(path), "-f", "json", "-o",
+    cmd = [PYTHON, "-c", _SPLIT_RUNNER, "analyze", str(path), "-f", "json", "-o",
            str(work / f"split-{jobs}.json"), "--jobs", str(jobs), "--store", str(store)]
     t, c = time.perf_counter(), _children_cpu()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    p = _run(cmd)
     wall, cpu = time.perf_counter() - t, _children_cpu() - c
     if p.returncode != 0 or "BENCH 0" not in p.stderr:
         raise SystemExit(f"bench_ranks: analyze failed: {' '.join(cmd)}\n{p.stderr[-3000:]}")
@@ -174,9 +183,9 @@ def split(path: Path, work: Path, jobs: int) -> dict:
         print(f"    workers {kind:12s} {len(ts):3d} tasks, CPU {sum(c for _, c in ts):6.2f} s "
               f"(per worker {', '.join(f'{v:.2f}' for v in per.values())}; largest task {max(c for _, c in ts):.2f} s)")
         # the parse is one task per file, taken by whichever worker is free: its share; the later
-        # rounds are one task per batch: the largest
+        # rounds are one task per batch (or per long list): the busiest worker's
         bound += max(sum(c for _, c in ts) / jobs, max(c for _, c in ts)) if kind == "parse_task" \
-            else max(0.0, max(c for _, c in ts) - overlap.get(kind, 0.0))
+            else max(0.0, max(per.values()) - overlap.get(kind, 0.0))
     tree = next((ln.split()[1:] for ln in p.stderr.splitlines() if ln.startswith("TREE ")), None)
     own, others = (float(tree[0]), float(tree[1])) if tree else (total, 0.0)
     in_tasks = sum(c for ts in tasks.values() for _, c in ts)
@@ -195,35 +204,51 @@ def split(path: Path, work: Path, jobs: int) -> dict:
     return {"cpu": cpu, "parent": total, "serial": serial, "bound": bound, "all_cpu": own + others, "wall": wall}
 
 
-TREE: Path | None = None          # --ab: the checkout whose traceview the runs import (PYTHONPATH)
+PYTHON = sys.executable           # --ab: the interpreter (a checkout's venv) each run uses in turn
+WORK: Path | None = None          # the runs' working directory (not a checkout: '' on sys.path would
+                                  # import that checkout's traceview before the interpreter's own)
+BYTECODE: Path | None = None      # --bytecode-cache: compiled modules kept here between runs
 
 
 def _env() -> dict:
     import os
     env = {**os.environ, "TRACEVIEW_BENCH_STATS": "1"}
-    if TREE is not None:
-        env["PYTHONPATH"] = str(TREE)
+    env.pop("PYTHONPATH", None)
+    if BYTECODE is not None:      # as an installed traceview runs: its modules compiled once, not per run
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = str(BYTECODE)
     return env
 
 
-def ab(path: Path, n: int, work: Path, trees: list[Path], rounds: int) -> None:
-    """--ab: first runs (empty store) with --jobs 1 and --jobs 2 of each checkout in turn, `rounds`
-    times (interleaved: the machine's load falls on both alike); each round's ratio, and the median."""
-    global TREE
+def _run(cmd: list[str]) -> subprocess.CompletedProcess:
+    return subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=WORK)
+
+
+def ab(path: Path, n: int, work: Path, pythons: list[Path], rounds: int) -> None:
+    """--ab: first runs (empty store) with --jobs 1 and --jobs 2 with each interpreter (a
+    checkout's venv: its editable traceview) in turn, `rounds` times (interleaved: the machine's
+    load falls on both alike); each round's ratio, and the median."""
+    global PYTHON
     import statistics
-    got: dict[str, list[tuple[float, float, float, float]]] = {str(t): [] for t in trees}
+    for py in pythons:
+        where = subprocess.run([str(py), "-c", "import traceview.mapped as m; print(m.__file__)"],
+                               capture_output=True, text=True, env=_env(), cwd=WORK).stdout.strip()
+        print(f"  {py}: traceview from {where}")
+        PYTHON = str(py)
+        analyze(path, work / "ab-warm.json", "--jobs", "1", "--store", str(work / f"store-ab-warm-{pythons.index(py)}"))
+    got: dict[str, list[tuple[float, float, float, float]]] = {str(t): [] for t in pythons}
     for r in range(rounds):
-        for tree in trees:
-            TREE = tree
+        for py in pythons:
+            PYTHON = str(py)
             one, two = (analyze(path, work / f"ab-{jobs}.json", "--jobs", str(jobs), "--store",
-                                str(work / f"store-ab-{r}-{tree.name}-{jobs}")) for jobs in (1, 2))
+                                str(work / f"store-ab-{r}-{pythons.index(py)}-{jobs}")) for jobs in (1, 2))
             same = (work / "ab-1.json").read_bytes() == (work / "ab-2.json").read_bytes()
-            got[str(tree)].append((one["wall_s"], two["wall_s"], one["tree_cpu_s"], two["tree_cpu_s"]))
-            print(f"  round {r + 1} {str(tree):24s} --jobs 1 {one['wall_s']:6.2f} s (CPU {one['tree_cpu_s']:5.2f} s), "
+            got[str(py)].append((one["wall_s"], two["wall_s"], one["tree_cpu_s"], two["tree_cpu_s"]))
+            print(f"  round {r + 1} {str(py):32s} --jobs 1 {one['wall_s']:6.2f} s (CPU {one['tree_cpu_s']:5.2f} s), "
                   f"--jobs 2 {two['wall_s']:6.2f} s (CPU {two['tree_cpu_s']:5.2f} s): "
                   f"{one['wall_s'] / two['wall_s']:.2f}x"
                   f"{'' if same else '  REPORTS DIFFER'}", flush=True)
-    TREE = None
+    PYTHON = sys.executable
     for label, rows in got.items():
         med = [statistics.median(x[i] for x in rows) for i in range(4)]
         print(f"  {n} ranks {label}: median --jobs 1 {med[0]:.2f} s, --jobs 2 {med[1]:.2f} s, ratio "
@@ -239,9 +264,9 @@ def _children_cpu() -> float:
 
 
 def analyze(path: Path, out: Path, *args: str) -> dict:
-    cmd = [sys.executable, "-c", _RUNNER, "analyze", str(path), "-f", "json", "-o", str(out), *args]
+    cmd = [PYTHON, "-c", _RUNNER, "analyze", str(path), "-f", "json", "-o", str(out), *args]
     t, c = time.perf_counter(), _children_cpu()
-    p = subprocess.run(cmd, capture_output=True, text=True, env=_env())
+    p = _run(cmd)
     total, cpu = time.perf_counter() - t, _children_cpu() - c
     line = [ln for ln in p.stderr.splitlines() if ln.startswith("BENCH ")]
     if p.returncode != 0 or not line or line[-1].split()[1] != "0":
@@ -334,12 +359,23 @@ def main() -> None:
     ap.add_argument("--keep", type=Path, help="work here (and keep it) instead of a temporary folder")
     ap.add_argument("--split", action="store_true",
                     help="only a first run of each MoE job with --jobs 1 and 2, its stages timed (CPU per process)")
-    ap.add_argument("--ab", type=Path, nargs="+", metavar="CHECKOUT",
-                    help="only first runs, --jobs 1 and 2, of each checkout's traceview in turn (A/B, interleaved)")
-    ap.add_argument("--rounds", type=int, default=3, help="--ab: rounds over the checkouts")
+    ap.add_argument("--ab", type=Path, nargs="+", metavar="PYTHON",
+                    help="only first runs, --jobs 1 and 2, with each interpreter in turn (a checkout's venv, "
+                         "e.g. /work/venvs/base/bin/python: its traceview; A/B, interleaved)")
+    ap.add_argument("--bytecode-cache", action="store_true",
+                    help="keep the compiled modules between runs (in the work folder), as an installed "
+                         "traceview has them, even where PYTHONDONTWRITEBYTECODE is set")
+    ap.add_argument("--rounds", type=int, default=3, help="--ab: rounds over the interpreters (with --split too)")
     a = ap.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="bench-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
+    global WORK, BYTECODE
+    WORK = work.resolve()
+    if a.bytecode_cache:
+        BYTECODE = WORK / "pycache"
+    elif os.environ.get("PYTHONDONTWRITEBYTECODE"):
+        print("note: PYTHONDONTWRITEBYTECODE is set: every run compiles traceview's modules again "
+              "(--bytecode-cache keeps them, as an installed traceview has them)")
     all_runs = {}
     try:
         if a.dlrm:
@@ -354,16 +390,31 @@ def main() -> None:
             size = sum(p.stat().st_size for p in paths)
             print(f"MoE job of {n} ranks: generated in {time.perf_counter() - t:.1f} s, "
                   f"{size / 1e6:.0f} MB ({size / n / 1e6:.2f} MB per rank)", flush=True)
-            if a.ab:
-                ab(d, n, work, [t.resolve() for t in a.ab], a.rounds)
+            if a.ab and not a.split:
+                ab(d, n, work, [t.absolute() for t in a.ab], a.rounds)
                 continue
             if a.split:
-                one, two = split(d, work, 1), split(d, work, 2)
-                same = (work / "split-1.json").read_bytes() == (work / "split-2.json").read_bytes()
-                print(f"  {n} ranks: reports byte-identical: {same}; --jobs 1 CPU {one['all_cpu']:.2f} s / "
-                      f"--jobs 2 bound {two['bound']:.2f} s = {one['all_cpu'] / two['bound']:.2f}x at most "
-                      "on 2 idle cores "
-                      f"(all processes' CPU: --jobs 1 {one['all_cpu']:.2f} s, --jobs 2 {two['all_cpu']:.2f} s)")
+                global PYTHON
+                bounds: dict[str, list[tuple[float, float]]] = {}
+                for _ in range(a.rounds if a.ab else 1):
+                    for py in [t.absolute() for t in a.ab] if a.ab else [Path(sys.executable)]:
+                        PYTHON = str(py)
+                        print(f"{py}:")
+                        one, two = split(d, work, 1), split(d, work, 2)
+                        same = (work / "split-1.json").read_bytes() == (work / "split-2.json").read_bytes()
+                        print(f"  {n} ranks: reports byte-identical: {same}; --jobs 1 CPU {one['all_cpu']:.2f} s / "
+                              f"--jobs 2 bound {two['bound']:.2f} s = {one['all_cpu'] / two['bound']:.2f}x at most "
+                              "on 2 idle cores (all processes' CPU: --jobs 1 "
+                              f"{one['all_cpu']:.2f} s, --jobs 2 {two['all_cpu']:.2f} s)", flush=True)
+                        bounds.setdefault(str(py), []).append((one["all_cpu"], two["bound"]))
+                PYTHON = sys.executable
+                if a.ab:
+                    import statistics
+                    for py, got in bounds.items():
+                        print(f"  {py}: median --jobs 1 CPU {statistics.median(x for x, _ in got):.2f} s, --jobs 2 "
+                              f"bound {statistics.median(y for _, y in got):.2f} s, ratio "
+                              f"{statistics.median(x / y for x, y in got):.2f}x "
+                              f"(rounds {', '.join(f'{x / y:.2f}' for x, y in got)})")
                 continue
             all_runs[n] = run_job(f"{n} ranks", d, n, work, moe_job.expected(job), a.runs)
             ratios(f"{n} ranks", all_runs[n])

@@ -44,13 +44,14 @@ def render_bytes(doc: ReportDocument, shape: Shape | None = None) -> bytes:
 STREAM_ROWS = 1024          # a long list's elements written together
 
 
-def pieces(doc: ReportDocument, shape: Shape | None = None) -> Iterator[bytes]:
+def pieces(doc: ReportDocument, shape: Shape | None = None, formatted: dict | None = None) -> Iterator[bytes]:
     """The bytes of `render_bytes(doc)` in pieces, written as they come: the document's top-level
     values one after the other and a long list of them (a list or PackedRows of more than
     STREAM_ROWS elements) STREAM_ROWS elements at a time, so no whole copy of a large report is
     ever in memory. Each piece is msgspec's formatted JSON of one value, indented to its depth
     (a JSON string holds no raw line break: every line break of a formatted value is one of
-    its layout)."""
+    its layout). `formatted`: key -> a function giving the pieces of list_body of that key's long
+    list, written already (list_body_file), used where the document is written with msgspec."""
     shape = scan(doc) if shape is None else shape
     if not shape.plain or not shape.finite or shape.wide_ints or not shape.str_keys or type(doc) is not dict:
         yield _stdlib(plain(doc)).encode("utf-8")
@@ -75,17 +76,46 @@ def pieces(doc: ReportDocument, shape: Shape | None = None) -> Iterator[bytes]:
             yield small.pop(k)
         else:
             yield b"[\n"
-            batches = v.chunks() if type(v) is PackedRows else \
-                (v[j:j + STREAM_ROWS] for j in range(0, len(v), STREAM_ROWS))
-            first = True
-            for batch in batches:
-                if not first:
-                    yield b",\n"
-                first = False
-                text = _formatted(batch, raw)      # "[\n  e1,\n  e2\n]": the elements at depth 2
-                yield b"  " + text[2:-2].replace(b"\n", b"\n  ")
+            ready = (formatted or {}).get(k)
+            if ready is not None:           # written by another process from the same rows (list_body)
+                yield from ready()
+            else:
+                yield from list_body(v, raw)
             yield b"\n  ]"
         yield b",\n" if i < len(keys) - 1 else b"\n}\n"
+
+
+def list_body(v, raw: bool) -> Iterator[bytes]:
+    """The elements of a long list (or PackedRows) as `pieces` writes them inside its brackets:
+    STREAM_ROWS elements formatted at a time, at depth 2, separated by ",\n". `raw`: floats
+    outside [1e-4, 1e16) are given as Python writes them (the document has some; a list that holds
+    none is written the same either way)."""
+    batches = v.chunks() if type(v) is PackedRows else \
+        (v[j:j + STREAM_ROWS] for j in range(0, len(v), STREAM_ROWS))
+    first = True
+    for batch in batches:
+        if not first:
+            yield b",\n"
+        first = False
+        text = _formatted(batch, raw)      # "[\n  e1,\n  e2\n]": the elements at depth 2
+        yield b"  " + text[2:-2].replace(b"\n", b"\n  ")
+
+
+def list_body_file(source, path: str) -> int:
+    """list_body of the PackedRows `source` describes (PackedRows.source; run by a mapped job's
+    worker while the parent keeps the document) written to the file `path`; its size. Only what
+    `pieces` would write itself: the caller uses it where the document's shape lets `pieces` write
+    its values with msgspec (raw floats where the rows hold some: the same bytes)."""
+    from traceview.document.packed import from_source
+    rows = from_source(source)
+    tmp = f"{path}.tmp"
+    size = 0
+    with open(tmp, "wb") as fh:
+        for piece in list_body(rows, rows.shape.exponent_floats):
+            size += fh.write(piece)
+    import os
+    os.replace(tmp, path)
+    return size
 
 
 def _streamed(v) -> bool:

@@ -177,3 +177,30 @@ def test_start_pool_does_not_fork_while_another_thread_runs(monkeypatch):
     finally:
         stop.set()
         t.join()
+
+
+def test_arrow_tables_travel_through_the_pool_as_ipc(monkeypatch):
+    """executors.tables_as_ipc: a table the pool sends (a rank's meta, a batch's meta, a stall
+    part's keys) comes back equal with its schema's metadata, its chunks and their dictionaries,
+    empty or not; a table IPC cannot write is pickled as before."""
+    import pickle
+    from multiprocessing.reduction import ForkingPickler
+
+    import pyarrow as pa
+
+    from traceview import schema
+    executors.tables_as_ipc()
+    odd = pa.table({"d": pa.chunked_array([pa.array(["x", "y"]).dictionary_encode(),
+                                           pa.array(["z", "x"]).dictionary_encode()]),
+                    "l": pa.chunked_array([pa.array([[1], None]), pa.array([[2, 3], []])])},
+                   metadata={b"k": b"v"})
+    uneven = pa.table({"a": pa.chunked_array([[1, 2], [3]]), "b": pa.chunked_array([[4], [5, 6]])})
+    for t, ipc in ((odd, True), (odd.slice(1, 2), True), (schema.empty("meta"), False), (uneven, False)):
+        back = pickle.loads(bytes(ForkingPickler.dumps(t)))
+        assert back.equals(t) and back.schema.equals(t.schema, check_metadata=True)
+        assert [[len(c) for c in col.chunks] for col in back.columns] == \
+            [[len(c) for c in col.chunks] for col in t.columns]
+        assert (executors._table_reduce(t)[0] is executors._table_from_ipc) is ipc
+    monkeypatch.setattr(pa.ipc, "new_stream", lambda *a, **k: (_ for _ in ()).throw(pa.ArrowInvalid("no")))
+    fn, args = executors._table_reduce(odd)[:2]
+    assert fn is not executors._table_from_ipc and fn(*args).equals(odd)

@@ -237,3 +237,43 @@ def test_a_corpus_document(tmp_path):
     doc = run_analyze([str(TRACES / "kineto" / "dlrm_8rank_v100")], AnalyzeOptions())
     assert json_report._fast(doc, 2) is not None
     same_as_stdlib(doc)
+
+
+def test_long_lists_written_by_another_process_give_the_same_report(tmp_path):
+    """A mapped job's long lists (rows in files: a chunk file of pack_reader, spilled parts merged
+    by sort_rows) are written by a worker (json_report.list_body_file, given PackedRows.source):
+    the report built from those pieces is the standard library's bytes, floats that Python writes
+    with an exponent and control characters included; a list whose float needs no exponent in a
+    document that has some elsewhere is written the same."""
+    import multiprocessing as mp
+
+    import pyarrow as pa
+
+    from traceview import mapped
+    from traceview.document import packed
+    rnd = random.Random(3)
+    rows = [{"i": i, "f": rnd.choice([0.5, 1e-7, 2.5e17, 3.25]), "s": rnd.choice(["a\x7fb", "é", "x\u2028y"]),
+             "n": None, "l": [i, {"k": True}]} for i in range(5000)]
+    table = pa.Table.from_pylist([{"a": i, "g": i / 8} for i in range(6000)])
+    in_file = packed.pack_reader(table.to_batches(max_chunksize=700), str(tmp_path / "t.rows"), [])
+    parts = []
+    for j in range(3):
+        rb, _ = packed.presort(packed.row_bytes(rows[j::3]), lambda r: (r["s"], r["i"]))
+        rb.spill(str(tmp_path / f"p{j}.rows"))
+        parts.append(rb)
+    merged, _ = packed.sort_rows(parts, lambda r: (r["s"], r["i"]), keys=False)
+    doc = {"plain": in_file, "merged": merged, "small": [1.5, "x"], "top": 1e-9}
+    want = stdlib_report({k: list(v) if type(v) is packed.PackedRows else v for k, v in doc.items()}).encode()
+    assert b"".join(json_report.pieces(doc)) == want
+    formatted = {}
+    with mp.get_context("spawn").Pool(1) as pool:          # another process, as a pool worker
+        for k in ("plain", "merged"):
+            src = doc[k].source()
+            assert src is not None
+            path = str(tmp_path / f"{k}.body")
+            size = pool.apply(json_report.list_body_file, (src, path))
+            formatted[k] = mapped._file_pieces(path, size, piece=4096)
+    got = b"".join(json_report.pieces(doc, scan(doc), formatted))
+    assert got == want
+    assert b"".join(json_report.pieces(doc, scan(doc), formatted)) == want        # written twice alike
+    assert packed.PackedRows([b"\x90"] * 0, 0, scan([])).source() is None         # rows in memory: none

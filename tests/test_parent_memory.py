@@ -127,3 +127,56 @@ def test_rows_packed_from_batches_into_a_file(tmp_path):
     dates = pa.table({"d": pa.array([0] * 5000, pa.date32())}).to_batches()   # datetime.date: not plain
     assert packed.pack_reader(dates, str(tmp_path / "d.rows")) is None and list(tmp_path.iterdir()) == \
         [tmp_path / "layers.rows"]
+
+
+def _reference(parts, key):
+    """The stable sort of the parts' rows, one after the other: what merge has always returned."""
+    return sorted((r for p in parts for r in p), key=key)
+
+
+def test_presorted_parts_merge_as_the_stable_sort_of_all_rows(tmp_path):
+    """Parts sorted where they were made (packed.presort, as a worker does) merge from their keys
+    into the order of the stable sort of every row, ties in the parts' order: interleaved parts
+    (Arrow's sort of the keys), parts one after the other, an empty part, spilled and mapped back,
+    and a list below MIN_ROWS. Checked against sorted() of the decoded rows."""
+    key = lambda r: (-r["dur_ns"], r["rank"], r["step"], r["cause"])   # noqa: E731
+    rnd = random.Random(7)
+    parts = [[{"rank": rnd.randrange(4), "step": rnd.randrange(3), "dur_ns": rnd.randrange(9),
+               "cause": rnd.choice(["idle", "peer_wait", "é"]), "i": (s, i)} for i in range(3000)]
+             for s in range(3)]
+    for p in parts:
+        for r in p:
+            r["i"] = list(r["i"])
+    want = _reference(parts, key)
+    sent = []
+    for i, p in enumerate(parts):
+        rb, rows = packed.presort(packed.row_bytes(p), key)
+        assert rows == sorted(p, key=key) and rb.keys is not None and list(rb) == rows
+        rb.spill(str(tmp_path / f"p{i}.rows"))
+        sent.append(pickle.loads(pickle.dumps(rb)))
+    got, keys = packed.sort_rows(sent, key, keys=False)
+    assert keys is None and type(got) is packed.PackedRows and list(got) == want
+    assert [r["i"] for r in got] == [r["i"] for r in want]                # ties: the parts' order
+    # parts whose keys follow one another: concatenated (one slice a chunk where it can)
+    by_rank = [[r for p in parts for r in p if r["rank"] == k] for k in range(4)]
+    ck = lambda r: (r["rank"], r["step"])                                  # noqa: E731
+    pre = [packed.presort(packed.row_bytes(p), ck)[0] for p in by_rank]
+    empty, _ = packed.presort(packed.row_bytes([]), ck)                   # no keys: nothing to sort
+    assert type(empty) is packed.RowBytes and empty.keys is None
+    got2, _ = packed.sort_rows(pre[:2] + [empty] + pre[2:], ck, keys=False)
+    assert list(got2) == _reference(by_rank, ck)
+    small, _ = packed.sort_rows([packed.presort(packed.row_bytes(p[:50]), key)[0] for p in parts], key, keys=False)
+    assert type(small) is list and small == _reference([p[:50] for p in parts], key)
+
+
+def test_presort_keeps_no_keys_it_cannot_sort_exactly():
+    """Keys holding a float, a bool, None or an int past int64 are not Arrow columns sorted as
+    Python sorts them: such a part keeps no keys and merges by decoding its rows, as before."""
+    for odd in (1.5, True, None, 2**63):
+        rows = [{"a": i % 3, "b": odd if i == 5 else i} for i in range(5000)]
+        key = lambda r: (r["a"], r["b"])                                   # noqa: E731
+        rb, got = packed.presort(packed.row_bytes(rows), key)
+        assert rb.keys is None and got == rows
+        if odd is not None:
+            merged, _ = packed.sort_rows([rb, packed.row_bytes(rows[:10])], key, keys=False)
+            assert list(merged) == sorted(rows + rows[:10], key=key)

@@ -64,8 +64,9 @@ class Job:
 
     def __init__(self, paths: list[str], run: Callable[[list[str]], dict], doc: dict | None = None,
                  store: Store | None = None, key: str | None = None, report: tuple[str, bytes, dict] | None = None,
-                 shape=None, from_store: bool = False):
+                 shape=None, from_store: bool = False, formatted: dict | None = None):
         self._paths, self._run, self._doc = paths, run, doc
+        self._formatted = formatted     # the JSON of long lists, written by a mapped job's workers
         self._store, self._key, self._report = store, key, report
         self._shape = shape             # plain_data.scan of the document, when it was taken
         self.from_store = from_store    # the document or the report was kept: nothing analyzed
@@ -121,10 +122,10 @@ class Job:
         doc = self.document
         from .output import Pieces
         from .reports import json_report
-        store, key, shape = self._store, self._key, self._shape
+        store, key, shape, formatted = self._store, self._key, self._shape, self._formatted
 
         def make():
-            pieces = json_report.pieces(cast(ReportDocument, doc), shape)
+            pieces = json_report.pieces(cast(ReportDocument, doc), shape, formatted)
             if store is None or not key or per_rank_rows is not None:
                 return pieces
             return _teed(pieces, store.kept_writer(key, fmt, {"budget_violated": _budget_violated(doc)}), kept)
@@ -167,7 +168,9 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
     from .executors import current
     state = current()
     if state is None or state.settings.store is None:
-        return Job(paths, run, _packed(run(paths)))
+        doc = _packed(run(paths))
+        bodies = _start_bodies(doc, fmt)
+        return Job(paths, run, doc, formatted=bodies() if bodies is not None else None)
     store = Store(state.settings.store)
     k = key(paths, fields, store)
     if k is not None:
@@ -182,15 +185,25 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
             state.stats = {**state.stats, "document_from_store": True}
             return Job(paths, run, doc, store, k, from_store=True)
     doc = _packed(run(paths))
+    bodies = _start_bodies(doc, fmt)       # (taken before the run's scratch folder is removed)
     if state.skipped:                      # not the job's whole answer: nothing kept
-        return Job(paths, run, doc)
+        return Job(paths, run, doc, formatted=bodies() if bodies is not None else None)
     k = key(paths, fields, store)          # the traces are in the store now
     if k is None:
-        return Job(paths, run, doc)
+        return Job(paths, run, doc, formatted=bodies() if bodies is not None else None)
     from .plain_data import scan
     shape = scan(doc)                      # once, for the store and the JSON writer
     store.put_document(k, doc, shape=shape)    # (not when msgpack would not give it back exactly)
-    return Job(paths, run, doc, store, k, shape=shape)
+    return Job(paths, run, doc, store, k, shape=shape, formatted=bodies() if bodies is not None else None)
+
+
+def _start_bodies(doc, fmt: str | None):
+    """A mapped job whose report is JSON: its long lists' JSON written by the idle workers while
+    this process keeps the document (mapped.start_list_bodies); what to call for them, or None."""
+    if fmt != "json" or not isinstance(doc, dict):
+        return None
+    from .mapped import start_list_bodies
+    return start_list_bodies(doc)
 
 
 def analyze(paths: list[str], fields: dict, run: Callable[[list[str]], dict]) -> dict:

@@ -209,7 +209,8 @@ def load_job(files: list[Path], nsys_bin: str | None, started: Started | None = 
     keep = executors.keeps_sessions(state, len(batches))
     root = str(state.settings.store)
     t0 = time.perf_counter()
-    early = _map(scratch, place_task, [(str(scratch), b, batch, root, keep) for b, batch in enumerate(batches)], keep)
+    early = _map(scratch, place_task, [(str(scratch), b, _sent(batch), root, keep, _batch_meta(batch))
+                                       for b, batch in enumerate(batches)], keep)
     _stat(f"placed {len(placements)} files in {len(batches)} batches", t0)
     maps: list[mmap.mmap] = []
     tables = {name: _concat([_read(scratch, b, name, maps) for b in range(len(batches))])
@@ -217,6 +218,17 @@ def load_job(files: list[Path], nsys_bin: str | None, started: Started | None = 
     remote = Remote(scratch, batches, maps=maps, keep=keep)
     remote.early = early[0]
     return Profile(**tables, meta=job.meta, warnings=job.warnings, remote=remote)
+
+
+def _sent(batch: list[Placement]) -> list[Placement]:
+    """A batch's placements as a place task is given them: without their meta tables (a pickled
+    Arrow table costs some 0.5 ms; the task is given the batch's meta whole, _batch_meta)."""
+    return [Placement(p.path, p.mapping, p.offset, None, p.spill) for p in batch]
+
+
+def _batch_meta(batch: list[Placement]) -> pa.Table:
+    """The batch's rows of the job's meta table, its files' one after the other."""
+    return pa.concat_tables([p.meta for p in batch]) if len(batch) > 1 else batch[0].meta
 
 
 def _stat(what: str, t0: float) -> None:
@@ -296,10 +308,12 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 EARLY_STEPS = ["activity_origin"]     # per-rank steps without parameters, built while placing
 
 
-def place_task(scratch: str, batch: int, files: list[Placement], store_root: str, keep: bool = False) -> list[str]:
+def place_task(scratch: str, batch: int, files: list[Placement], store_root: str, keep: bool = False,
+               meta: pa.Table | None = None) -> list[str]:
     """Read a batch's files from the store, place them in the job (ranks, ids), write them, and
     build and write EARLY_STEPS over them. Returns the steps built. `keep`: the session stays in
-    this worker for the batch's later rounds (_KEPT)."""
+    this worker for the batch's later rounds (_KEPT). `meta`: the batch's meta table (_batch_meta),
+    where the placements come without theirs (_sent)."""
     from .engine.pipeline import build
     from .store import Store
     store = Store(Path(store_root))
@@ -315,10 +329,14 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
         if p.mapping:
             prof = prof.map_ranks(p.mapping)
         for name in schema.TABLES:
+            if name == "meta" and meta is not None:
+                continue
             t = p.meta if name == "meta" else getattr(prof, name)
             if name in _ID_COLUMNS:
                 t = _shift(t, _ID_COLUMNS[name], p.offset)
             parts[name].append(t)
+    if meta is not None:
+        parts["meta"] = [meta]
     tables = {name: pa.concat_tables(ts) if len(ts) > 1 else ts[0] for name, ts in parts.items()}
     for name, t in tables.items():
         _write(Path(scratch), batch, name, t)
@@ -386,7 +404,15 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
     _KEPT.pop((scratch, batch), None)
     part = stalls.rank_part(session, job, idle)
     session.con.close()
-    from .document.packed import RowBytes
+    from .document.packed import RowBytes, presort
+    # each section's rows sorted here in merge's order, their keys beside them, and the stalls
+    # summed: the parent merges the parts from the keys and decodes no row (stalls.merge)
+    for k, key in stalls.MERGE_ORDER.items():
+        if type(part.get(k)) is RowBytes:
+            part[k], rows = presort(part[k], key)
+            if k == "stalls":
+                part["stall_sums"] = stalls.stall_sums(rows)
+            del rows
     for k, v in part.items():     # the long row lists go back as files, which the parent maps
         if type(v) is RowBytes and len(v):
             v.spill(str(_file(Path(scratch), batch, f"part-{k}").with_suffix(".rows")))
@@ -517,3 +543,78 @@ def _share_strings(obj, memo: dict):
 
 
 _LEAVES = frozenset({int, float, bool, type(None), bytes})
+
+
+# -- the JSON report's long lists, written by the pool's workers ---------------------------------
+#
+# A mapped job's document holds its long row lists (stalls, layers, all-to-alls) in files of the
+# scratch folder (document/packed.py). When the report is JSON, the workers, idle once the stall
+# parts are merged, write each list's JSON (json_report.list_body_file, the code and bytes of the
+# report's own writer) while this process keeps the document in the store; the report is then
+# written from those pieces instead of formatting the rows here.
+
+def start_list_bodies(doc: dict):
+    """The JSON of `doc`'s long lists whose rows lie in files, started on the run's pool: a
+    function that waits and returns {key: a function giving that list's body in pieces} (what
+    json_report.pieces takes; a list whose task failed is left out: written here as before).
+    None where there is no local pool or no such list."""
+    from concurrent.futures.process import BrokenProcessPool
+
+    from . import executors
+    from .document.packed import PackedRows
+    from .reports.json_report import list_body_file
+    state = executors.current()
+    if state is None or state.client is not None or state.pool is None:
+        return None
+    todo = [(k, src) for k, v in doc.items() if type(v) is PackedRows and (src := v.source()) is not None]
+    if not todo:
+        return None
+    todo.sort(key=lambda ks: -_source_bytes(ks[1]))      # the largest first: the workers end together
+    folder = Path(_first_file(todo[0][1])).parent
+    stamp = uuid.uuid4().hex[:8]
+    paths = [str(folder / f"json-{stamp}-{i}.body") for i in range(len(todo))]
+    try:
+        futs = [(k, path, state.pool.submit(*executors._task(list_body_file, (src, path))))
+                for (k, src), path in zip(todo, paths, strict=True)]
+    except (BrokenProcessPool, RuntimeError):
+        return None
+
+    def take() -> dict:
+        out = {}
+        for k, path, fut in futs:
+            try:
+                size = fut.result()
+            except Exception:            # written here instead (the same bytes, or the same error)
+                continue
+            out[k] = _file_pieces(path, size)
+        return out
+    return take
+
+
+def _source_bytes(src) -> int:
+    ends = [src[2]] if src[0] == "file" else [e for _, e, _ in src[1]]
+    return sum(e[-1] for e in ends if len(e))
+
+
+def _first_file(src) -> str:
+    return src[1] if src[0] == "file" else next(p for p, _, _ in src[1] if p is not None)
+
+
+def _file_pieces(path: str, size: int, piece: int = 1 << 20):
+    """A function giving the file's bytes in pieces, memory-mapped now (the scratch folder is
+    removed before the report is written; a mapping outlives the name), each piece's pages let go
+    once it is given."""
+    if size == 0:
+        return lambda: iter(())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        mm = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+    def gen():
+        view = memoryview(mm)
+        for a in range(0, size, piece):          # (a piece starts at a multiple of the page size)
+            yield view[a:min(size, a + piece)]
+            mm.madvise(mmap.MADV_DONTNEED, a, min(size, a + piece) - a)
+    return gen

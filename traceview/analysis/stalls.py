@@ -358,22 +358,40 @@ def _walk_part(session: Session | None, job: dict, idle: dict, ranks: list[int] 
             "non_compute_ns": non_compute}
 
 
+# merge's order of each section's rows: a stable sort of the parts' rows by these keys (a worker of
+# a mapped job sorts its part by them first, and sums its stalls by cause: mapped.stalls_task)
+MERGE_ORDER = {"critical_path": lambda r: (r["rank"], r["step"]),
+               "stalls": lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]),
+               "a2a": lambda d: (d["rank"], d["step"], d["start_ns"])}
+
+
+def stall_sums(rows) -> dict:
+    """The total and the per-cause sums of some stall rows (what merge adds up over the parts)."""
+    by_cause = dict.fromkeys(CAUSES, 0)
+    total = 0
+    for s in rows:
+        total += s["dur_ns"]
+        if s["cause"] in by_cause:
+            by_cause[s["cause"]] += s["dur_ns"]
+    return {"total": total, "by_cause": by_cause}
+
+
 def merge(job: dict, parts: list[dict], top: int = 10) -> dict:
     """The report's sections from the per-rank parts (any order; disjoint ranks) and the job part:
-    exactly what `sections` returns."""
+    exactly what `sections` returns. A part may hold its stalls' sums (`stall_sums`, summed where
+    it was made) and its rows presorted (document.packed.presort): then no row is decoded here."""
     # one stable sort of the parts' rows in part order (their keys hold (rank, step), the windows'
     # order): long lists come back packed (document/packed.py)
-    cp, _ = sort_rows([p["critical_path"] for p in parts], lambda r: (r["rank"], r["step"]), keys=False)
-    stalls, _ = sort_rows([p["stalls"] for p in parts],
-                          lambda s: (-s["dur_ns"], s["rank"], s["step"], s["start_ns"], s["cause"]), keys=False)
-    a2a, _ = sort_rows([p["a2a"] for p in parts], lambda d: (d["rank"], d["step"], d["start_ns"]), keys=False)
+    cp, _ = sort_rows([p["critical_path"] for p in parts], MERGE_ORDER["critical_path"], keys=False)
+    stalls, _ = sort_rows([p["stalls"] for p in parts], MERGE_ORDER["stalls"], keys=False)
+    a2a, _ = sort_rows([p["a2a"] for p in parts], MERGE_ORDER["a2a"], keys=False)
     by_cause = dict.fromkeys(CAUSES, 0)
     total = 0
     for p in parts:                              # the rows of each part, one at a time
-        for s in p["stalls"]:
-            total += s["dur_ns"]
-            if s["cause"] in by_cause:
-                by_cause[s["cause"]] += s["dur_ns"]
+        sums = p.get("stall_sums") or stall_sums(p["stalls"])
+        total += sums["total"]
+        for c, v in sums["by_cause"].items():
+            by_cause[c] += v
     if total != sum(p["non_compute_ns"] for p in parts):
         raise AssertionError(f"stalls ({total}) != non-compute critical path "
                              f"({sum(p['non_compute_ns'] for p in parts)})")

@@ -120,8 +120,36 @@ class PackedRows(Sequence):
         """fn applied to every row, packed again."""
         return pack_iter((fn(r) for r in self), self.shape)
 
+    def source(self):
+        """Where another process of this machine (a mapped job's worker) finds these rows: a small
+        picklable description that `from_source` makes into the same PackedRows there, or None
+        (rows held in this process's memory). Rows in files: a chunk file (pack_reader) or the
+        spilled parts of a merge (sort_rows)."""
+        c = self._chunks
+        if type(c) is _FileChunks and c.path is not None:
+            return ("file", c.path, c._ends, self._len, self.shape, self._per)
+        if type(c) is _MergedChunks and all(p.path is not None or not len(p) for p in c._parts):
+            return ("merged", [(p.path, p.ends, p.shape) for p in c._parts], c._part, c._index, c._ordered,
+                    self._len, self.shape)
+        return None
+
 
 register_packed(PackedRows)
+
+
+def from_source(src) -> PackedRows:
+    """The PackedRows that PackedRows.source described (in another process: its files mapped)."""
+    if src[0] == "file":
+        _, path, ends, n, shape, per = src
+        return PackedRows(_FileChunks(_mapped(path, None), ends, path), n, shape, per)
+    _, parts, part_of, index_of, ordered, n, shape = src
+    rows = []
+    for path, ends, pshape in parts:
+        rb = RowBytes(b"", ends, pshape, path)
+        if path is not None and len(ends) and ends[-1]:
+            rb.data = _mapped(path, None)
+        rows.append(rb)
+    return PackedRows(_MergedChunks(rows, part_of, index_of, ordered), n, shape)
 
 
 def packable(rows: list, shape: Shape | None = None) -> bool:
@@ -210,10 +238,12 @@ class RowBytes:
     worker sends back instead of the dicts, a fraction of their size and one allocation in this
     process, not an object per row; `sort_rows` orders them."""
 
-    __slots__ = ("data", "ends", "shape", "path")
+    __slots__ = ("data", "ends", "shape", "path", "keys")
 
-    def __init__(self, data: bytes | mmap.mmap, ends: array, shape: Shape, path: str | None = None):
+    def __init__(self, data: bytes | mmap.mmap, ends: array, shape: Shape, path: str | None = None,
+                 keys=None):
         self.data, self.ends, self.shape, self.path = data, ends, shape, path
+        self.keys = keys        # presorted: the rows are in the order of these sort keys (a table)
 
     def spill(self, path: str) -> None:
         """Write the rows to the file `path`: from now on this pickles as that path, and a process
@@ -244,10 +274,10 @@ class RowBytes:
             a = b
 
     def __getstate__(self):
-        return (None if self.path is not None else self.data), self.ends, self.shape, self.path
+        return (None if self.path is not None else self.data), self.ends, self.shape, self.path, self.keys
 
     def __setstate__(self, state):
-        data, self.ends, self.shape, self.path = state
+        data, self.ends, self.shape, self.path, self.keys = state
         if data is None:
             assert self.path is not None
             if len(self.ends) == 0 or self.ends[-1] == 0:
@@ -276,9 +306,10 @@ class _MergedChunks(Sequence):
     row) arrays: each chunk is joined when it is read (the last one kept), so that the rows are
     held once, in their parts, and not a second time as chunks."""
 
-    def __init__(self, parts: list[RowBytes], part: array, index: array):
+    def __init__(self, parts: list[RowBytes], part: array, index: array, ordered: bool = False):
         self._parts, self._part, self._index = parts, part, index
         self._last: tuple[int, bytes] | None = None
+        self._ordered = ordered     # each part's rows come in their order (presorted parts merged)
 
     def __len__(self) -> int:
         return -(-len(self._index) // CHUNK)
@@ -291,13 +322,107 @@ class _MergedChunks(Sequence):
             return self._last[1]
         lo, hi = c * CHUNK, min(len(self._index), (c + 1) * CHUNK)
         parts = self._parts
-        body = b"".join([parts[p].row(i) for p, i in zip(self._part[lo:hi], self._index[lo:hi], strict=True)])
+        pa_, pb, ia, ib = self._part[lo], self._part[hi - 1], self._index[lo], self._index[hi - 1]
+        if self._ordered and pa_ == pb and ib - ia == hi - 1 - lo:
+            # rows ia..ib of one part, one after the other there (its rows come in their order)
+            ends = parts[pa_].ends
+            body = bytes(memoryview(parts[pa_].data)[ends[ia - 1] if ia else 0:ends[ib]])
+        else:
+            body = b"".join([parts[p].row(i) for p, i in zip(self._part[lo:hi], self._index[lo:hi], strict=True)])
         chunk = _header(hi - lo, 0x90, 0xdc) + body
         self._last = (c, chunk)
         if c % RELEASE_EVERY == RELEASE_EVERY - 1:      # mapped parts: the pages read for the last chunks
             for p in parts:
                 p.release()
         return chunk
+
+
+_INT64 = (-(2**63), 2**63 - 1)
+
+
+def _key_columns(ks: list[tuple]):
+    """The sort keys `ks` (tuples of one length) as an Arrow table of one column per element, int64
+    or string, whose ascending sort is the order of the tuples; None where some element is of
+    another type (a bool, a float, None, an int past int64, a string that is not UTF-8)."""
+    import pyarrow as pa
+    if not ks or type(ks[0]) is not tuple:
+        return None
+    width = len(ks[0])
+    cols = []
+    for j in range(width):
+        col = [k[j] for k in ks]
+        t = type(col[0])
+        if t is int:
+            lo, hi = _INT64
+            if not all(type(x) is int for x in col) or min(col) < lo or max(col) > hi:
+                return None
+            cols.append(pa.array(col, pa.int64()))
+        elif t is str:
+            if not all(type(x) is str for x in col):
+                return None
+            try:
+                cols.append(pa.array(col, pa.string()))
+            except (pa.ArrowException, UnicodeError):
+                return None
+        else:
+            return None
+    if any(len(k) != width for k in ks):
+        return None
+    return pa.table(cols, names=[f"k{j}" for j in range(width)])
+
+
+def presort(part: RowBytes, key) -> tuple[RowBytes, list]:
+    """`part` with its rows in the stable order of `key`, and those keys kept beside them (`keys`),
+    so that `sort_rows` merges such parts without decoding a row (a worker sorts its own part:
+    mapped.stalls_task); and the rows decoded, in that order. A part whose keys are not columns of
+    int64 or text (or an empty one) comes back in its order, without keys: sorted as before."""
+    rows = list(part)
+    ks = [key(r) for r in rows]
+    cols = _key_columns(ks)
+    if cols is None:
+        return part, rows
+    order = sorted(range(len(ks)), key=ks.__getitem__)
+    if any(order[i] != i for i in range(len(order))):
+        rows = [rows[i] for i in order]
+        cols = cols.take(order)
+        body = b"".join([part.row(i) for i in order])
+        ends = array("q", accumulate(part.ends[i] - (part.ends[i - 1] if i else 0) for i in order))
+        part = RowBytes(body, ends, part.shape)
+    part.keys = cols
+    return part, rows
+
+
+def _presorted_order(parts: list[RowBytes]) -> tuple[array, array] | None:
+    """The (part, row) order of the stable sort of the presorted `parts`' rows (each part's keys
+    ascending): the parts one after the other where each ends at or before the next begins, else
+    the keys' stable sort (Arrow's sort_indices is stable). None when the parts' keys do not
+    line up (another width or type)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    nums = [pi for pi, p in enumerate(parts) if len(p)]
+    tables = [parts[pi].keys for pi in nums]
+    if any(not t.schema.equals(tables[0].schema) for t in tables[1:]):
+        return None
+    part_of, index_of = array("I"), array("q")
+    for pi in nums:
+        part_of.extend(array("I", [pi]) * len(parts[pi]))
+        index_of.extend(range(len(parts[pi])))
+    if all(_row_key(tables[i], -1) <= _row_key(tables[i + 1], 0) for i in range(len(tables) - 1)):
+        return part_of, index_of                  # one after the other
+    order = pc.sort_indices(pa.concat_tables(tables), sort_keys=[(c, "ascending") for c in tables[0].column_names])
+    n = len(part_of)
+    p_col = pa.Array.from_buffers(pa.uint32(), n, [None, pa.py_buffer(part_of)])
+    i_col = pa.Array.from_buffers(pa.int64(), n, [None, pa.py_buffer(index_of)])
+    return array("I", _values(p_col.take(order), 4)), array("q", _values(i_col.take(order), 8))
+
+
+def _row_key(table, i: int) -> tuple:
+    return tuple(c[i].as_py() for c in table.columns)
+
+
+def _values(arr, width: int) -> bytes:
+    """The values of a fixed-width Arrow array without nulls, as bytes."""
+    return bytes(memoryview(arr.buffers()[1])[arr.offset * width:(arr.offset + len(arr)) * width])
 
 
 def sort_rows(parts: list, key, keys: bool = True) -> tuple[Any, list | None]:
@@ -313,6 +438,17 @@ def sort_rows(parts: list, key, keys: bool = True) -> tuple[Any, list | None]:
         rows = sorted((r for p in parts for r in p), key=key)
         return rows, [key(r) for r in rows] if keys else None
     n = sum(len(p) for p in parts)
+    # parts a worker sorted (presort, with the same key): merged from their keys, no row decoded
+    got = _presorted_order(parts) if not keys and n and all(p.keys is not None or not len(p) for p in parts) \
+        else None
+    if got is not None:
+        part_of, index_of = got
+        if n < MIN_ROWS:
+            return [_decode(parts[pi].row(i)) for pi, i in zip(part_of, index_of, strict=True)], None
+        for p in parts:
+            p.keys = None
+        return PackedRows(_MergedChunks(list(parts), part_of, index_of, ordered=True), n,
+                          combine(p.shape for p in parts)), None
     if n < MIN_ROWS:
         items = sorted(((key(_decode(p.row(i))), p.row(i)) for p in parts for i in range(len(p))),
                        key=lambda kb: kb[0])
@@ -358,8 +494,8 @@ class _FileChunks(Sequence):
     (those read are let go every RELEASE_EVERY chunks, and by Remote.release_pages), not memory of
     this process."""
 
-    def __init__(self, mm: mmap.mmap, ends: array):
-        self.map, self._ends = mm, ends
+    def __init__(self, mm: mmap.mmap, ends: array, path: str | None = None):
+        self.map, self._ends, self.path = mm, ends, path
 
     def __len__(self) -> int:
         return len(self._ends)
@@ -430,7 +566,7 @@ def pack_reader(batches, path: str | None = None, maps: list | None = None):
             os.unlink(tmp)
         return None if not ok else PackedRows(chunks, n, combine(shapes))
     os.replace(tmp, path)
-    return PackedRows(_FileChunks(_mapped(path, maps), ends), n, combine(shapes))
+    return PackedRows(_FileChunks(_mapped(path, maps), ends, path), n, combine(shapes))
 
 
 def pack_table(table):

@@ -238,6 +238,28 @@ def test_segments_of_several_windows_and_ranks():
                    for r, st, t, sg, te, c, m, x in want]
 
 
+def test_segments_of_many_windows():
+    # more than 8 windows (the running sum then runs over all windows in one order): rank 0, windows
+    # k = 0..9 at [100k, 100k + 50], a compute kernel at [100k + 10, 100k + 20] in each, and a comm
+    # kernel [340, 410] that ends after window 3 and starts before window 4
+    windows = T([window(0, k, 100 * k, 100 * k + 50) for k in range(10)])
+    acts = [(k, "compute", 100 * k + 10, 100 * k + 20) for k in range(10)] + [(99, "comm", 340, 410)]
+    got = run_step("segments", given={"windows": windows, "activity_class": T(
+        [{"id": i, "rank": 0, "device": 0, "stream": 7, "start_ns": a, "end_ns": b, "kind": "kernel", "name": "k",
+          "class": c, "coll_range": None} for i, c, a, b in acts])}, order_by="rank, step, seg")
+    want = []
+    for k in range(10):   # points 100k, +10 (compute starts), +20 (ends), +50 (the window's end)
+        want += [(k, 100 * k, 0, 100 * k + 10, 0, 0), (k, 100 * k + 10, 1, 100 * k + 20, 1, 0),
+                 (k, 100 * k + 20, 2, 100 * k + 50, 0, 0), (k, 100 * k + 50, 3, None, 0, 0)]
+    # window 3 also has the comm kernel's clipped [340, 350]: points 300, 310, 320, 340, 350
+    want[12:16] = [(3, 300, 0, 310, 0, 0), (3, 310, 1, 320, 1, 0), (3, 320, 2, 340, 0, 0), (3, 340, 3, 350, 0, 1),
+                   (3, 350, 4, None, 0, 0)]
+    # window 4 has it clipped to [400, 410], under the compute kernel [410, 420] from 410 on: no overlap
+    want[17:21] = [(4, 400, 0, 410, 0, 1), (4, 410, 1, 420, 1, 0), (4, 420, 2, 450, 0, 0), (4, 450, 3, None, 0, 0)]
+    assert got == [{"rank": 0, "step": k, "t": t, "seg": sg, "t_end": te, "c": c, "m": m, "x": 0}
+                   for k, t, sg, te, c, m in want]
+
+
 def test_activity_spans():
     given = {"windows": T([window(0, 1, 0, 100)]), "activity_class": classed(),
              "segments": T(segment_rows(), t_end=pa.int64(), c=pa.int32(), m=pa.int32(), x=pa.int32())}

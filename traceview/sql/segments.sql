@@ -32,16 +32,25 @@ points AS (
     SELECT rank, step, t, sum(dc + dm * 2097152 + dx * 4398046511104)::BIGINT AS d
     FROM deltas GROUP BY rank, step, t
 ),
--- The running sum over one order of all windows, (rank, step, t), not per window (DuckDB's
--- partitioned running sum cost 3x the sort with many windows: 102 on a 34-step trace): a window's
--- running sum starts at 0 because every earlier window's deltas add up to 0 (each +1 has its -1 in
--- the same window).
+-- The running sum per window where the windows are few; where they are many (more than 8), over
+-- one order of all windows, (rank, step, t): DuckDB's partitioned running sum has a cost per
+-- partition (3x the sort at 102 windows of a 34-step trace; the extra sort costs more at 2). Same
+-- sums: a window's running sum starts at 0 because every earlier window's deltas add up to 0 (each
+-- +1 has its -1 in the same window). One branch gets all the points, the other none.
+many AS (SELECT count(*) > 8 AS yes FROM w),
 swept AS (
     SELECT rank, step, t,
            (row_number() OVER win - 1)::BIGINT AS seg,
            lead(t) OVER win AS t_end,
+           sum(d) OVER (win ROWS UNBOUNDED PRECEDING) AS n
+    FROM points WHERE NOT (SELECT yes FROM many)
+    WINDOW win AS (PARTITION BY rank, step ORDER BY t)
+    UNION ALL
+    SELECT rank, step, t,
+           (row_number() OVER win - 1)::BIGINT AS seg,
+           lead(t) OVER win AS t_end,
            sum(d) OVER (ORDER BY rank, step, t ROWS UNBOUNDED PRECEDING) AS n
-    FROM points
+    FROM points WHERE (SELECT yes FROM many)
     WINDOW win AS (PARTITION BY rank, step ORDER BY t)
 )
 SELECT rank, step, t, seg, t_end,

@@ -370,6 +370,7 @@ def _walk_part(session: Session | None, job: dict, idle: dict, ranks: list[int] 
                    "gpu_idle_ns": idle.get((w["rank"], w["step"])),
                    "idle_assigned_ns": comp["host_sync_ns"] + comp["launch_bound_ns"] + comp["idle_ns"]})
         del w, mine
+    pa.default_memory_pool().release_unused()   # (the walks' Arrow memory, back to the system)
     return {"ranks": ranks, "critical_path": row_bytes(cp), "stalls": row_bytes(stalls), "a2a": row_bytes(a2a),
             "non_compute_ns": non_compute}
 

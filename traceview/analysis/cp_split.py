@@ -135,7 +135,7 @@ def _piece_columns(pieces) -> tuple:
             pa.array([CAUSE_CODE[p[3]] for p in rows], _I8), [p[4] for p in rows])
 
 
-def _first_of_runs(keys: list) -> pa.Array:
+def first_of_runs(keys: list) -> pa.Array:
     """Mask of the rows whose keys differ from the row before (the first row: true)."""
     n = len(keys[0])
     if n == 0:
@@ -353,7 +353,7 @@ def _assemble(acts, parts: list, extras: list) -> CodedPath:
     del order
     n = len(start)
     if n:
-        first = _first_of_runs([cat, cause, k, extra])
+        first = first_of_runs([cat, cause, k, extra])
         first = pc.or_(first, pa.concat_arrays([_ONE_FALSE, pc.not_equal(start.slice(1), end.slice(0, n - 1))]))
         runs = pc.indices_nonzero(first)
         ends = pc.subtract(pa.concat_arrays([runs.slice(1).cast(_I64), pa.array([n], _I64)]), lit(1))

@@ -214,7 +214,7 @@ def walk(acts, ws: int, we: int, last: int, syncs_by_tid: dict | None, infer_wai
     if end[last] < we:   # the window ends with zero-length work (not among acts): nothing ran after it
         t = max(end[last], ws)
         first.append((t, we, None, "idle", _EMPTY))
-    s_of, nc_of, nt_of = ch["S"].to_pylist(), ch["NC"].to_pylist(), ch["NT"].to_pylist()
+    s_of, nc_of, nt_of = to_q(ch["S"]), to_q(ch["NC"]), to_q(ch["NT"])   # (arrays: no int objects kept)
     seen = bytearray(len(acts))
     vk, vt = array("q"), array("q")
     cur = last

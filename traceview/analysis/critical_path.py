@@ -37,7 +37,7 @@ CATEGORIES = cp_split.CATEGORIES
 IMBALANCE_MIN = cp_split.IMBALANCE_MIN  # max/mean split size above which part of an exposed all-to-all is imbalance
 NULL = -(2 ** 63)     # a null time / id in the integer columns (below every real value)
 WALK_IN_BULK = 2_000  # activities of a window from which cp_walk walks it
-RELEASE_AFTER = 100_000  # pieces of a window after whose split Arrow's unused memory is released
+RELEASE_AFTER = 100_000  # activities / pieces of a window after whose walk / split Arrow's unused memory is released
 CHUNK_ROWS = 250_000  # the GPU activities of the ranks fetched together (a rank is never cut)
 # shadowed by a rank filter in the per-chunk query (cp_preds' inputs and the attribution)
 _CHUNK_INPUTS = ("activity_class", "syncs", "launches", "cp_host_syncs", "windows", "activity_origin",
@@ -252,6 +252,8 @@ def walk_columns(acts: Acts, ws: int, we: int, syncs_by_tid: dict | None = None,
         while last > 0 and acts.end[last - 1] == acts.end[n - 1]:
             last -= 1
         cp_walk.walk(acts, ws, we, last, syncs_by_tid, infer_waits, pieces, _syncs_in, _inferred)
+        if n >= RELEASE_AFTER:   # (the walk's Arrow memory, back to the system)
+            pa.default_memory_pool().release_unused()
         return pieces
     # the columns as lists: indexing one returns its objects (an array makes a new int each time)
     start, end, ostart, oend = acts.start.tolist(), acts.end.tolist(), acts.ostart.tolist(), acts.oend.tolist()

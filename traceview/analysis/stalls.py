@@ -197,12 +197,28 @@ def _groups(w: dict, coll_by_id) -> list[tuple[tuple, _Group]]:
     zero = cp_split.lit(0)
     k_or_last = pc.if_else(pc.less(k, zero), cp_split.lit(n_act), k)
     key = pc.if_else(pc.is_in(c, _BY_ACTIVITY_CODES), k, _attr_codes(acts).take(k_or_last))
-    t = pa.table({"c": c, "key": key, "j": rows.cast(pa.int64()), "d": d, "k": k})
-    agg = t.group_by(["c", "key"], use_threads=False).aggregate(
-        [("j", "min"), ("j", "max"), ("j", "count"), ("d", "sum"), ("d", "max"), ("k", "count_distinct")])
-    cols = [agg.column(n).to_pylist() for n in ("c", "key", "j_min", "j_max", "j_count", "d_sum", "d_max",
-                                                   "k_count_distinct")]
-    out = [((cc, kk), _Group(a, b, n, s, mx, na)) for cc, kk, a, b, n, s, mx, na in zip(*cols, strict=True)]
+    # one sort by (cause, key, row): each group's rows are a run, in path order
+    order = pc.sort_indices(pa.table({"c": c, "key": key, "j": rows}),
+                            [("c", "ascending"), ("key", "ascending"), ("j", "ascending")])
+    c_s, key_s, j_s, d_s = c.take(order), key.take(order), rows.take(order).cast(pa.int64()), d.take(order)
+    n = len(order)
+    starts = pc.indices_nonzero(cp_split.first_of_runs([c_s, key_s])).cast(pa.int64())
+    lasts = pc.subtract(pa.concat_arrays([starts.slice(1), pa.array([n], pa.int64())]), cp_split.lit(1))
+    upto = pc.cumulative_sum(d_s)   # (a group's sum: upto at its last row less upto before its first)
+    before = pa.concat_arrays([pa.array([0], pa.int64()), upto.take(pc.subtract(starts.slice(1), cp_split.lit(1)))])
+    sums = pc.subtract(upto.take(lasts), before)
+    gap_group = pc.invert(pc.is_in(c_s.take(starts), _BY_ACTIVITY_CODES)).to_pylist()
+    k_s = k.take(order)
+    out = []
+    for cc, kk, a, b, s0, s1, sm, is_gap in zip(
+            c_s.take(starts).to_pylist(), key_s.take(starts).to_pylist(), j_s.take(starts).to_pylist(),
+            j_s.take(lasts).to_pylist(), starts.to_pylist(), lasts.to_pylist(), sums.to_pylist(), gap_group,
+            strict=True):
+        mx = na = 0
+        if is_gap:   # (the gaps' evidence: the longest and the activities)
+            mx = pc.max(d_s.slice(s0, s1 - s0 + 1)).as_py()
+            na = pc.count_distinct(k_s.slice(s0, s1 - s0 + 1)).as_py()
+        out.append(((cc, kk), _Group(a, b, s1 - s0 + 1, sm, mx, na)))
     # the activities of collectives among a launch_bound / idle group's rows, in path order
     gap = pc.and_(pc.invert(pc.is_in(c, _BY_ACTIVITY_CODES)), pc.greater_equal(k, zero))
     ids = cp_split.arrow_ints(acts.id).take(pc.if_else(pc.less(k, zero), zero, k))   # (k -1: masked by gap)
@@ -354,6 +370,7 @@ def _walk_part(session: Session | None, job: dict, idle: dict, ranks: list[int] 
                    "gpu_idle_ns": idle.get((w["rank"], w["step"])),
                    "idle_assigned_ns": comp["host_sync_ns"] + comp["launch_bound_ns"] + comp["idle_ns"]})
         del w, mine
+    pa.default_memory_pool().release_unused()   # (the walks' Arrow memory, back to the system)
     return {"ranks": ranks, "critical_path": row_bytes(cp), "stalls": row_bytes(stalls), "a2a": row_bytes(a2a),
             "non_compute_ns": non_compute}
 

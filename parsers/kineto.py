@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import re
 from collections import Counter, deque
-from concurrent.futures import ThreadPoolExecutor
 from itertools import compress, repeat
 from operator import attrgetter, is_not, itemgetter, not_
 from pathlib import Path
@@ -635,18 +634,6 @@ def _read(path: Path) -> Profile:
     gpu["id"], lau["id"], syn["id"], cpu["id"] = (_ids(a, n) for a, n in
                                                   ((0, n_g), (n_g, n_l), (n_g + n_l, n_s), (n_g + n_l + n_s, n_c)))
     gpu_ext, lau_ext, cpu_ext = (d.pop("ext") for d in (gpu, lau, cpu))
-    with ThreadPoolExecutor(1) as pool:  # the fwdbwd links meanwhile: Arrow kernels on both cores
-        return _linked(path, trace, gpu, cpu, lau, syn, (gpu_ext, lau_ext, cpu_ext), accs, dropped, flows,
-                       pool.submit(_fwd_links, cpu, flows[0], flows[1]))
-
-
-def _linked(path: Path, trace, gpu: dict, cpu: dict, lau: dict, syn: dict, exts: tuple, accs: dict,
-            dropped: Counter, flows: tuple, fwd_job) -> Profile:
-    """The groups' columns linked (launch, op, parent, depth, fwd) into the canonical tables;
-    `fwd_job` computes the fwdbwd links in another thread (its result, or its error, taken where
-    the links were computed one after the other)."""
-    gpu_ext, lau_ext, cpu_ext = exts
-    n_g, n_l, n_s, n_c = (len(d["start_ns"]) for d in (gpu, lau, syn, cpu))
 
     # --- links (Arrow lookups; the nesting sweep reads the columns' buffers in place) -----------
     by_ext = _first(cpu_ext, cpu["id"])  # External id -> the first CPU range that carries it
@@ -660,7 +647,7 @@ def _linked(path: Path, trace, gpu: dict, cpu: dict, lau: dict, syn: dict, exts:
     li = _lookup(_first(lau["correlation"], _ids(0, n_l)), gpu["correlation"])
     g_launch = pc.add(li, n_g)
     g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), _lookup(by_ext, _nonzero(gpu_ext)))
-    fwd = fwd_job.result()
+    fwd = _fwd_links(cpu, flows[0], flows[1])
 
     meta_info = _meta(path, trace, most_common(gpu["device"]))
     rank = meta_info["rank"]

@@ -69,6 +69,11 @@ def _no_dateutil_search() -> None:
 
 def main(fd: int, folder: str) -> None:
     """The helper process's entry (kineto_helper starts it with the pipe's descriptor and the folder)."""
+    import gc
     from multiprocessing.connection import Connection
     _no_dateutil_search()
+    # this interpreter only decodes batches: the events are untracked structs, and what it keeps
+    # (flow tuples, lists of fields) holds no cycles; the collector's passes over them are 2-5 % of
+    # a parse (measured: overlap_x5 read 2.26-2.33 s CPU without, 2.35-2.56 s with)
+    gc.disable()
     _serve(Connection(fd), folder)

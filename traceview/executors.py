@@ -450,14 +450,17 @@ def worker_init() -> None:
     absent in sys.modules. pyarrow looks for it on every conversion of a Python scalar (a compute
     call given an int), and a module that is not installed is searched for along the whole
     sys.path each time: 29 searches a rank, some 15 % of a Kineto parse. The import fails the same
-    way (ModuleNotFoundError), at once."""
+    way (ModuleNotFoundError), at once. Its submodules that pyarrow imports are marked too: a
+    submodule of a module marked absent still takes the import lock, ~15 µs a conversion (the parse
+    helper's interpreter does the same, parsers/kineto_helper_serve._no_dateutil_search)."""
     import importlib.util
     import sys
     global _STATE
     _STATE = None                    # (a forked worker: the parent's run is not its own)
     tables_as_ipc()
     if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
-        sys.modules["dateutil"] = None   # type: ignore[assignment]
+        for name in ("dateutil", "dateutil.relativedelta", "dateutil.tz"):
+            sys.modules[name] = None   # type: ignore[assignment]
 
 
 def forked_worker_init(on_start: Callable[[], None] | None) -> None:

@@ -1,5 +1,7 @@
-"""cp_split.split (the path's pieces over the segments, whole-column) against the per-piece loop it
-replaced (cp_reference.split), and critical_path.composition against the reference's row loop:
+"""cp_split.split (the path's pieces over the segments, whole-column) and cp_rows.split (one piece at a
+time, in production for small windows) against the per-piece loop cp_split replaced
+(cp_reference.split), and critical_path.composition (whole-column and row by row) against the
+reference's row loop:
 random windows of a few activities (compute, copies, collectives with peer waits and uneven
 splits), pieces tiling the window (activities and gaps with their causes and host syncs) and
 segments tiling it with holes and empty segments."""
@@ -8,22 +10,37 @@ from __future__ import annotations
 from array import array
 
 import cp_reference as ref
+import pytest
 from cp_cases import cases
 from hypothesis import given, settings
 
-from traceview.analysis import critical_path as cp
+from traceview.analysis import cp_rows, cp_split, critical_path as cp
 
 
+@pytest.mark.parametrize("split", [cp_split.split, cp_rows.split], ids=["whole-column", "rows"])
 @settings(max_examples=600, deadline=None)
-@given(cases())
-def test_split_matches_the_per_piece_loop(case):
+@given(case=cases())
+def test_split_matches_the_per_piece_loop(split, case):
     pieces, segs, acts, comm, ws, we = case
-    got = cp.split(pieces, segs, acts, comm)
+    got = split(pieces, segs, acts, comm)
     want = ref.split(pieces, segs, acts, comm)
     assert list(zip(got.start, got.end, got.k, got.category, got.cause, got.extra, strict=True)) == \
         list(zip(want.start, want.end, want.k, want.category, want.cause, want.extra, strict=True))
     assert [s["id"] for s in got] == [s["id"] for s in want]
     assert cp.composition(got, ws, we) == ref.composition(want, ws, we)
+
+
+@settings(max_examples=300, deadline=None)
+@given(cases())
+def test_composition_row_by_row_is_the_whole_column_one(case):
+    pieces, segs, acts, comm, ws, we = case
+    path = cp_split.split(pieces, segs, acts, comm)
+    rows = cp._composition_rows(path, ws, we)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(cp, "SPLIT_IN_BULK", 0)   # (composition: whole-column whatever the length)
+        assert cp.composition(path, ws, we) == rows
+    want = ref.composition(ref.split(pieces, segs, acts, comm), ws, we)
+    assert rows == want and list(rows) == list(want)   # (the keys in the same order too)
 
 
 @settings(max_examples=200, deadline=None)

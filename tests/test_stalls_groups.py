@@ -8,6 +8,7 @@ from __future__ import annotations
 from array import array
 
 import cp_reference as ref
+import pytest
 from cp_cases import cases
 from hypothesis import given, settings, strategies as st
 
@@ -42,11 +43,12 @@ def windows(draw):
     return w, comm, coll_by_id
 
 
+@pytest.mark.parametrize("bulk", [True, False], ids=["whole-column", "rows"])
 @settings(max_examples=500, deadline=None)
-@given(windows())
-def test_window_stalls_match_the_row_loop(case):
+@given(case=windows())
+def test_window_stalls_match_the_row_loop(bulk, case):
     w, comm, coll_by_id = case
-    got = stalls._window_stalls(w, coll_by_id)
+    got = stalls._window_stalls(w, coll_by_id, bulk=bulk)
     w2 = dict(w)
     w2.pop("_indep", None)
     assert got == ref._window_stalls(w2, coll_by_id)

@@ -31,12 +31,13 @@ import pyarrow.compute as pc
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..engine.steps import lookup
-from . import cp_split, cp_walk
+from . import cp_rows, cp_split, cp_walk
 
 CATEGORIES = cp_split.CATEGORIES
 IMBALANCE_MIN = cp_split.IMBALANCE_MIN  # max/mean split size above which part of an exposed all-to-all is imbalance
 NULL = -(2 ** 63)     # a null time / id in the integer columns (below every real value)
 WALK_IN_BULK = 2_000  # activities of a window from which cp_walk walks it
+SPLIT_IN_BULK = 2_000  # activities of a window from which cp_split splits its path (below: cp_rows' loop)
 RELEASE_AFTER = 100_000  # activities / pieces of a window after whose walk / split Arrow's unused memory is released
 CHUNK_ROWS = 250_000  # the GPU activities of the ranks fetched together (a rank is never cut)
 # shadowed by a rank filter in the per-chunk query (cp_preds' inputs and the attribution)
@@ -391,11 +392,15 @@ def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
     """The path (`Path`, in time order, adjacent equal segments merged); compute segments carry no
     activity (k -1: they merge across activities, only their sums are used).
     comm: id -> {"kind", "wait_until", "imbalance"} for communication activities (cp_split.split)."""
-    return cp_split.split(pieces, segs, acts, comm)
+    if len(acts.id) >= SPLIT_IN_BULK:
+        return cp_split.split(pieces, segs, acts, comm)
+    return cp_rows.split(pieces, segs, acts, comm)   # (a small window: Arrow's per-call cost would be all of it)
 
 
 def composition(path: Path, ws: int, we: int) -> dict:
     """The time of each category on the path, and of peer wait, imbalance and overlapped comm."""
+    if len(path) < SPLIT_IN_BULK:
+        return _composition_rows(path, ws, we)
     d = pc.subtract(cp_split.arrow_ints(path.end), cp_split.arrow_ints(path.start))
     cat = pa.Array.from_buffers(pa.int8(), len(path.cat_code), [None, pa.py_buffer(path.cat_code)])
     cause = pa.Array.from_buffers(pa.int8(), len(path.cause_code), [None, pa.py_buffer(path.cause_code)])
@@ -410,6 +415,31 @@ def composition(path: Path, ws: int, we: int) -> dict:
     tot = sum(comp[k] for k in CATEGORIES)
     if tot != we - ws:
         raise AssertionError(f"critical path does not cover the window: {tot} != {we - ws}")
+    comp["window_ns"] = we - ws
+    return comp
+
+
+_PEER, _IMBALANCE = cp_split.CAUSE_CODE["peer_wait"], cp_split.CAUSE_CODE["imbalance"]
+
+
+def _composition_rows(path: Path, ws: int, we: int) -> dict:
+    """composition one row at a time (a short path: Arrow's per-call cost would be all of it)."""
+    by_cat = [0] * len(CATEGORIES)
+    peer = imb = overlapped = 0
+    for a, b, cat, cause, extra in zip(path.start, path.end, path.cat_code, path.cause_code, path.extra_code,
+                                       strict=True):
+        d = b - a
+        by_cat[cat] += d
+        if cause == _PEER:
+            peer += d
+        elif cause == _IMBALANCE:
+            imb += d
+        if extra == 1:   # (EXTRAS[1], overlapped comm)
+            overlapped += d
+    comp = dict(zip(CATEGORIES, by_cat, strict=True))
+    comp["peer_wait_ns"], comp["imbalance_ns"], comp["overlapped_comm_ns"] = peer, imb, overlapped
+    if sum(by_cat) != we - ws:
+        raise AssertionError(f"critical path does not cover the window: {sum(by_cat)} != {we - ws}")
     comp["window_ns"] = we - ws
     return comp
 

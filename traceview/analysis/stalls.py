@@ -234,12 +234,55 @@ def _groups(w: dict, coll_by_id) -> list[tuple[tuple, _Group]]:
     return out
 
 
-def _window_stalls(w: dict, coll_by_id) -> list[dict]:
-    """The stall rows of one window (its path's non-compute segments grouped), sorted."""
+_BY_ACTIVITY_CODE_SET = frozenset(cp_split.CAUSE_CODE[c] for c in _BY_ACTIVITY)
+
+
+def _groups_rows(w: dict, coll_by_id) -> list[tuple[tuple, _Group]]:
+    """_groups one path row at a time (a short path: Arrow's per-call cost would be all of it)."""
+    path, acts = w["path"], w["acts"]
+    attr, ids = acts.attr, acts.id
+    pk, ps, pe = path.k, path.start, path.end
+    groups: dict = {}
+    gap_acts: dict = {}   # key of a gap group -> its activities (dict: insertion order)
+    for j, cc in enumerate(path.cause_code):
+        if not cc:
+            continue
+        k = pk[j]
+        d = pe[j] - ps[j]
+        if cc in _BY_ACTIVITY_CODE_SET:
+            key: tuple = (cc, k)
+        else:
+            key = (cc, attr[k] if k >= 0 else _NO_ATTR)
+        g = groups.get(key)
+        if g is None:
+            g = groups[key] = _Group(j, j, 0, 0, 0, 0)
+            if cc not in _BY_ACTIVITY_CODE_SET:
+                gap_acts[key] = {}
+        g.last = j
+        g.count += 1
+        g.dur += d
+        acts_of = gap_acts.get(key)
+        if acts_of is not None:   # (the gaps' evidence: the longest, the activities, the collectives among them)
+            g.max_dur = max(g.max_dur, d)
+            if k not in acts_of:
+                acts_of[k] = None
+                if k >= 0 and ids[k] in coll_by_id:
+                    g.colls.append(k)
+    for key, acts_of in gap_acts.items():
+        groups[key].acts = len(acts_of)
+    return list(groups.items())
+
+
+def _window_stalls(w: dict, coll_by_id, bulk: bool | None = None) -> list[dict]:
+    """The stall rows of one window (its path's non-compute segments grouped), sorted. `bulk`: group
+    them whole-column (`_groups`) or one row at a time (`_groups_rows`); by default the former for
+    a path of critical_path.SPLIT_IN_BULK rows or more."""
     path, attr = w["path"], w["acts"].attr
     rank, step = w["rank"], w["step"]
+    if bulk is None:
+        bulk = len(path) >= critical_path.SPLIT_IN_BULK
     out = []
-    for (cc, _), g in _groups(w, coll_by_id):
+    for (cc, _), g in (_groups if bulk else _groups_rows)(w, coll_by_id):
         cause = cp_split.CAUSES[cc]
         assert cause is not None   # (the rows without a cause are not grouped)
         k = path.k[g.first]
@@ -260,15 +303,17 @@ def stall_rows(paths: list[dict], coll_by_id: dict) -> list[dict]:
 def a2a_exposure(paths: list[dict], comm: dict) -> list[dict]:
     """Per all-to-all in a window: duration, time hidden by compute, exposed time on the critical path."""
     out = []
-    a2a_ids = cp_split.arrow_ints([i for i, info in comm.items() if info["kind"] == "all_to_all"])
-    for w in paths:
+    for w in paths:   # (linear in each window's activities: rank_part calls it window by window)
         acts, path = w["acts"], w["path"]
-        mine = pc.indices_nonzero(pc.is_in(cp_split.arrow_ints(acts.id), a2a_ids)).to_pylist()
+        mine = [k for k, i in enumerate(acts.id) if (info := comm.get(i)) is not None and info["kind"] == "all_to_all"]
         if not mine:
             continue
         on_path: dict = {}
-        cat = pa.Array.from_buffers(pa.int8(), len(path), [None, pa.py_buffer(path.cat_code)])
-        rows = pc.indices_nonzero(pc.equal(cat, _A2A_CAT)).to_pylist()
+        if len(path) >= critical_path.SPLIT_IN_BULK:
+            cat = pa.Array.from_buffers(pa.int8(), len(path), [None, pa.py_buffer(path.cat_code)])
+            rows = pc.indices_nonzero(pc.equal(cat, cp_split.lit(_A2A_CAT, pa.int8()))).to_pylist()
+        else:
+            rows = [j for j, c in enumerate(path.cat_code) if c == _A2A_CAT]
         pk, ps, pe = path.k, path.start, path.end
         for j in rows:
             on_path[pk[j]] = on_path.get(pk[j], 0) + pe[j] - ps[j]

@@ -48,6 +48,7 @@ LAYER_OF: dict[str, str] = {
     "traceview.replay": "entry",              # a repeated analyze written from the store before typer
     "traceview.cli": "entry",
     "traceview.cli_common": "entry",
+    "traceview.cli_params": "entry",           # option values converted without typer's pydantic path
     "traceview.*_cli": "entry",               # diff_cli, export_cli, history_cli, ...
     "traceview.flops.cli": "entry",
     "traceview.api": "entry",

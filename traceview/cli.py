@@ -20,8 +20,9 @@ from .cli_common import (  # noqa: F401
     skip_pyarrow_pandas_probe as _skip_pyarrow_pandas_probe,
     write_output,
 )
+from .cli_params import Command, Group
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, rich_markup_mode=None,
+app = typer.Typer(cls=Group, add_completion=False, no_args_is_help=True, rich_markup_mode=None,
                   help="Performance-trace analysis for MoE training (Kineto JSON, Nsight Systems).")
 
 
@@ -49,7 +50,7 @@ def render(doc: Any, fmt: str, per_rank_rows: Optional[int] = None) -> str:
     return render_any(doc, fmt, per_rank_rows)
 
 
-@app.command()
+@app.command(cls=Command)
 def analyze(
     paths: List[Path] = typer.Argument(..., help="Trace files (Kineto .json/.json.gz, nsys .sqlite/.nsys-rep) "
                                                  "or a directory: all are ranks of one job."),
@@ -158,10 +159,10 @@ def _register_commands() -> None:
     from .export_cli import export_command
     from .flops.cli import mfu_command
     from .history_cli import history_command
-    app.command("mfu")(mfu_command)
-    app.command("diff")(diff_command)
-    app.command("export")(export_command)
-    app.command("history")(history_command)
+    app.command("mfu", cls=Command)(mfu_command)
+    app.command("diff", cls=Command)(diff_command)
+    app.command("export", cls=Command)(export_command)
+    app.command("history", cls=Command)(history_command)
 
 
 _register_commands()

@@ -36,7 +36,7 @@ def outcome(converter, value, param, ctx):
         got = converter.coerce(value, param=param, ctx=ctx)
     except typer.core._click.exceptions.ClickException as e:
         return ("error", type(e).__name__, e.format_message())
-    return ("value", type(got).__name__, got,
+    return ("value", type(got).__name__, repr(got),        # repr: nan equals nan
             [type(v).__name__ for v in got] if isinstance(got, (list, tuple)) else None)
 
 
@@ -101,7 +101,7 @@ def test_paths_that_exist_go_through_typers_checks(tmp_path):
         if param.type_descriptor.annotation is Path:
             for v in (str(f), str(tmp_path), os.devnull):
                 fast, typer_own = both(param, ctx, v)
-                assert fast == typer_own and fast[2] == Path(v)
+                assert fast == typer_own and fast[2] == repr(Path(v))
 
 
 def test_plain_answers_only_for_what_it_is_sure_of():

@@ -49,6 +49,7 @@ LAYER_OF: dict[str, str] = {
     "traceview.cli": "entry",
     "traceview.cli_common": "entry",
     "traceview.cli_params": "entry",           # option values converted without typer's pydantic path
+    "traceview.cli_values": "entry",           # what pydantic makes of a plain option value (no typer)
     "traceview.*_cli": "entry",               # diff_cli, export_cli, history_cli, ...
     "traceview.flops.cli": "entry",
     "traceview.api": "entry",

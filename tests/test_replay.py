@@ -20,13 +20,15 @@ JOB = ROOT / "fixtures" / "generated" / "straggler_4rank"
 
 def tv(tmp_path: Path, *args, env: dict | None = None,
        cwd: Path | None = None) -> tuple[subprocess.CompletedProcess, bool]:
-    """(the finished command, whether it ran in full: typer imported). Imports are listed on
-    stderr by PYTHONPROFILEIMPORTTIME, which is not part of a command's identity."""
+    """(the finished command, whether it ran in full: the command line imported, analyze_cli, which a
+    replay never imports). Imports are listed on stderr by PYTHONPROFILEIMPORTTIME, which is not part of
+    a command's identity."""
     e = {**os.environ, "TRACEVIEW_CACHE_DIR": str(tmp_path / "store"), "PYTHONPROFILEIMPORTTIME": "1", **(env or {})}
     p = subprocess.run([sys.executable, "-m", "traceview", *map(str, args)], capture_output=True,
                        cwd=cwd or tmp_path, env=e, timeout=300)
     err = p.stderr.decode()
-    full = any(line.split("|")[-1].strip() == "typer" for line in err.splitlines() if line.startswith("import time:"))
+    full = any(line.split("|")[-1].strip() == "traceview.analyze_cli"
+               for line in err.splitlines() if line.startswith("import time:"))
     p.stderr = "\n".join(line for line in err.splitlines() if not line.startswith("import time:"))
     return p, full
 

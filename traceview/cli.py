@@ -3,11 +3,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any, List, Optional, cast
+from typing import Any, List, Optional
 
 import typer
 
 from . import cli_common, run_options
+from .analyze_cli import analyze_main
 from .cli_common import (  # noqa: F401
     EXIT_INPUT,
     FORMATS,
@@ -88,67 +89,7 @@ def analyze(
     debug: bool = typer.Option(False, "--debug", help="show tracebacks"),
 ):
     """Where each step's GPU time went, per rank (and layer, stage, stall, FLOPs)."""
-    if fmt not in FORMATS:
-        fail(f"unknown --format {fmt!r} (choose from {', '.join(FORMATS)})")
-    staged = inside(out, out_dir) if out is not None and out_dir is not None else None
-
-    def run():
-        from .options import MAX_COUNT, MAX_TOKENS, count, finite
-        count(top, "--top", 0, MAX_COUNT, "--top must be 0 or more")
-        count(per_rank_rows, "--per-rank-rows", 0, MAX_COUNT, "--per-rank-rows must be 0 or more")
-        count(tokens_per_step, "--tokens-per-step", 1, MAX_TOKENS, "--tokens-per-step must be positive")
-        finite(peak_tflops, "--peak-tflops", positive=True)
-        from .parsers import bounded_read
-        bounded_read.apply_option(max_input_size)
-        if out_dir is not None:
-            check_out_dir(out_dir, (staged,) if staged else ())
-        if staged is None:
-            check_out(out)
-        fields: dict[str, Any] = dict(step_regex=step_regex, comm_regex=list(comm_regex), config=config, top=top,
-                      model=model, model_config=model_config, tokens_per_step=tokens_per_step,
-                      peak_tflops=peak_tflops, dtype=dtype, budget=budget, nsys=nsys, whole_trace=whole_trace)
-
-        def compute(inputs: list[str]) -> Any:   # the analysis engine is imported only when it runs
-            from .document.options import AnalyzeOptions
-            from .runs import run_analyze
-            return run_analyze(inputs, AnalyzeOptions(**fields))
-        from .executors import configured
-        rs = run_options.settings(paths, store, no_store, jobs, dask, dask_scheduler_file, skip_bad_ranks, progress)
-        from . import replay
-        named = [str(v) for v in fields.values() if isinstance(v, Path)]
-        replayable = replay.INVOCATION is not None and rs.store is not None and out_dir is None \
-            and per_rank_rows is None
-        before = replay.snapshot([str(p) for p in paths], named) if replayable else None
-        with configured(rs) as state:
-            from .job_cache import open_job  # the store may keep this job's document and report
-            job = open_job([str(p) for p in paths], fields, compute,
-                           fmt if out_dir is None and per_rank_rows is None else None)
-        if state.skipped:
-            job.document["skipped_ranks"] = state.skipped
-        text = job.output(fmt, per_rank_rows)
-        if out_dir is not None:
-            from .output import write_tree
-            from .reports import bundle_files
-            files: list[tuple[str, Any]] = list(bundle_files(cast(Any, job.document), per_rank_rows))
-            if staged:                  # -o inside the bundle: written with it, all or nothing
-                files = [f for f in files if f[0] != staged] + [(staged, text)]
-            write_tree(files, out_dir)
-        coloured = False
-        if fmt == "text" and out is None:
-            from .reports.tty import colorize, want_color
-            if want_color(sys.stdout) and isinstance(text, str):
-                text, coloured = colorize(text), True
-        if staged is None and (out_dir is None or out is not None or fmt == "text"):
-            write_output(text, out)
-        violated = job.budget_violated
-        kept = job.kept
-        if before is not None and rs.store is not None and kept is not None and not coloured and not state.skipped:
-            # the next run of this very command writes the kept report before parsing its arguments
-            replay.record(rs.store, before, [str(p) for p in paths], named, kept,
-                          None if out is None else str(out), 1 if violated else 0)
-        return violated
-
-    if guarded(debug, run):
+    if analyze_main(**locals()):
         raise typer.Exit(1)
 
 

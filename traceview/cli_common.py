@@ -11,12 +11,31 @@ import traceback
 from pathlib import Path
 from typing import Optional
 
-import typer
-
 from .errors import TraceError
 
 EXIT_INPUT = 2
 IN_CLI = False           # set by cli.main(): process-wide tweaks (the pandas probe) only for the command line
+
+
+class CommandExit(Exception):
+    """The command ends with exit status `exit_code`: what `fail` raises where typer is not
+    imported (a plain `analyze` read by analyze_cli.parse); where typer runs the command, typer's
+    own Exit is raised instead, as a command of typer's must."""
+
+    def __init__(self, exit_code: int = 0):
+        super().__init__(exit_code)
+        self.exit_code = exit_code
+
+
+def exits() -> tuple[type[Exception], ...]:
+    """The exceptions that end a command with a status (typer's Exit once typer is imported)."""
+    typer = sys.modules.get("typer")
+    return (CommandExit,) if typer is None else (CommandExit, typer.Exit)
+
+
+def exit_with(code: int) -> Exception:
+    typer = sys.modules.get("typer")
+    return CommandExit(code) if typer is None else typer.Exit(code)
 
 
 def fail(message: str, code: int = EXIT_INPUT) -> None:
@@ -24,7 +43,7 @@ def fail(message: str, code: int = EXIT_INPUT) -> None:
     from .reports.escape import one_line_controls
     sys.stderr.write(f"traceview: {one_line_controls(message)}\n")
     sys.stderr.flush()
-    raise typer.Exit(code)
+    raise exit_with(code)
 
 
 def write_output(text, out: Optional[Path]) -> None:
@@ -76,7 +95,7 @@ def guarded(debug: bool, fn, *args, **kwargs):
     from .output import Interrupted
     try:
         return fn(*args, **kwargs)
-    except typer.Exit:
+    except exits():
         raise
     except TraceError as e:
         if debug:

@@ -7,7 +7,7 @@ of traceview's commands (and their --help) is a str, int, float, bool, Path or a
 Path, without typer's constraints (min/max, parser). `Command`, the class of every command
 (`Group`, of `traceview` itself), gives each such parameter a converter that returns what pydantic
 returns for the values a command line carries in practice (decimal integers, plain decimal
-numbers, text, paths: `plain`; a path then passes typer's own checks) and hands any other value
+numbers, text, paths: cli_values.plain; a path then passes typer's own checks) and hands any other value
 to typer's own converter, built only then: a value pydantic refuses or reads its own way (" 12",
 "1e3", "nan", "", text that is not valid Unicode) gets typer's result, message and exit status,
 unchanged. Where this typer keeps its parameters otherwise, nothing is installed and typer
@@ -15,68 +15,12 @@ converts every value as before.
 """
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, List
 
 import typer.core
 
-_INT = re.compile(r"-?(?:0|[1-9][0-9]{0,17})")
-_FLOAT = re.compile(r"-?[0-9]{1,15}(?:\.[0-9]{1,15})?")
-UNSURE = object()                 # `plain` has no answer: typer's converter decides
-
-
-def _bool(value: Any) -> Any:
-    return value if type(value) is bool else UNSURE
-
-
-def _text(value: Any) -> Any:
-    if type(value) is not str or "\x00" in value:
-        return UNSURE
-    try:
-        value.encode("utf-8")       # a lone surrogate (undecodable argv bytes): pydantic refuses it
-    except UnicodeEncodeError:
-        return UNSURE
-    return value
-
-
-def _int(value: Any) -> Any:
-    if type(value) is int:
-        return value
-    if type(value) is str and _INT.fullmatch(value):
-        return int(value)
-    return UNSURE
-
-
-def _float(value: Any) -> Any:
-    if type(value) is float:
-        return value
-    if type(value) is str and _FLOAT.fullmatch(value):
-        return float(value)        # correctly rounded, as pydantic-core's parse of the same digits
-    return UNSURE
-
-
-def _path(value: Any) -> Any:
-    if _text(value) is UNSURE or not value:
-        return UNSURE
-    return Path(value)
-
-
-_LEAF = {bool: _bool, str: _text, int: _int, float: _float, Path: _path}
-_LIST = {List[str]: _text, List[Path]: _path, list[str]: _text, list[Path]: _path}
-
-
-def plain(annotation: Any, value: Any) -> Any:
-    """pydantic's result for `value` of a parameter typed `annotation` (before typer's path checks),
-    or UNSURE."""
-    item = _LIST.get(annotation)
-    if item is not None:
-        if not isinstance(value, (list, tuple)):
-            return UNSURE
-        out = [item(v) for v in value]
-        return UNSURE if any(v is UNSURE for v in out) else out
-    leaf = _LEAF.get(annotation)
-    return UNSURE if leaf is None else leaf(value)
+from .cli_values import LEAF, LIST, UNSURE, plain
 
 
 class _Converter:
@@ -114,7 +58,7 @@ def _plain_param(param: Any) -> bool:
     info = getattr(desc, "parameter_info", None)
     if desc is None or info is None or getattr(param, "_runtime_param", False) is not None:
         return False
-    if getattr(desc, "file_annotation", True) is not None or desc.annotation not in (*_LEAF, *_LIST):
+    if getattr(desc, "file_annotation", True) is not None or desc.annotation not in (*LEAF, *LIST):
         return False
     return all(getattr(info, a, 0) is None for a in ("parser", "min", "max", "path_type"))
 

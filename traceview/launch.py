@@ -1,7 +1,8 @@
 """The `traceview` command's entry point: a repeated `analyze` whose report the store keeps is
 written out at once (replay.py), and a request for help from the kept copy of its text
-(help_cache.py), before the command line (typer) is even imported; every other command runs
-through the command line (cli.run_cli) and ends with `exit_now`."""
+(help_cache.py), before the command line (typer) is even imported; a plain `analyze` is read
+without typer (analyze_cli.run_plain); every other command runs through the command line
+(cli.run_cli); all end with `exit_now`."""
 from __future__ import annotations
 
 import os
@@ -32,8 +33,12 @@ def main() -> None:
     rc = replay.try_replay(argv)
     if rc is not None:
         sys.exit(rc)
-    from . import cli, cli_common
+    from . import analyze_cli, cli_common
     cli_common.IN_CLI = True
+    rc = analyze_cli.run_plain(argv)      # a plain `analyze`, read without typer
+    if rc is not None:
+        exit_now(rc)
+    from . import cli
     exit_now(cli.run_cli(argv))
 
 

@@ -63,8 +63,14 @@ replay.INVOCATION = sys.argv[1:]
 rc = replay.try_replay(sys.argv[1:])
 if rc is None:
     from traceview import cli_common
-    from traceview.cli import run_cli
     cli_common.IN_CLI = True        # (cli.main() sets it)
+    try:                            # a plain analyze read without typer, as launch.main does (a newer tree)
+        from traceview.analyze_cli import run_plain
+        rc = run_plain(sys.argv[1:])
+    except ImportError:
+        pass
+if rc is None:
+    from traceview.cli import run_cli
     rc = run_cli(sys.argv[1:])
 wall = time.perf_counter() - t
 me = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

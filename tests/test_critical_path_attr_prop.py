@@ -20,8 +20,9 @@ def test_attr_columns_match_the_rows(rows, coded, cut):
         chunks = [pa.array([r[i] for r in part], typ) for part in (rows[:cut], rows[cut:])]
         out = pa.chunked_array(chunks, typ)
         return out.dictionary_encode() if coded and typ == pa.string() else out
-    attr, key = cp._attr_columns(col(0, pa.int32()), col(1, pa.string()), col(2, pa.string()))
+    attr, key, of_key = cp._attr_columns(col(0, pa.int32()), col(1, pa.string()), col(2, pa.string()))
     assert attr == rows
+    assert len(of_key) == len(set(rows)) and all(of_key[key[i]] is attr[i] for i in range(len(rows)))
     for i, a in enumerate(rows):
         assert (key[i] == 0) == (a == (None, None, None))
         for j, b in enumerate(rows):

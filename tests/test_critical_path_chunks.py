@@ -92,9 +92,11 @@ def test_attr_columns_share_tuples_and_key_equal_tuples_alike():
     layer = pa.chunked_array([pa.array([1, 1, None, 2], pa.int32()), pa.array([None, 1], pa.int32())])
     phase = pa.chunked_array([pa.array(["fwd", "fwd", None, "bwd"]), pa.array([None, "bwd"])])
     stage = pa.chunked_array([pa.array(["a2a", "a2a", None, None]), pa.array([None, "a2a"])]).dictionary_encode()
-    attr, key = cp._attr_columns(layer, phase, stage)
+    attr, key, of_key = cp._attr_columns(layer, phase, stage)
     assert attr == [(1, "fwd", "a2a"), (1, "fwd", "a2a"), (None, None, None), (2, "bwd", None),
                     (None, None, None), (1, "bwd", "a2a")]
     assert attr[0] is attr[1] and attr[2] is attr[4]
     assert key[2] == key[4] == 0 and key[0] == key[1]
     assert len({key[0], key[2], key[3], key[5]}) == 4
+    assert of_key == {key[0]: (1, "fwd", "a2a"), 0: (None, None, None), key[3]: (2, "bwd", None),
+                      key[5]: (1, "bwd", "a2a")}

@@ -26,7 +26,7 @@ def windows(draw):
     if draw(st.booleans()):   # coded as a chunk's are (stalls._attr_codes then reads attr_key)
         cols = [pa.chunked_array([pa.array([t[i] for t in acts.attr], typ)], typ)
                 for i, typ in enumerate((pa.int32(), pa.string(), pa.string()))]
-        acts.attr, acts.attr_key = cp._attr_columns(*cols)
+        acts.attr, acts.attr_key, acts.attr_of_key = cp._attr_columns(*cols)
     acts._name = [f"kernel{k}" for k in range(n)]
     acts.tid = array("q", [draw(st.sampled_from([cp.NULL, 1, 2])) for _ in range(n)])
     acts.ostart = array("q", [draw(st.one_of(st.just(cp.NULL), st.integers(ws - 10, we))) for _ in range(n)])

@@ -100,7 +100,8 @@ class _Columns:
         self.cls = _shared_strings(table.column("class"))
         self.kind = _shared_strings(table.column("kind"))
         self.name = _shared_strings(table.column("name"))
-        self.attr, self.attr_key = _attr_columns(table.column("layer"), table.column("phase"), table.column("stage"))
+        attr = _attr_columns(*(table.column(n) for n in ("layer", "phase", "stage")))
+        self.attr, self.attr_key, self.attr_of_key = attr
 
 
 def _codes(col) -> tuple[pa.Array, list]:
@@ -113,9 +114,10 @@ def _codes(col) -> tuple[pa.Array, list]:
     return pc.fill_null(col.indices.cast(pa.int64()), -1), col.dictionary.to_pylist()
 
 
-def _attr_columns(layer, phase, stage) -> tuple[list, array]:
+def _attr_columns(layer, phase, stage) -> tuple[list, array, dict]:
     """Per row the (layer, phase, stage) tuple (one object per distinct value) and its key: an
-    integer equal for equal tuples, 0 for (None, None, None) (stalls._attr_codes groups by it)."""
+    integer equal for equal tuples, 0 for (None, None, None) (stalls._attr_codes groups by it);
+    and each key's tuple."""
     (lc, lv), (pcode, pv), (sc, sv) = _codes(layer), _codes(phase), _codes(stage)
     n_p, n_s = len(pv) + 1, len(sv) + 1
 
@@ -127,8 +129,9 @@ def _attr_columns(layer, phase, stage) -> tuple[list, array]:
     key = plus(pc.add(times(plus(pc.add(times(plus(lc, 1), n_p), pcode), 1), n_s), sc), 1)
     enc = key.dictionary_encode()
     lv, pv, sv = lv + [None], pv + [None], sv + [None]   # (code -1: the last, None)
-    tuples = [(lv[k // n_s // n_p - 1], pv[k // n_s % n_p - 1], sv[k % n_s - 1]) for k in enc.dictionary.to_pylist()]
-    return [tuples[i] for i in _ints(enc.indices)], _ints(key)
+    keys = enc.dictionary.to_pylist()
+    tuples = [(lv[k // n_s // n_p - 1], pv[k // n_s % n_p - 1], sv[k % n_s - 1]) for k in keys]
+    return [tuples[i] for i in _ints(enc.indices)], _ints(key), dict(zip(keys, tuples, strict=True))
 
 
 class Acts:
@@ -136,7 +139,8 @@ class Acts:
     integer columns as array('q') with nulls as NULL, prev_k / wsrc_k the index of the stream
     predecessor / wait source in this window (-1: none here), cls the class, attr the (layer,
     phase, stage) of each activity (one tuple object per distinct value) and attr_key its key (equal
-    for equal tuples, 0 for (None, None, None); None where attr was set by hand). Rows as dicts
+    for equal tuples, 0 for (None, None, None); None where attr was set by hand; attr_of_key: the
+    tuple of each key, the chunk's: a superset of the window's). Rows as dicts
     only on request (`row`, `get`): a window of a large export holds hundreds of thousands of
     activities."""
 
@@ -153,12 +157,14 @@ class Acts:
             self.ostart = self.oend = self.prev_k = self.prev_end = self.wsrc_k = self.wsrc_end = e
             self.cls, self.attr, self._name, self._kind, self._ids = [], [], [], [], (array("q"), array("q"))
             self.attr_key: array | None = None
+            self.attr_of_key: dict = {}
             self._pos: dict | None = {}
             return
         if lo == 0 and hi == cols.rows:   # the window is the whole chunk: share its columns
             self.id, self.stream, self.tid, self.start, self.end = cols.id, cols.stream, cols.tid, cols.start, cols.end
             self.ostart, self.oend, self.prev_end, self.wsrc_end = cols.ostart, cols.oend, cols.prev_end, cols.wsrc_end
             self.cls, self.attr, self._name, self.attr_key = cols.cls, cols.attr, cols.name, cols.attr_key
+            self.attr_of_key = cols.attr_of_key
             prev_id, wsrc_id = cols.prev_id, cols.wsrc_id
             self._kind = cols.kind
         else:
@@ -167,7 +173,7 @@ class Acts:
             self.ostart, self.oend = cols.ostart[lo:hi], cols.oend[lo:hi]
             self.prev_end, self.wsrc_end = cols.prev_end[lo:hi], cols.wsrc_end[lo:hi]
             self.cls, self.attr, self._name = cols.cls[lo:hi], cols.attr[lo:hi], cols.name[lo:hi]
-            self.attr_key = cols.attr_key[lo:hi]
+            self.attr_key, self.attr_of_key = cols.attr_key[lo:hi], cols.attr_of_key
             prev_id, wsrc_id = cols.prev_id[lo:hi], cols.wsrc_id[lo:hi]
             self._kind = cols.kind[lo:hi]
         self._ids = (prev_id, wsrc_id)

@@ -70,8 +70,17 @@ def _independent(w: dict) -> dict:
     if "_indep" not in w:
         out: dict = {}
         acts = w["acts"]
-        for k, (c, t) in enumerate(zip(acts.cls, acts.attr, strict=True)):
-            if c == "compute" and t[0] is not None and t[2] in INDEPENDENT_STAGES:
+        key = getattr(acts, "attr_key", None)
+        if key is not None and len(key) == len(acts.attr):   # coded: only the rows of those stages visited
+            mine = [k for k, t in acts.attr_of_key.items() if t[0] is not None and t[2] in INDEPENDENT_STAGES]
+            rows = pc.indices_nonzero(pc.is_in(cp_split.arrow_ints(key), cp_split.arrow_ints(mine))).to_pylist() \
+                if mine else []
+        else:
+            rows = range(len(acts.attr))
+        cls, attr = acts.cls, acts.attr
+        for k in rows:
+            t = attr[k]
+            if cls[k] == "compute" and t[0] is not None and t[2] in INDEPENDENT_STAGES:
                 out.setdefault(t[:2], []).append(k)
         w["_indep"] = out
     return w["_indep"]

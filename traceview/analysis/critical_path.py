@@ -577,15 +577,22 @@ def _with_strings(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Tabl
     else:
         mine = pc.is_in(src.column("rank"), pa.array(ranks, src.schema.field("rank").type))
         src = src.select(["id", "rank", "kind", "name"]).filter(mine)
-    cls = session.sql("SELECT id, class FROM activity_class WHERE list_contains($ranks, rank)", ranks=ranks)
-    att = session.sql("SELECT id, layer, phase, stage FROM activity_attribution WHERE list_contains($ranks, rank)",
-                      ranks=ranks)
     ids = acts.column("id")
-    for t, names in ((cls, ("class",)), (src, ("kind", "name")), (att, ("layer", "phase", "stage"))):
+
+    def add(t: pa.Table, names: tuple) -> pa.Table:
         idx = _positions(ids, t.column("id"))
+        out = acts
         for n in names:
             col = t.column(n)
-            acts = acts.append_column(n, (col if n == "layer" else _coded(col)).take(idx))
+            out = out.append_column(n, (col if n == "layer" else _coded(col)).take(idx))
+        return out
+    # one source at a time (each let go before the next is read)
+    acts = add(src, ("kind", "name"))
+    del src
+    acts = add(session.sql("SELECT id, class FROM activity_class WHERE list_contains($ranks, rank)", ranks=ranks),
+               ("class",))
+    acts = add(session.sql("SELECT id, layer, phase, stage FROM activity_attribution "
+                           "WHERE list_contains($ranks, rank)", ranks=ranks), ("layer", "phase", "stage"))
     return acts
 
 
@@ -600,17 +607,20 @@ def _chunk(session: Session, ranks: list[int]) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs."""
     acts = _with_strings(session, session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table(), ranks)
+    cols, act_bounds = _Columns(acts), _bounds(acts)
+    del acts   # (before the segments are read: one chunk's Arrow rows at a time)
     segs = session.sql("SELECT rank, step, t, t_end, c::BIGINT AS c, m::BIGINT AS m, x::BIGINT AS x FROM segments "
                        "WHERE t_end IS NOT NULL AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
+    seg_cols, seg_bounds = tuple(_ints(segs.column(n)) for n in Segments.NAMES), _bounds(segs)
+    del segs
     syncs: dict = {}
     for h in session.rows("SELECT * FROM cp_host_syncs WHERE list_contains($ranks, rank) "
                           "ORDER BY rank, tid, end_ns, id", ranks=ranks):
         e = syncs.setdefault((h["rank"], h["tid"]), ([], []))
         e[0].append(h["end_ns"])
         e[1].append(h)
-    return {"acts": _Columns(acts), "act_bounds": _bounds(acts),
-            "segments": tuple(_ints(segs.column(n)) for n in Segments.NAMES), "seg_bounds": _bounds(segs),
-            "syncs": syncs}
+    pa.default_memory_pool().release_unused()   # (the fetch's Arrow memory, back to the system)
+    return {"acts": cols, "act_bounds": act_bounds, "segments": seg_cols, "seg_bounds": seg_bounds, "syncs": syncs}
 
 
 def iter_paths(session: Session | None, comm: dict, data: dict | None = None, ranks: list[int] | None = None,

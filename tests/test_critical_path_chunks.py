@@ -1,4 +1,4 @@
-"""The critical path's chunk columns: names taken coded from the attached gpu_activities (or by a
+"""The critical path's chunk columns: class, attribution and names taken coded from the attached gpu_activities (or by a
 query where a test registered its own rows), coded strings turned into shared Python objects,
 and the compute pieces of `split` that skip the segments."""
 from __future__ import annotations
@@ -34,17 +34,28 @@ def test_shared_strings_of_coded_chunks_with_their_own_dictionaries():
 def test_names_come_from_the_attached_table_or_from_a_registered_one():
     prof = _profile()
     s = Session(prof)
+    # the class and attribution rows as the steps would give them (by hand; 12 has no attribution row)
+    s.register("activity_class", pa.table({"id": [10, 11, 12, 20], "rank": [0, 0, 0, 1],
+                                           "class": ["compute", "comm", "memory", "compute"]}))
+    s.register("activity_attribution", pa.table({"id": [11, 10, 20], "rank": [0, 0, 1],
+                                                 "layer": pa.array([3, 3, 4], pa.int32()),
+                                                 "phase": ["fwd", "fwd", "bwd"], "stage": ["a2a", None, "mlp"]}))
     assert s.attached("gpu_activities") is prof.gpu_activities
     assert s.attached("windows") is None
     acts = pa.table({"id": pa.array([12, 10, 11], pa.int64())})
-    got = cp._with_names(s, acts, [0])
+    got = cp._with_strings(s, acts, [0])
     assert [str(v) for v in got.column("name").to_pylist()] == ["Memcpy HtoD", "gemm", "ncclDevKernel_AllReduce"]
     assert got.column("kind").to_pylist() == ["memcpy", "kernel", "kernel"]
+    # the class and the attribution of each id (none for 12), strings coded
+    assert got.column("class").to_pylist() == ["memory", "compute", "comm"]
+    assert [got.column(n).to_pylist() for n in ("layer", "phase", "stage")] == \
+        [[None, 3, 3], [None, "fwd", "fwd"], [None, None, "a2a"]]
+    assert pa.types.is_dictionary(got.column("class").type) and pa.types.is_dictionary(got.column("stage").type)
     # a test's own rows replace the attached table: the names are then read through the session
     mine = prof.gpu_activities.filter(pc.equal(prof.gpu_activities.column("id"), 10))
     s.register("gpu_activities", mine)
     assert s.attached("gpu_activities") is None
-    got = cp._with_names(s, acts, [0])
+    got = cp._with_strings(s, acts, [0])
     assert got.column("name").to_pylist() == [None, "gemm", None]
 
 
@@ -63,3 +74,29 @@ def test_split_compute_pieces_ignore_the_segments_but_copies_and_gaps_do_not():
     assert list(zip(path.start, path.end, path.category, path.cause, strict=True)) == [
         (0, 4, "compute_ns", None), (4, 6, "other_comm_ns", "exposed_comm"),
         (6, 7, "other_comm_ns", "exposed_comm"), (7, 8, "idle_ns", "idle")]
+
+
+def test_positions_by_subtraction_where_keys_run_densely_else_by_hashing():
+    ids = pa.chunked_array([pa.array([12, 10, None, 15, 9, 11], pa.int64())])
+    dense = pa.chunked_array([pa.array([9, 10], pa.int64()), pa.array([11, 12], pa.int64())])   # 9..12
+    assert cp._positions(ids, dense).to_pylist() == [3, 1, None, None, 0, 2]
+    # not dense (a hole), not in order, a null key, another type: the same answers by hashing
+    for keys in ([9, 10, 12, 13], [10, 9, 11, 12], [9, 10, None, 12]):
+        want = [keys.index(i) if i in keys else None for i in ids.to_pylist()]
+        assert cp._positions(ids, pa.array(keys, pa.int64())).to_pylist() == want
+    assert cp._positions(ids, pa.array([9, 10, 11, 12], pa.int32())).to_pylist() == [3, 1, None, None, 0, 2]
+    assert cp._positions(ids, pa.array([], pa.int64())).to_pylist() == [None] * 6
+
+
+def test_attr_columns_share_tuples_and_key_equal_tuples_alike():
+    layer = pa.chunked_array([pa.array([1, 1, None, 2], pa.int32()), pa.array([None, 1], pa.int32())])
+    phase = pa.chunked_array([pa.array(["fwd", "fwd", None, "bwd"]), pa.array([None, "bwd"])])
+    stage = pa.chunked_array([pa.array(["a2a", "a2a", None, None]), pa.array([None, "a2a"])]).dictionary_encode()
+    attr, key, of_key = cp._attr_columns(layer, phase, stage)
+    assert attr == [(1, "fwd", "a2a"), (1, "fwd", "a2a"), (None, None, None), (2, "bwd", None),
+                    (None, None, None), (1, "bwd", "a2a")]
+    assert attr[0] is attr[1] and attr[2] is attr[4]
+    assert key[2] == key[4] == 0 and key[0] == key[1]
+    assert len({key[0], key[2], key[3], key[5]}) == 4
+    assert of_key == {key[0]: (1, "fwd", "a2a"), 0: (None, None, None), key[3]: (2, "bwd", None),
+                      key[5]: (1, "bwd", "a2a")}

@@ -8,6 +8,7 @@ from __future__ import annotations
 from array import array
 
 import cp_reference as ref
+import pyarrow as pa
 import pytest
 from cp_cases import cases
 from hypothesis import given, settings, strategies as st
@@ -22,6 +23,10 @@ def windows(draw):
     attrs = [(None, None, None), (0, "fwd", "attn"), (0, "fwd", "shared_expert"), (1, "fwd", "dispatch"),
              (1, "bwd", "shared_expert")]
     acts.attr = [draw(st.sampled_from(attrs)) for _ in range(n)]
+    if draw(st.booleans()):   # coded as a chunk's are (stalls._attr_codes then reads attr_key)
+        cols = [pa.chunked_array([pa.array([t[i] for t in acts.attr], typ)], typ)
+                for i, typ in enumerate((pa.int32(), pa.string(), pa.string()))]
+        acts.attr, acts.attr_key, acts.attr_of_key = cp._attr_columns(*cols)
     acts._name = [f"kernel{k}" for k in range(n)]
     acts.tid = array("q", [draw(st.sampled_from([cp.NULL, 1, 2])) for _ in range(n)])
     acts.ostart = array("q", [draw(st.one_of(st.just(cp.NULL), st.integers(ws - 10, we))) for _ in range(n)])
@@ -56,11 +61,18 @@ def test_window_stalls_match_the_row_loop(bulk, case):
                                                                         w["path"].cause, strict=True) if c)
 
 
+@pytest.mark.parametrize("bulk", [True, False], ids=["whole-column", "rows"])
 @settings(max_examples=300, deadline=None)
-@given(windows())
-def test_a2a_exposure_matches_the_row_loop(case):
+@given(case=windows())
+def test_a2a_exposure_matches_the_row_loop(bulk, case):
     w, comm, _ = case
-    assert stalls.a2a_exposure([w], comm) == ref.a2a_exposure([w], comm)
+    was = cp.SPLIT_IN_BULK
+    cp.SPLIT_IN_BULK = 0 if bulk else 10 ** 9   # (the window read whole-column, or one row at a time)
+    try:
+        assert stalls.a2a_exposure([w], comm) == ref.a2a_exposure([w], comm)
+        assert stalls.a2a_exposure([w], comm, stalls.a2a_ids(comm)) == ref.a2a_exposure([w], comm)
+    finally:
+        cp.SPLIT_IN_BULK = was
 
 
 def test_a_gap_group_by_hand():

@@ -20,7 +20,6 @@ split sizes are uneven, else exposed), time with nothing running keeps the gap's
 """
 from __future__ import annotations
 
-import re
 from array import array
 from bisect import bisect_right
 from typing import Any
@@ -101,18 +100,49 @@ class _Columns:
         self.cls = _shared_strings(table.column("class"))
         self.kind = _shared_strings(table.column("kind"))
         self.name = _shared_strings(table.column("name"))
-        memo: dict = {}
-        layer = table.column("layer").to_pylist()
-        self.attr = [memo.setdefault(t, t) for t in zip(layer, _shared_strings(table.column("phase")),
-                                                         _shared_strings(table.column("stage")), strict=True)]
+        attr = _attr_columns(*(table.column(n) for n in ("layer", "phase", "stage")))
+        self.attr, self.attr_key, self.attr_of_key = attr
+
+
+def _codes(col) -> tuple[pa.Array, list]:
+    """A column's dictionary codes (int64, null -1) and its values (a coded column's own
+    dictionary, else the values in order of first appearance)."""
+    if isinstance(col, pa.ChunkedArray):
+        col = col.combine_chunks() if col.num_chunks != 1 else col.chunk(0)
+    if not pa.types.is_dictionary(col.type):
+        col = col.dictionary_encode()
+    return pc.fill_null(col.indices.cast(pa.int64()), -1), col.dictionary.to_pylist()
+
+
+def _attr_columns(layer, phase, stage) -> tuple[list, array, dict]:
+    """Per row the (layer, phase, stage) tuple (one object per distinct value) and its key: an
+    integer equal for equal tuples, 0 for (None, None, None) (stalls._attr_codes groups by it);
+    and each key's tuple."""
+    (lc, lv), (pcode, pv), (sc, sv) = _codes(layer), _codes(phase), _codes(stage)
+    n_p, n_s = len(pv) + 1, len(sv) + 1
+
+    def plus(x, y):
+        return pc.add(x, pa.scalar(y, pa.int64()))
+
+    def times(x, y):
+        return pc.multiply(x, pa.scalar(y, pa.int64()))
+    key = plus(pc.add(times(plus(pc.add(times(plus(lc, 1), n_p), pcode), 1), n_s), sc), 1)
+    enc = key.dictionary_encode()
+    lv, pv, sv = lv + [None], pv + [None], sv + [None]   # (code -1: the last, None)
+    keys = enc.dictionary.to_pylist()
+    tuples = [(lv[k // n_s // n_p - 1], pv[k // n_s % n_p - 1], sv[k % n_s - 1]) for k in keys]
+    return [tuples[i] for i in _ints(enc.indices)], _ints(key), dict(zip(keys, tuples, strict=True))
 
 
 class Acts:
     """One window's activities as columns in (end, start, id) order (k: the index of an activity):
     integer columns as array('q') with nulls as NULL, prev_k / wsrc_k the index of the stream
     predecessor / wait source in this window (-1: none here), cls the class, attr the (layer,
-    phase, stage) of each activity (one tuple object per distinct value). Rows as dicts only on
-    request (`row`, `get`): a window of a large export holds hundreds of thousands of activities."""
+    phase, stage) of each activity (one tuple object per distinct value) and attr_key its key (equal
+    for equal tuples, 0 for (None, None, None); None where attr was set by hand; attr_of_key: the
+    tuple of each key, the chunk's: a superset of the window's). Rows as dicts
+    only on request (`row`, `get`): a window of a large export holds hundreds of thousands of
+    activities."""
 
     def __init__(self, table: pa.Table | None = None, cols: _Columns | None = None, lo: int = 0,
                  hi: int | None = None, rank: int | None = None):
@@ -126,12 +156,15 @@ class Acts:
             self.id = self.stream = self.start = self.end = self.tid = e
             self.ostart = self.oend = self.prev_k = self.prev_end = self.wsrc_k = self.wsrc_end = e
             self.cls, self.attr, self._name, self._kind, self._ids = [], [], [], [], (array("q"), array("q"))
+            self.attr_key: array | None = None
+            self.attr_of_key: dict = {}
             self._pos: dict | None = {}
             return
         if lo == 0 and hi == cols.rows:   # the window is the whole chunk: share its columns
             self.id, self.stream, self.tid, self.start, self.end = cols.id, cols.stream, cols.tid, cols.start, cols.end
             self.ostart, self.oend, self.prev_end, self.wsrc_end = cols.ostart, cols.oend, cols.prev_end, cols.wsrc_end
-            self.cls, self.attr, self._name = cols.cls, cols.attr, cols.name
+            self.cls, self.attr, self._name, self.attr_key = cols.cls, cols.attr, cols.name, cols.attr_key
+            self.attr_of_key = cols.attr_of_key
             prev_id, wsrc_id = cols.prev_id, cols.wsrc_id
             self._kind = cols.kind
         else:
@@ -140,6 +173,7 @@ class Acts:
             self.ostart, self.oend = cols.ostart[lo:hi], cols.oend[lo:hi]
             self.prev_end, self.wsrc_end = cols.prev_end[lo:hi], cols.wsrc_end[lo:hi]
             self.cls, self.attr, self._name = cols.cls[lo:hi], cols.attr[lo:hi], cols.name[lo:hi]
+            self.attr_key, self.attr_of_key = cols.attr_key[lo:hi], cols.attr_of_key
             prev_id, wsrc_id = cols.prev_id[lo:hi], cols.wsrc_id[lo:hi]
             self._kind = cols.kind[lo:hi]
         self._ids = (prev_id, wsrc_id)
@@ -472,23 +506,31 @@ def windows_data(session: Session, ranks: list[int] | None = None) -> dict:
 
 
 def _chunk_sql() -> str:
-    """cp_preds (its step's SQL, less its ORDER BY) over the ranks $ranks only, each input shadowed
-    by its rows of those ranks, with the attribution, in (rank, step, end, start, id) order. The
-    activities' kind and name are left out (`_with_names` adds them): long kernel names carried
-    through the query's window, joins and sort were most of its cost."""
+    """cp_preds' CTEs (its step's SQL less last_sync and the final SELECT: the walk reads the host
+    syncs itself) over the ranks $ranks only, each input shadowed by its rows of those ranks, and
+    the integer columns of its rows in (rank, step, end, start, id) order. The strings (class,
+    kind, name, attribution) are left out (`_with_strings` adds them, coded): carried through the
+    query's joins and sort they were most of its cost."""
     step = lookup("cp_preds")
-    body, n = re.subn(r"\nORDER BY [^\n]*\s*$", "\n", (step.sql if step else None) or "")
-    if n != 1:
-        raise RuntimeError("cp_preds.sql no longer ends with one ORDER BY line")
+    sql = (step.sql if step else None) or ""
+    head, cut = sql.find("WITH acts AS ("), sql.find("\nlast_sync AS (")
+    if head < 0 or cut < head:
+        raise RuntimeError("cp_preds.sql no longer opens with the acts CTE and holds last_sync after the others")
+    ctes = sql[head + len("WITH "):cut].rstrip()
+    if not ctes.endswith(","):
+        raise RuntimeError("cp_preds.sql: last_sync no longer follows the other CTEs")
     shadows = ",\n".join(f"{n} AS (SELECT * FROM temp.main.{n} WHERE list_contains($ranks, rank))"
                           for n in _CHUNK_INPUTS)
     return f"""WITH {shadows},
+{ctes}
 cp AS (
-{body}
+    SELECT w.rank, w.step, a.id, a.stream, a.start_ns, a.end_ns, a.tid, a.origin_start_ns, a.origin_end_ns,
+           a.prev_id, a.prev_end_ns, b.wait_src_id, b.wait_src_end_ns
+    FROM acts a
+    JOIN windows w ON a.rank = w.rank AND a.end_ns > w.start_ns AND a.start_ns < w.end_ns
+    LEFT JOIN best_wait b ON b.waiter_id = a.id
 )
-SELECT n.* EXCLUDE (sync_id, sync_end_ns, kind, name), a.layer, a.phase, a.stage
-FROM cp n LEFT JOIN activity_attribution a ON a.id = n.id
-ORDER BY n.rank, n.step, n.end_ns, n.start_ns, n.id"""
+SELECT * FROM cp ORDER BY rank, step, end_ns, start_ns, id"""
 
 
 def _bounds(table: pa.Table) -> dict:
@@ -504,17 +546,54 @@ def _bounds(table: pa.Table) -> dict:
     return {key: (starts[i], ends[i]) for i, key in enumerate(keys)}
 
 
-def _with_names(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Table:
-    """`acts` with the kind and name of each activity, taken (still coded) from the session's
-    gpu_activities rows of those ranks."""
+def _coded(col):
+    """A string column dictionary-coded (a coded one as it is)."""
+    return col if pa.types.is_dictionary(col.type) else pc.dictionary_encode(col)
+
+
+def _positions(ids, keys) -> pa.Array:
+    """The position in `keys` (unique) of each of `ids`, null where absent: by subtraction where
+    keys run densely up (keys[i] = keys[0] + i, as a trace's ids are read and its per-rank steps
+    keep them), else by hashing (index_in: most of the cost of taking a chunk's strings)."""
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
+    n = len(keys)
+    if n and not keys.null_count and keys.type == pa.int64():
+        first, last = keys[0].as_py(), keys[n - 1].as_py()
+        if last - first == n - 1 and (n == 1 or pc.all(pc.greater(keys.slice(1), keys.slice(0, n - 1))).as_py()):
+            pos = pc.subtract(ids, pa.scalar(first, pa.int64()))
+            inside = pc.and_(pc.greater_equal(pos, pa.scalar(0, pa.int64())), pc.less(pos, pa.scalar(n, pa.int64())))
+            return pos if pc.all(inside).as_py() else pc.if_else(inside, pos, pa.scalar(None, pa.int64()))
+    return pc.index_in(ids, keys)
+
+
+def _with_strings(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Table:
+    """`acts` with the class, kind, name, layer, phase and stage of each activity, coded: kind and
+    name taken from the session's gpu_activities rows of those ranks (attached: already coded),
+    class from activity_class, the attribution from activity_attribution (null where none)."""
     src = session.attached("gpu_activities")
     if src is None:
         src = session.sql("SELECT id, kind, name FROM gpu_activities WHERE list_contains($ranks, rank)", ranks=ranks)
     else:
         mine = pc.is_in(src.column("rank"), pa.array(ranks, src.schema.field("rank").type))
         src = src.select(["id", "rank", "kind", "name"]).filter(mine)
-    idx = pc.index_in(acts.column("id"), src.column("id"))
-    return acts.append_column("kind", src.column("kind").take(idx)).append_column("name", src.column("name").take(idx))
+    ids = acts.column("id")
+
+    def add(t: pa.Table, names: tuple) -> pa.Table:
+        idx = _positions(ids, t.column("id"))
+        out = acts
+        for n in names:
+            col = t.column(n)
+            out = out.append_column(n, (col if n == "layer" else _coded(col)).take(idx))
+        return out
+    # one source at a time (each let go before the next is read)
+    acts = add(src, ("kind", "name"))
+    del src
+    acts = add(session.sql("SELECT id, class FROM activity_class WHERE list_contains($ranks, rank)", ranks=ranks),
+               ("class",))
+    acts = add(session.sql("SELECT id, layer, phase, stage FROM activity_attribution "
+                           "WHERE list_contains($ranks, rank)", ranks=ranks), ("layer", "phase", "stage"))
+    return acts
 
 
 def fetch_chunk(session: Session, data: dict) -> dict:
@@ -527,18 +606,21 @@ def fetch_chunk(session: Session, data: dict) -> dict:
 def _chunk(session: Session, ranks: list[int]) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs."""
-    acts = _with_names(session, session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table(), ranks)
+    acts = _with_strings(session, session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table(), ranks)
+    cols, act_bounds = _Columns(acts), _bounds(acts)
+    del acts   # (before the segments are read: one chunk's Arrow rows at a time)
     segs = session.sql("SELECT rank, step, t, t_end, c::BIGINT AS c, m::BIGINT AS m, x::BIGINT AS x FROM segments "
                        "WHERE t_end IS NOT NULL AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
+    seg_cols, seg_bounds = tuple(_ints(segs.column(n)) for n in Segments.NAMES), _bounds(segs)
+    del segs
     syncs: dict = {}
     for h in session.rows("SELECT * FROM cp_host_syncs WHERE list_contains($ranks, rank) "
                           "ORDER BY rank, tid, end_ns, id", ranks=ranks):
         e = syncs.setdefault((h["rank"], h["tid"]), ([], []))
         e[0].append(h["end_ns"])
         e[1].append(h)
-    return {"acts": _Columns(acts), "act_bounds": _bounds(acts),
-            "segments": tuple(_ints(segs.column(n)) for n in Segments.NAMES), "seg_bounds": _bounds(segs),
-            "syncs": syncs}
+    pa.default_memory_pool().release_unused()   # (the fetch's Arrow memory, back to the system)
+    return {"acts": cols, "act_bounds": act_bounds, "segments": seg_cols, "seg_bounds": seg_bounds, "syncs": syncs}
 
 
 def iter_paths(session: Session | None, comm: dict, data: dict | None = None, ranks: list[int] | None = None,

@@ -70,8 +70,17 @@ def _independent(w: dict) -> dict:
     if "_indep" not in w:
         out: dict = {}
         acts = w["acts"]
-        for k, (c, t) in enumerate(zip(acts.cls, acts.attr, strict=True)):
-            if c == "compute" and t[0] is not None and t[2] in INDEPENDENT_STAGES:
+        key = getattr(acts, "attr_key", None)
+        if key is not None and len(key) == len(acts.attr):   # coded: only the rows of those stages visited
+            mine = [k for k, t in acts.attr_of_key.items() if t[0] is not None and t[2] in INDEPENDENT_STAGES]
+            rows = pc.indices_nonzero(pc.is_in(cp_split.arrow_ints(key), cp_split.arrow_ints(mine))).to_pylist() \
+                if mine else []
+        else:
+            rows = range(len(acts.attr))
+        cls, attr = acts.cls, acts.attr
+        for k in rows:
+            t = attr[k]
+            if cls[k] == "compute" and t[0] is not None and t[2] in INDEPENDENT_STAGES:
                 out.setdefault(t[:2], []).append(k)
         w["_indep"] = out
     return w["_indep"]
@@ -175,6 +184,9 @@ def _coll_ids(coll_by_id) -> pa.Array:
 
 def _attr_codes(acts) -> pa.Array:
     """Per activity the code of its (layer, phase, stage); one more entry, for k = -1, (None, None, None)."""
+    key = getattr(acts, "attr_key", None)
+    if key is not None and len(key) == len(acts.attr):   # (coded with the chunk: 0 is (None, None, None))
+        return cp_split.arrow_ints(key + array("q", [0]))
     memo: dict = {}
     codes = array("q", [memo.setdefault(t, len(memo)) for t in acts.attr])
     codes.append(memo.setdefault(_NO_ATTR, len(memo)))
@@ -300,12 +312,23 @@ def stall_rows(paths: list[dict], coll_by_id: dict) -> list[dict]:
     return out
 
 
-def a2a_exposure(paths: list[dict], comm: dict) -> list[dict]:
-    """Per all-to-all in a window: duration, time hidden by compute, exposed time on the critical path."""
+def a2a_ids(comm: dict) -> pa.Array:
+    """The activity ids of the all-to-alls in `comm` (a2a_exposure finds them in a large window by them)."""
+    return cp_split.arrow_ints([i for i, info in comm.items() if info["kind"] == "all_to_all"])
+
+
+def a2a_exposure(paths: list[dict], comm: dict, a2a: pa.Array | None = None) -> list[dict]:
+    """Per all-to-all in a window: duration, time hidden by compute, exposed time on the critical path.
+    a2a: a2a_ids(comm), where the caller made it once for many windows."""
     out = []
     for w in paths:   # (linear in each window's activities: rank_part calls it window by window)
         acts, path = w["acts"], w["path"]
-        mine = [k for k, i in enumerate(acts.id) if (info := comm.get(i)) is not None and info["kind"] == "all_to_all"]
+        if len(acts.id) >= critical_path.SPLIT_IN_BULK:   # (whole-column: one is_in, not a loop over them)
+            a2a = a2a_ids(comm) if a2a is None else a2a
+            mine = pc.indices_nonzero(pc.is_in(cp_split.arrow_ints(acts.id), a2a)).to_pylist()
+        else:
+            mine = [k for k, i in enumerate(acts.id)
+                    if (info := comm.get(i)) is not None and info["kind"] == "all_to_all"]
         if not mine:
             continue
         on_path: dict = {}
@@ -395,9 +418,10 @@ def _walk_part(session: Session | None, job: dict, idle: dict, ranks: list[int] 
     cp, stalls, a2a = [], [], []
     non_compute = 0
     # one window at a time: its activity columns and path are dropped before the next is walked
+    a2a_of = a2a_ids(comm)
     for w in critical_path.iter_paths(session, comm, data, fetched=fetched):
         mine = _window_stalls(w, job["by_id"])
-        a2a += a2a_exposure([w], comm)
+        a2a += a2a_exposure([w], comm, a2a_of)
         stalls += mine
         comp = w["composition"]
         nc = comp["window_ns"] - comp["compute_ns"]

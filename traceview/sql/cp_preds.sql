@@ -17,9 +17,8 @@
 --               null where no launch call is linked (the op's end says nothing about the launch);
 --   sync_*      the last host sync (cp_host_syncs) on the launching thread that ended before the
 --               launch call started (the host was blocked there just before launching).
-WITH acts AS (
-    SELECT c.id, c.rank, c.stream, c.start_ns, c.end_ns, c.class, c.kind, c.name,
-           o.tid, o.origin_start_ns,
+WITH acts AS (   -- integers only: strings carried through the window, joins and sort cost most of the query
+    SELECT c.id, c.rank, c.stream, c.start_ns, c.end_ns, o.tid, o.origin_start_ns,
            CASE WHEN o.launch_name IS NOT NULL THEN o.origin_end_ns END AS origin_end_ns,
            lag(c.id) OVER s AS prev_id, lag(c.end_ns) OVER s AS prev_end_ns
     FROM activity_class c JOIN activity_origin o ON o.id = c.id
@@ -54,11 +53,13 @@ last_sync AS (
     FROM launched a ASOF JOIN cp_host_syncs h
       ON h.rank = a.rank AND h.tid = a.tid AND a.origin_start_ns >= h.end_ns
 )
-SELECT w.rank, w.step, a.id, a.stream, a.start_ns, a.end_ns, a.class, a.kind, a.name, a.tid,
+-- (critical_path._chunk_sql runs the CTEs above, less last_sync, with a SELECT of its own)
+SELECT w.rank, w.step, a.id, a.stream, a.start_ns, a.end_ns, c.class, c.kind, c.name, a.tid,
        a.origin_start_ns, a.origin_end_ns, a.prev_id, a.prev_end_ns,
        b.wait_src_id, b.wait_src_end_ns, s.sync_id, s.sync_end_ns
 FROM acts a
 JOIN windows w ON a.rank = w.rank AND a.end_ns > w.start_ns AND a.start_ns < w.end_ns
+JOIN activity_class c ON c.id = a.id
 LEFT JOIN best_wait b ON b.waiter_id = a.id
 LEFT JOIN last_sync s ON s.id = a.id
 ORDER BY w.rank, w.step, a.end_ns, a.id

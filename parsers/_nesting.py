@@ -122,9 +122,11 @@ def _sort(tid, start, end, typ=None) -> pa.Array:
     return pc.sort_indices(pa.table(cols), sort_keys=keys)  # stable: equal keys keep input order
 
 
-def _unsort(sorted_vals: pa.Array, order: pa.Array) -> pa.Array:
-    """Values given in sorted order back in input order."""
-    return pc.take(sorted_vals, pc.sort_indices(order))
+def _queries_back(sorted_vals: pa.Array, order: pa.Array, is_range: pa.Array, nc: int) -> pa.Array:
+    """The queries' values (given in sorted order, among the ranges') back in the queries' input
+    order: only the queries' places are sorted back, not every position's."""
+    at = pc.indices_nonzero(pc.invert(is_range))  # the queries' places in sorted order
+    return pc.take(pc.take(sorted_vals, at), pc.sort_indices(pc.take(order, at)))
 
 
 def nest(tids, starts, ends, ids, qtids=(), qstarts=(), qends=()):
@@ -146,8 +148,9 @@ def nest(tids, starts, ends, ids, qtids=(), qstarts=(), qends=()):
     zero_first = pc.and_(pc.and_(is_range, pc.equal(s, e)), pc.invert(pc.fill_null(same_start, False)))
     need = pc.add(e, pc.if_else(zero_first, _ONE, _ZERO))
     par = _nearest(t, pc.if_else(is_range, e, _NULL), is_range, need)
-    depth = _unsort(_depths(par), order)
-    held = _unsort(pc.take(order, par), order)  # input index of the container (null: none)
+    back = pc.sort_indices(order)  # each input position's place in sorted order (one sort for both)
+    depth = pc.take(_depths(par), back)
+    held = pc.take(pc.take(order, par), back)  # input index of the container (null: none)
     parent = pc.take(ident, held[:n])
     if not nq:
         return depth[:n], parent
@@ -171,8 +174,7 @@ def innermost_container(ctids, cstarts, cends, cids, qtids, qstarts, qends) -> p
     t, e = pc.take(tid, order), pc.take(end, order)
     is_range = pc.less(order, nc)
     found = _nearest(t, pc.if_else(is_range, e, _NULL), is_range, e)
-    held = _unsort(pc.take(order, found), order)
-    return pc.take(_col(cids), held[nc:])
+    return pc.take(_col(cids), _queries_back(pc.take(order, found), order, is_range, nc))
 
 
 __all__: Sequence[str] = ("nest", "innermost_container")

@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 _I64 = pa.int64()
 _NULL = pa.scalar(None, _I64)
+_ZERO, _ONE, _MINUS_ONE = (pa.scalar(v, _I64) for v in (0, 1, -1))  # typed: no conversion per call
 
 
 def _col(v) -> pa.Array:
@@ -39,11 +40,11 @@ def _prev_on_thread(tid: pa.Array, candidate: pa.Array) -> pa.Array:
     n = len(tid)
     if not n:
         return pa.array([], type=_I64)
-    pos = pc.subtract(pc.cumulative_sum(pa.repeat(pa.scalar(1, _I64), n)), 1)
-    last = pc.cumulative_max(pc.if_else(candidate, pos, -1))  # the last candidate at or before
+    pos = pc.subtract(pc.cumulative_sum(pa.repeat(_ONE, n)), _ONE)
+    last = pc.cumulative_max(pc.if_else(candidate, pos, _MINUS_ONE))  # the last candidate at or before
     before = pa.concat_arrays([pa.array([-1], type=_I64), last[:-1]])
     new_thread = pc.not_equal(tid, pa.concat_arrays([tid[:1], tid[:-1]]))
-    first = pc.cumulative_max(pc.if_else(new_thread, pos, 0))  # where the position's thread begins
+    first = pc.cumulative_max(pc.if_else(new_thread, pos, _ZERO))  # where the position's thread begins
     return pc.if_else(pc.greater_equal(before, first), before, _NULL)
 
 
@@ -53,22 +54,61 @@ def _nearest(tid: pa.Array, end: pa.Array, is_range: pa.Array, need: pa.Array) -
 
     The invariant: every range strictly between a position and its candidate ends before its need.
     A candidate that falls short (end < need) has need <= its own end + 1 <= the asker's need, so the
-    asker may jump to the candidate's candidate (an answer or a lower bound) and keep the invariant."""
+    asker may jump to the candidate's candidate (an answer or a lower bound) and keep the invariant.
+    Once few positions are still moving (a long run of siblings keeps a few in ten for many rounds),
+    the rounds work on those alone (`_nearest_few`)."""
     cand = _prev_on_thread(tid, is_range)
+    n = len(cand)
     while True:
         reach = pc.take(end, cand)
         short = pc.fill_null(pc.less(reach, need), False)  # a candidate that falls short: jump
-        if not pc.any(short).as_py():
+        k = pc.sum(short).as_py() or 0
+        if not k:
             return cand
         cand = pc.if_else(short, pc.take(cand, cand), cand)
+        if k * FEW <= n:
+            return _nearest_few(cand, end, need, short)
+
+
+FEW = 4  # the rounds go on over the moving positions alone once they are at most 1/FEW of all
+
+
+def _nearest_few(cand: pa.Array, end: pa.Array, need: pa.Array, moving: pa.Array) -> pa.Array:
+    """The rounds of `_nearest` from candidates `cand`, where only the positions in the mask `moving`
+    may still fall short (the others' candidates are their answers): the same jumps, each round over
+    the moving positions only. Their candidates are kept apart (`mine`), a candidate among them read
+    there through `slot` (its index among them), any other from `cand`; when the moving shrink to
+    1/FEW, their candidates are written back and the set is narrowed."""
+    while True:
+        at = pc.indices_nonzero(moving)
+        m = len(at)
+        mine, nd = pc.take(cand, at), pc.take(need, at)
+        slot = pc.replace_with_mask(pa.nulls(len(cand), _I64), moving, _positions(m))
+        while True:
+            still = pc.fill_null(pc.less(pc.take(end, mine), nd), False)
+            k = pc.sum(still).as_py() or 0
+            if not k or k * FEW <= m:
+                break
+            s = pc.take(slot, mine)
+            nxt = pc.if_else(pc.is_valid(s), pc.take(mine, s), pc.take(cand, mine))
+            mine = pc.if_else(still, nxt, mine)
+        cand = pc.replace_with_mask(cand, moving, mine)
+        if not k:
+            return cand
+        moving = pc.replace_with_mask(moving, moving, still)
+
+
+def _positions(n: int) -> pa.Array:
+    """0 .. n-1 (int64)."""
+    return pc.subtract(pc.cumulative_sum(pa.repeat(_ONE, n)), _ONE) if n else pa.array([], type=_I64)
 
 
 def _depths(parent: pa.Array) -> pa.Array:
     """Number of ancestors of each node from parent positions (null at a root), by pointer doubling."""
     up = parent
-    depth = pc.if_else(pc.is_valid(parent), 1, 0).cast(_I64)
+    depth = pc.if_else(pc.is_valid(parent), _ONE, _ZERO)
     while up.null_count < len(up):
-        depth = pc.add(depth, pc.fill_null(pc.take(depth, up), 0))
+        depth = pc.add(depth, pc.fill_null(pc.take(depth, up), _ZERO))
         up = pc.take(up, up)
     return depth
 
@@ -82,9 +122,11 @@ def _sort(tid, start, end, typ=None) -> pa.Array:
     return pc.sort_indices(pa.table(cols), sort_keys=keys)  # stable: equal keys keep input order
 
 
-def _unsort(sorted_vals: pa.Array, order: pa.Array) -> pa.Array:
-    """Values given in sorted order back in input order."""
-    return pc.take(sorted_vals, pc.sort_indices(order))
+def _queries_back(sorted_vals: pa.Array, order: pa.Array, is_range: pa.Array, nc: int) -> pa.Array:
+    """The queries' values (given in sorted order, among the ranges') back in the queries' input
+    order: only the queries' places are sorted back, not every position's."""
+    at = pc.indices_nonzero(pc.invert(is_range))  # the queries' places in sorted order
+    return pc.take(pc.take(sorted_vals, at), pc.sort_indices(pc.take(order, at)))
 
 
 def nest(tids, starts, ends, ids, qtids=(), qstarts=(), qends=()):
@@ -104,10 +146,11 @@ def nest(tids, starts, ends, ids, qtids=(), qstarts=(), qends=()):
     # a zero-length range reaches back past a range ending at its instant unless one starts there too
     same_start = pc.and_(pc.equal(t, _shift(t)), pc.equal(s, _shift(s)))
     zero_first = pc.and_(pc.and_(is_range, pc.equal(s, e)), pc.invert(pc.fill_null(same_start, False)))
-    need = pc.add(e, pc.if_else(zero_first, 1, 0).cast(_I64))
+    need = pc.add(e, pc.if_else(zero_first, _ONE, _ZERO))
     par = _nearest(t, pc.if_else(is_range, e, _NULL), is_range, need)
-    depth = _unsort(_depths(par), order)
-    held = _unsort(pc.take(order, par), order)  # input index of the container (null: none)
+    back = pc.sort_indices(order)  # each input position's place in sorted order (one sort for both)
+    depth = pc.take(_depths(par), back)
+    held = pc.take(pc.take(order, par), back)  # input index of the container (null: none)
     parent = pc.take(ident, held[:n])
     if not nq:
         return depth[:n], parent
@@ -131,8 +174,7 @@ def innermost_container(ctids, cstarts, cends, cids, qtids, qstarts, qends) -> p
     t, e = pc.take(tid, order), pc.take(end, order)
     is_range = pc.less(order, nc)
     found = _nearest(t, pc.if_else(is_range, e, _NULL), is_range, e)
-    held = _unsort(pc.take(order, found), order)
-    return pc.take(_col(cids), held[nc:])
+    return pc.take(_col(cids), _queries_back(pc.take(order, found), order, is_range, nc))
 
 
 __all__: Sequence[str] = ("nest", "innermost_container")

@@ -187,11 +187,16 @@ def _ns_array(vals: list, what: str = "ts") -> pa.Array:
     if worst is not None and not worst * 1000 <= MAX_ABS_NS:  # also catches inf and nan
         raise OverflowError(f"'{what}' of {worst:g} µs, beyond +-{MAX_ABS_NS / 1000:.3g} µs")
     if pa.types.is_integer(arr.type):
-        return pc.multiply(arr.cast(pa.int64()), 1000)
+        return pc.multiply(arr.cast(pa.int64()), _THOUSAND)
     arr = arr.cast(pa.float64())
     whole = pc.floor(arr)
-    frac_ns = pc.round(pc.multiply(pc.subtract(arr, whole), 1000.0))
-    return pc.add(pc.multiply(whole.cast(pa.int64()), 1000), frac_ns.cast(pa.int64()))
+    frac_ns = pc.round(pc.multiply(pc.subtract(arr, whole), _THOUSAND_F))
+    return pc.add(pc.multiply(whole.cast(pa.int64()), _THOUSAND), frac_ns.cast(pa.int64()))
+
+
+# typed scalars for the kernels called on every chunk (a bare Python number is converted on each
+# call, and pyarrow's conversion tries to import dateutil each time: ~15-36 µs)
+_THOUSAND, _THOUSAND_F, _ZERO = pa.scalar(1000, pa.int64()), pa.scalar(1000.0, pa.float64()), pa.scalar(0, pa.int64())
 
 
 def _number(v) -> bool:
@@ -252,7 +257,7 @@ def _codes(ph: list, cat: list) -> tuple[pa.Array, pa.DictionaryArray | None]:
     table = pa.array([_code(p, c) for p in phs for c in cats], type=pa.int8())
     i_ph, i_cat = (d.indices.fill_null(len(vals) - 1) if d.null_count else d.indices
                    for d, vals in ((d_ph, phs), (d_cat, cats)))
-    pair = pc.add(pc.multiply(i_ph.cast(pa.int64()), len(cats)), i_cat.cast(pa.int64()))
+    pair = pc.add(pc.multiply(i_ph.cast(pa.int64()), pa.scalar(len(cats), pa.int64())), i_cat.cast(pa.int64()))
     return table.take(pair), d_cat
 
 
@@ -306,7 +311,7 @@ def _times(ts: Sequence, dur: Sequence):
     dur_ns = _ns_array(list(dur), "dur")  # an absent dur is 0
     if dur_ns.null_count:
         dur_ns = dur_ns.fill_null(0)
-    end = pc.add(start, pc.max_element_wise(dur_ns, 0))  # both within +-2^62: no overflow
+    end = pc.add(start, pc.max_element_wise(dur_ns, _ZERO))  # both within +-2^62: no overflow
     worst = pc.max(pc.abs(end)).as_py() if len(end) else None
     if worst is not None and worst > MAX_ABS_NS:
         raise OverflowError(f"'ts' + 'dur' of {worst / 1000:g} µs, beyond +-{MAX_ABS_NS / 1000:.3g} µs")
@@ -372,7 +377,7 @@ def _sync_chunk(e: _EvCols, a: _ArgCols, part: _Part) -> dict:
     d = {"kind": pa.array([_SYNC.get(x, "other") for x in a["sync_kind"]], type=_CODED),
          "device": _opt_ints(a["device"]), "stream": _opt_ints(a["stream"]),
          "event_id": _opt_ints(a["wait_event"]),
-         "event_stream": pc.if_else(pc.greater_equal(waits, 0), waits, pa.scalar(None, pa.int64())),
+         "event_stream": pc.if_else(pc.greater_equal(waits, _ZERO), waits, pa.scalar(None, pa.int64())),
          "correlation": _opt_ints(a["correlation"])}
     d["start_ns"], d["end_ns"] = _times(e["ts"], e["dur"])
     return d
@@ -636,18 +641,31 @@ def _read(path: Path) -> Profile:
     gpu_ext, lau_ext, cpu_ext = (d.pop("ext") for d in (gpu, lau, cpu))
 
     # --- links (Arrow lookups; the nesting sweep reads the columns' buffers in place) -----------
-    by_ext = _first(cpu_ext, cpu["id"])  # External id -> the first CPU range that carries it
-    op_of_launch = _lookup(by_ext, _nonzero(lau_ext))
-    # launches whose External id names no op: the innermost range around them, found in the same sweep
-    missing = pc.indices_nonzero(pc.is_null(op_of_launch)) if op_of_launch.null_count else None
-    queries = [lau[k].take(missing) for k in ("tid", "start_ns", "end_ns")] if missing is not None else [(), (), ()]
-    depth, parent, *rest = nest(cpu["tid"], cpu["start_ns"], cpu["end_ns"], cpu["id"], *queries)
-    if missing is not None:
-        op_of_launch = pc.replace_with_mask(op_of_launch, pc.is_null(op_of_launch), rest[0])
-    li = _lookup(_first(lau["correlation"], _ids(0, n_l)), gpu["correlation"])
-    g_launch = pc.add(li, n_g)
-    g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), _lookup(by_ext, _nonzero(gpu_ext)))
-    fwd = _fwd_links(cpu, flows[0], flows[1])
+    # the fwdbwd flows' ops (a second nesting, over the ops alone) are found meanwhile in a thread:
+    # Arrow's kernels let go of the interpreter, so the two sweeps share the machine's cores
+    fwd_job = _Later(_fwd_links, cpu, flows[0], flows[1], threaded=n_c >= THREAD_MIN_RANGES)
+    try:
+        # External id -> the first CPU range that carries it (index_in: a key's first position),
+        # for the launches and the GPU activities in one lookup
+        n_lq = len(lau_ext)
+        by_ext = cpu["id"].take(pc.index_in(_nonzero(pa.concat_arrays([lau_ext, gpu_ext])),
+                                             value_set=cpu_ext, skip_nulls=True))
+        op_of_launch, gpu_by_ext = by_ext[:n_lq], by_ext[n_lq:]
+        del by_ext
+        # launches whose External id names no op: the innermost range around them, found in the same sweep
+        missing = pc.indices_nonzero(pc.is_null(op_of_launch)) if op_of_launch.null_count else None
+        queries = [lau[k].take(missing) for k in ("tid", "start_ns", "end_ns")] if missing is not None else [(), (), ()]
+        depth, parent, *rest = nest(cpu["tid"], cpu["start_ns"], cpu["end_ns"], cpu["id"], *queries)
+        if missing is not None:
+            op_of_launch = pc.replace_with_mask(op_of_launch, pc.is_null(op_of_launch), rest[0])
+        # correlation -> the first launch that carries it
+        li = pc.index_in(gpu["correlation"], value_set=lau["correlation"], skip_nulls=True).cast(pa.int64())
+        g_launch = pc.add(li, pa.scalar(n_g, pa.int64()))
+        g_op = pc.if_else(pc.is_valid(li), op_of_launch.take(li), gpu_by_ext)
+    except BaseException:
+        fwd_job.wait()  # this error first, as in one thread: the links above come before the flows'
+        raise
+    fwd = fwd_job.result()
 
     meta_info = _meta(path, trace, most_common(gpu["device"]))
     rank = meta_info["rank"]
@@ -671,22 +689,44 @@ def _ids(first: int, n: int) -> pa.Array:
     return pc.add(pc.cumulative_sum(pa.repeat(pa.scalar(1, pa.int64()), n)), first - 1)
 
 
-def _first(keys: pa.Array, vals: pa.Array) -> tuple[pa.Array, pa.Array]:
-    """Each distinct non-null key and the value of its first row (for increasing vals, as both
-    callers' are: the smallest)."""
-    uniq = pc.unique(keys).drop_null()
-    return uniq, vals.take(pc.index_in(uniq, value_set=keys))  # index_in: a key's first position
-
-
-def _lookup(table: tuple[pa.Array, pa.Array], query: pa.Array) -> pa.Array:
-    """The value of each query key in (keys, values); null where absent or null."""
-    keys, vals = table
-    return vals.take(pc.index_in(query, value_set=keys))
-
-
 def _nonzero(col: pa.Array) -> pa.Array:
     """External ids with 0 (no id) made null."""
-    return pc.if_else(pc.not_equal(col, 0), col, pa.scalar(None, type=col.type))
+    return pc.if_else(pc.not_equal(col, pa.scalar(0, col.type)), col, pa.scalar(None, type=col.type))
+
+
+THREAD_MIN_RANGES = 1 << 16  # CPU ranges from which the flows' nesting runs in a thread (~0.1 s and more)
+
+
+class _Later:
+    """A call run in a thread of its own (or at once, when not `threaded`); `result()` waits for it
+    and gives its value or raises its exception."""
+
+    def __init__(self, fn, *args, threaded: bool):
+        self.value: Any = None
+        self.error: BaseException | None = None
+        self.thread = None
+        if not threaded:
+            self._run(fn, args)
+            return
+        import threading
+        self.thread = threading.Thread(target=self._run, args=(fn, args), name="traceview-fwd-links", daemon=True)
+        self.thread.start()
+
+    def _run(self, fn, args) -> None:
+        try:
+            self.value = fn(*args)
+        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
+            self.error = e
+
+    def wait(self) -> None:
+        if self.thread is not None:
+            self.thread.join()
+
+    def result(self):
+        self.wait()
+        if self.error is not None:
+            raise self.error
+        return self.value
 
 
 def _finish(acc: _Acc, table: str) -> dict:
@@ -750,28 +790,50 @@ def _tid(t):
     return v if v is not None else 0
 
 
-def _fwd_links(cpu: dict, flows_s: list, flows_f: list) -> list:
-    """fwd_id for backward ops from `fwdbwd` flows ((id, tid, ts) each): the flow starts at the
-    forward op and ends inside the backward op (binding point 'e': the enclosing slice)."""
-    n_c = len(cpu["id"])
-    fwd = [None] * n_c
+def _flow_pairs(flows_s: list, flows_f: list) -> tuple[Sequence, Sequence]:
+    """The flows' (start, end) pairs, as two lists in the ends' order: each end whose id some start
+    has, with the last start of that id."""
+    s_ids, f_ids = [f[0] for f in flows_s], [f[0] for f in flows_f]
+    if _only(s_ids, {int}) and _only(f_ids, {int}):
+        try:  # at C speed: an end's start is the first of its id among the starts taken backwards
+            starts, ends = pa.array(s_ids, type=pa.int64()), pa.array(f_ids, type=pa.int64())
+        except OverflowError:
+            pass
+        else:
+            hit = pc.index_in(ends, value_set=starts[::-1])
+            if not (len(hit) - hit.null_count):
+                return (), ()
+            s_at = pc.subtract(pa.scalar(len(starts) - 1, pa.int64()), hit.drop_null().cast(pa.int64()))
+            return _take(flows_s, s_at.to_pylist()), _take(flows_f, pc.indices_nonzero(pc.is_valid(hit)).to_pylist())
+    # ids of other types (strings, floats; 1 and 1.0 are one id): a dict, as ever
     s_by_id = {f[0]: f for f in flows_s}
     pairs = [(s_by_id[f[0]], f) for f in flows_f if f[0] in s_by_id]
-    if not pairs:
-        return fwd
-    pts = [p[0] for p in pairs] + [p[1] for p in pairs]
-    tids = [_tid(f[1]) for f in pts]
+    return [p[0] for p in pairs], [p[1] for p in pairs]
+
+
+def _fwd_links(cpu: dict, flows_s: list, flows_f: list) -> pa.Array:
+    """fwd_id for backward ops from `fwdbwd` flows ((id, tid, ts) each): the flow starts at the
+    forward op and ends inside the backward op (binding point 'e': the enclosing slice). Where
+    several flows end in one backward op, the last one's forward op."""
+    n_c = len(cpu["id"])
+    fwd_pts, bwd_pts = _flow_pairs(flows_s, flows_f)
+    n = len(fwd_pts)
+    if not n:
+        return pa.nulls(n_c, pa.int64())
+    pts = [*fwd_pts, *bwd_pts]
+    tids = [f[1] for f in pts]
+    tids = tids if _only(tids, {int}) else [_tid(t) for t in tids]
     ts = _ns_array([f[2] for f in pts])
-    ops = pc.indices_nonzero(pc.equal(cpu["kind"], "op")).cast(pa.int64())
+    ops = pc.indices_nonzero(pc.equal(cpu["kind"], pa.scalar("op"))).cast(pa.int64())
     first = cpu["id"][0].as_py() if n_c else 0
     o_tid, o_start, o_end = (cpu[k].take(ops) for k in ("tid", "start_ns", "end_ns"))
-    found = innermost_container(o_tid, o_start, o_end, pc.add(ops, first), tids, ts, ts).to_pylist()
-    n = len(pairs)
-    for j in range(n):
-        f_op, b_op = found[j], found[n + j]
-        if f_op is not None and b_op is not None and f_op != b_op:
-            fwd[b_op - first] = f_op
-    return fwd
+    found = innermost_container(o_tid, o_start, o_end, ops, pa.array(tids, type=pa.int64()), ts, ts)
+    f_op, b_op = found[:n], found[n:]  # positions of the ops among the CPU ranges
+    linked = pc.fill_null(pc.not_equal(f_op, b_op), False)
+    # each backward op's last flow: the first among the links taken backwards
+    f_op, b_op = f_op.filter(linked)[::-1], b_op.filter(linked)[::-1]
+    at = pc.index_in(_ids(0, n_c), value_set=b_op)
+    return pc.add(f_op.take(at), pa.scalar(first, pa.int64()))
 
 
 def most_common(values: pa.Array):

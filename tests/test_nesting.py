@@ -1,7 +1,9 @@
 """Interval nesting used by the parsers: hand-made cases, and the columnar sweep against a plain
 stack sweep (the definition) on random ranges with ties, zero-length and crossing ranges."""
+import pyarrow.compute as pc
 import pytest
 
+from traceview.parsers import _nesting
 from traceview.parsers._nesting import innermost_container, nest
 
 hypothesis = pytest.importorskip("hypothesis")
@@ -164,3 +166,62 @@ def test_nest_deep_and_long_chains():
     depth, parent = _nest([0] * (n + 1), [0] + [2 * i for i in range(n)], [2 * n] + [2 * i + 1 for i in range(n)],
                           list(range(n + 1)))
     assert depth == [0] + [1] * n and parent == [None] + [0] * n
+
+
+def _nearest_all_rounds(tid, end, is_range, need):
+    """`_nearest` as it was before its rounds narrowed to the moving positions: every round over
+    every position (the reference for `_nearest_few`)."""
+    cand = _nesting._prev_on_thread(tid, is_range)
+    while True:
+        short = pc.fill_null(pc.less(pc.take(end, cand), need), False)
+        if not pc.any(short).as_py():
+            return cand
+        cand = pc.if_else(short, pc.take(cand, cand), cand)
+
+
+# runs of siblings under one parent, staircases and random ranges mixed, so that some positions
+# keep moving for many rounds while most have settled (the narrowed rounds, over several narrowings)
+_block = st.one_of(
+    st.tuples(st.just("siblings"), st.integers(1, 120), st.integers(0, 3)),
+    st.tuples(st.just("stairs"), st.integers(1, 40), st.integers(0, 3)),
+    st.tuples(st.just("random"), st.integers(1, 30), st.integers(0, 3)))
+
+
+def _blocks(blocks, seed):
+    import random
+    rnd = random.Random(seed)
+    rows, t0 = [], 0
+    for kind, n, tid in blocks:
+        if kind == "siblings":
+            rows.append((tid, t0, 2 * n + 2))
+            rows += [(tid, t0 + 1 + 2 * i, rnd.choice([0, 1, 1, 2])) for i in range(n)]
+        elif kind == "stairs":
+            rows += [(tid, t0 + i, 2 * n - 2 * i) for i in range(n)]
+        else:
+            rows += [(tid, t0 + rnd.randint(0, 2 * n), rnd.randint(0, n)) for _ in range(n)]
+        t0 += 2 * n + 3 if rnd.random() < 0.8 else n  # some blocks overlap the next: crossing ranges
+    return rows
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_block, min_size=1, max_size=8), st.integers(0, 2**32), st.sampled_from([2, 4, 16]),
+       st.lists(st.tuples(st.integers(0, 3), st.integers(0, 400), st.integers(0, 30)), max_size=30))
+def test_narrowed_rounds_match_every_round_over_every_position(blocks, seed, few, queries):
+    rows = _blocks(blocks, seed)
+    tids, starts, ends, ids = _cols(rows)
+    qt, qs, qe, _ = _cols(queries)
+    before = _nesting.FEW
+    _nesting.FEW = few
+    try:
+        got = _nest(tids, starts, ends, ids, qt, qs, qe) if queries else _nest(tids, starts, ends, ids)
+        real = _nesting._nearest
+        _nesting._nearest = _nearest_all_rounds
+        try:
+            want = _nest(tids, starts, ends, ids, qt, qs, qe) if queries else _nest(tids, starts, ends, ids)
+        finally:
+            _nesting._nearest = real
+    finally:
+        _nesting.FEW = before
+    assert got == want
+    if len(rows) < 400:  # and the definition, where the stack sweep is quick enough
+        assert got[:2] == _stack_nest(tids, starts, ends, ids)[:2]

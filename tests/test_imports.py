@@ -65,6 +65,7 @@ LAYER_OF: dict[str, str] = {
     "traceview.store": "ingest",
     "traceview.executors": "ingest",          # where the per-rank parse runs (in process, a pool, Dask)
     "traceview.spill": "ingest",              # a parsed file's tables written for the place round, read back mapped
+    "traceview.scratch_place": "ingest",      # where a mapped job's scratch folder lies (RAM or the store)
     "traceview.progress": "base",
     "traceview.code_stamp": "base",           # the identity of the code (store entries, kept documents)
     "traceview.run_options": "entry",         # the CLI options of store and executors

@@ -7,9 +7,9 @@ Dask) and its per-job work in this process: map per rank, reduce per job.
    (load.place / profile.merge), here on the meta-only profiles, which gives each file its rank
    mapping and id offset.
 3. The files are cut into contiguous batches. A worker reads a batch's tables from the store,
-   places them and writes them as Arrow IPC files into a scratch folder (beside the store, which
-   Dask workers see too); this process memory-maps them as the job's canonical tables, so its
-   profile costs no copy.
+   places them and writes them as Arrow IPC files into a scratch folder (in RAM for a local pool
+   where there is room, else beside the store, which Dask workers see too: scratch_place); this
+   process memory-maps them as the job's canonical tables, so its profile costs no copy.
 4. Per-rank steps run on the workers: `engine.pipeline.build` hands every per-rank step it needs to
    `Remote.build`, which runs one round of batch tasks (each a session over its batch's tables and
    the steps built before, registered as given) and adopts the steps' tables, memory-mapped, into
@@ -162,16 +162,20 @@ def start_job(files: list[Path], nsys_bin: str | None) -> Started:
     """The parse of a mapped job started on the run's pool (the parent checks the options and
     imports the analysis meanwhile: the workers forked by executors.start_pool would otherwise wait
     for it); load_job takes the results, where a bad trace is said."""
-    from . import executors
+    from . import executors, scratch_place
     from .load import parse_checked
     state = executors.current()
     assert state is not None
+    fast = scratch_place.root(files, state.client is not None)     # RAM-backed where there is room
     if state.settings.store is None:          # --no-store: a store of this run only, removed at its end
-        tmp = Path(tempfile.mkdtemp(prefix="traceview-run-"))
+        tmp = Path(tempfile.mkdtemp(prefix=scratch_place.name("run"), dir=fast))
         state.cleanups.append(lambda: shutil.rmtree(tmp, ignore_errors=True))
         state.settings.store = tmp
         state.cleanups.append(lambda: setattr(state.settings, "store", None))
-    scratch = Path(state.settings.store) / "scratch" / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    if fast is None:
+        scratch = Path(state.settings.store) / "scratch" / f"{os.getpid()}-{uuid.uuid4().hex[:12]}"
+    else:
+        scratch = fast / f"{scratch_place.name('scratch')}{uuid.uuid4().hex[:12]}"
     scratch.mkdir(parents=True)
     state.cleanups.append(lambda: shutil.rmtree(scratch, ignore_errors=True))
     return Started(scratch, executors.start_read(files, nsys_bin, parse_checked, light=True, spill=scratch / "files"))

@@ -11,6 +11,7 @@ from ..analysis.analyze import flops_sections, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
 from ..engine.session import Session
+from ..engine.steps import all_steps
 from ..flops import steps as _flops_steps  # noqa: F401  (declares the FLOPs Python steps prefetched below)
 from ..profile import Profile
 from .options import AnalyzeOptions
@@ -40,16 +41,20 @@ def _release(session: Session) -> None:
         remote.release_pages()
 
 
-# Tables only the sections before the critical paths read (range_context for the attribution, the
-# shares for the layer times): a caller that is done with the session once it has the document
-# (`keep_tables=False`: analyze) lets them go before the walk, the run's peak (the a2a export x100:
-# 220 MB of DuckDB tables, the process peak ~1.37-1.47 -> ~1.27-1.28 GiB, 2 runs each).
+# Tables only some sections read (range_context for the attribution, the spans and shares for the
+# layer times and the comm exposure): a caller done with the session once it has the document
+# (`keep_tables=False`: analyze) lets each go once every step analyze builds from it is built, which
+# is before or while the critical paths are walked (the run's peak). The a2a export x100: 220 MB of
+# DuckDB tables.
 SECTIONS_ONLY = ("range_context", "activity_shares", "activity_spans")
+OTHER_COMMANDS = frozenset({"diff_syncs", "diff_units", "segment_groups"})   # diff's, the Perfetto export's
 
 
 def _let_go(session: Session) -> None:
+    steps = all_steps().values()
     for name in SECTIONS_ONLY:
-        if session.materialized(name):
+        if session.materialized(name) and all(
+                s.name in session.built for s in steps if name in s.requires and s.name not in OTHER_COMMANDS):
             session.drop(name)
 
 
@@ -57,7 +62,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
              rules: Rules | None = None, budget: Budget | None = None, keep_tables: bool = True) -> ReportDocument:
     """The `traceview.report/1` document of `profile`, computed in `session` (a new one when not
     given; its tables stay queryable unless `keep_tables` is False: then SECTIONS_ONLY are dropped
-    before the critical paths are walked), with attribution `rules` and, when given, a `budget`."""
+    once used), with attribution `rules` and, when given, a `budget`."""
     opts = opts or AnalyzeOptions()
     rules = rules or Rules()
     session = session or Session(profile)
@@ -69,6 +74,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     rows = breakdown.step_rows(session)
     _release(session)
     layers.prepare(session, rules)
+    if not keep_tables:
+        _let_go(session)
     # the critical paths and stalls need the job's collectives and the steps' idle time: on a
     # mapped job the workers compute them while the sections below are computed here
     job = stalls.job_inputs(session)
@@ -80,6 +87,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     layer_rows = layers.layer_rows(session, *((str(remote.scratch / "doc-layers.rows"), remote.maps)
                                               if remote is not None else ()))
     _release(session)
+    if not keep_tables:
+        _let_go(session)
     inputs = inputs_section(profile, capture.first_events(session))
     _release(session)
     top_kernels = breakdown.top_kernels(session, opts.top)

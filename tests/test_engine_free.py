@@ -75,6 +75,40 @@ def test_analyze_frees_the_layer_intermediates():
     assert not left & session.freed and {"range_context", "activity_attribution"} <= left
 
 
+def test_analyze_lets_the_sections_tables_go_before_the_walk(monkeypatch):
+    """keep_tables=False (analyze: the session goes with the document) drops SECTIONS_ONLY once the
+    steps analyze builds from them are, and the document is the one a run that keeps them makes."""
+    path = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
+    if not path.exists():
+        pytest.skip("the shared corpus is not beside the checkout")
+    from traceview.analysis import stalls
+    from traceview.document import assemble
+    from traceview.runs import AnalyzeOptions, run_job
+    seen: list = []
+    start = stalls.start_rank_part
+
+    def spy(session, *a, **k):   # the tables there when the walk starts and when its part is awaited
+        seen.append(session.materialized("range_context"))
+        pending = start(session, *a, **k)
+
+        def wait():
+            seen.append({n: session.materialized(n) for n in assemble.SECTIONS_ONLY})
+            return pending()
+        return wait
+    monkeypatch.setattr(stalls, "start_rank_part", spy)
+    kept_doc, kept = run_job([str(path)], AnalyzeOptions())
+    doc, session = run_job([str(path)], AnalyzeOptions(), keep_tables=False)
+    # range_context goes before the walk starts (its only reader, the attribution, is built), the
+    # spans and shares before the walk's part is awaited
+    assert seen == [True, dict.fromkeys(assemble.SECTIONS_ONLY, True),
+                    False, dict.fromkeys(assemble.SECTIONS_ONLY, False)]
+    assert doc == kept_doc
+    left = {r["name"] for r in session.rows("SELECT table_name AS name FROM duckdb_tables()")}
+    assert not left & set(assemble.SECTIONS_ONLY) and set(assemble.SECTIONS_ONLY) <= session.freed
+    still = {r["name"] for r in kept.rows("SELECT table_name AS name FROM duckdb_tables()")}
+    assert set(assemble.SECTIONS_ONLY) <= still
+
+
 def test_layer_intermediates_are_gone_before_the_attribution_query():
     # layers.prepare builds in three calls: range_tags is dropped before the layer heads are
     # made and range_context_raw before activity_attribution runs (its largest neighbour)

@@ -79,6 +79,29 @@ def test_header_parsing():
         parse_header("x", "-- step: x\n-- scope: node\n-- requires: a\n-- produces: c\nSELECT 1")
 
 
+def test_disabled_optimizers_header(monkeypatch):
+    """A step's `-- disabled_optimizers:` are off while its SQL runs (DuckDB reports the setting
+    inside the query) and back on after it; a name that is not an optimizer's is refused."""
+    text = ("-- step: t_sql_opt\n-- scope: rank\n-- requires: gpu_activities\n-- produces: rank, v\n"
+            "-- disabled_optimizers: build_side_probe_side, join_order\n"
+            "SELECT rank, current_setting('disabled_optimizers') AS v FROM gpu_activities")
+    st = parse_header("t_sql_opt", text)
+    assert st.disabled_optimizers == ("build_side_probe_side", "join_order")
+    assert parse_header("x", "-- step: x\n-- scope: job\n-- requires: a\n-- produces: c\nSELECT 1"
+                        ).disabled_optimizers == ()
+    with pytest.raises(StepError, match="not an optimizer name"):
+        parse_header("x", "-- step: x\n-- scope: job\n-- requires: a\n-- produces: c\n"
+                          "-- disabled_optimizers: join_order'; SELECT 1; --\nSELECT 1")
+    real = steps.sql_steps()
+    monkeypatch.setattr(steps, "sql_steps", lambda: {**real, "t_sql_opt": st})
+    s = _session()
+    before = s.rows("SELECT current_setting('disabled_optimizers') AS v")[0]["v"]
+    build(s, ["t_sql_opt"])
+    inside = s.rows("SELECT v FROM t_sql_opt")[0]["v"]
+    assert set(inside.replace(" ", "").split(",")) == {"build_side_probe_side", "join_order"}
+    assert s.rows("SELECT current_setting('disabled_optimizers') AS v")[0]["v"] == before == ""
+
+
 def test_every_declared_step_is_well_formed():
     import traceview.analysis.breakdown
     import traceview.analysis.layers  # noqa: F401  (they declare Python steps)

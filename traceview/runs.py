@@ -34,8 +34,9 @@ def _settle() -> None:
         gc.freeze()
 
 
-def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Session]:
-    """The document and the DuckDB session it was computed in (its tables stay queryable)."""
+def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) -> tuple[ReportDocument, Session]:
+    """The document and the DuckDB session it was computed in (its tables stay queryable unless
+    `keep_tables` is False: see assemble)."""
     _settle()
     from .errors import TraceError
     from .trace_files import expand
@@ -69,7 +70,7 @@ def run_job(paths: list[str], opts: AnalyzeOptions) -> tuple[ReportDocument, Ses
     from .document.assemble import assemble
     _settle()
     session.attach(profile)
-    return assemble(profile, opts, session, rules, budget), session
+    return assemble(profile, opts, session, rules, budget, keep_tables=keep_tables), session
 
 
 def _mappable(files) -> bool:
@@ -89,7 +90,7 @@ def _load(paths: list[str], files, nsys_bin: str | None, mapped_job: bool, start
 
 
 def run_analyze(paths: list[str], opts: AnalyzeOptions) -> ReportDocument:
-    return run_job(paths, opts)[0]
+    return run_job(paths, opts, keep_tables=False)[0]   # the session goes with the call
 
 
 def load_side(label: str, paths: list[str], opts: DiffOptions) -> Side:

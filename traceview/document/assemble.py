@@ -11,6 +11,7 @@ from ..analysis.analyze import flops_sections, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
 from ..engine.session import Session
+from ..engine.steps import all_steps
 from ..flops import steps as _flops_steps  # noqa: F401  (declares the FLOPs Python steps prefetched below)
 from ..profile import Profile
 from .options import AnalyzeOptions
@@ -40,10 +41,28 @@ def _release(session: Session) -> None:
         remote.release_pages()
 
 
+# Tables only some sections read (range_context for the attribution, the spans and shares for the
+# layer times and the comm exposure): a caller done with the session once it has the document
+# (`keep_tables=False`: analyze) lets each go once every step analyze builds from it is built, which
+# is before or while the critical paths are walked (the run's peak). The a2a export x100: 220 MB of
+# DuckDB tables.
+SECTIONS_ONLY = ("range_context", "activity_shares", "activity_spans")
+OTHER_COMMANDS = frozenset({"diff_syncs", "diff_units", "segment_groups"})   # diff's, the Perfetto export's
+
+
+def _let_go(session: Session) -> None:
+    steps = all_steps().values()
+    for name in SECTIONS_ONLY:
+        if session.materialized(name) and all(
+                s.name in session.built for s in steps if name in s.requires and s.name not in OTHER_COMMANDS):
+            session.drop(name)
+
+
 def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Session | None = None,
-             rules: Rules | None = None, budget: Budget | None = None) -> ReportDocument:
+             rules: Rules | None = None, budget: Budget | None = None, keep_tables: bool = True) -> ReportDocument:
     """The `traceview.report/1` document of `profile`, computed in `session` (a new one when not
-    given; its tables stay queryable), with attribution `rules` and, when given, a `budget`."""
+    given; its tables stay queryable unless `keep_tables` is False: then SECTIONS_ONLY are dropped
+    once used), with attribution `rules` and, when given, a `budget`."""
     opts = opts or AnalyzeOptions()
     rules = rules or Rules()
     session = session or Session(profile)
@@ -55,6 +74,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     rows = breakdown.step_rows(session)
     _release(session)
     layers.prepare(session, rules)
+    if not keep_tables:
+        _let_go(session)
     # the critical paths and stalls need the job's collectives and the steps' idle time: on a
     # mapped job the workers compute them while the sections below are computed here
     job = stalls.job_inputs(session)
@@ -66,6 +87,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     layer_rows = layers.layer_rows(session, *((str(remote.scratch / "doc-layers.rows"), remote.maps)
                                               if remote is not None else ()))
     _release(session)
+    if not keep_tables:
+        _let_go(session)
     inputs = inputs_section(profile, capture.first_events(session))
     _release(session)
     top_kernels = breakdown.top_kernels(session, opts.top)
@@ -100,6 +123,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
                                f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "
                                "--tokens-per-step or the model")
     _release(session)
+    if not keep_tables:
+        _let_go(session)
     parts = pending()
     _release(session)
     sec = stalls.merge(job, parts, opts.top)

@@ -80,10 +80,19 @@ class Session:
             self.con.unregister(name)
             self._registered.discard(name)
 
-    def materialize_sql(self, name: str, sql: str, params: dict) -> None:
-        """Keep the result of a step's SQL inside DuckDB as temp table `name` (engine/pipeline.py)."""
+    def materialize_sql(self, name: str, sql: str, params: dict,
+                        disabled_optimizers: tuple[str, ...] = ()) -> None:
+        """Keep the result of a step's SQL inside DuckDB as temp table `name` (engine/pipeline.py),
+        with the DuckDB optimizers its header names off while it runs (names checked by
+        steps.parse_header)."""
         self._replace(name)
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
+        if disabled_optimizers:
+            self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
+        try:
+            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
+        finally:
+            if disabled_optimizers:
+                self.con.execute("RESET disabled_optimizers")
         self._views.add(name)
 
     def materialized(self, name: str) -> bool:

@@ -5,6 +5,7 @@
     -- requires: activity_class, activity_origin, gpu_activities, cpu_ranges
     -- params: comm_regex               (optional) DuckDB named parameters ($comm_regex) it uses
     -- produces: rank, id, op_key, kind, bytes
+    -- disabled_optimizers: build_side_probe_side   (optional) DuckDB optimizers off while it runs
 
 (`produces` may continue on further `-- produces:` lines). Requirements are canonical tables
 (traceview/schema.py) or other steps. A Python step (a computation SQL does not express well, such
@@ -21,8 +22,9 @@ from importlib import resources
 from typing import Callable
 
 SCOPES = ("rank", "job")
-_FIELDS = ("step", "scope", "requires", "params", "produces")
-_HEADER = re.compile(r"^--\s*(step|scope|requires|params|produces)\s*:(.*)$")
+_FIELDS = ("step", "scope", "requires", "params", "produces", "disabled_optimizers")
+_HEADER = re.compile(r"^--\s*(step|scope|requires|params|produces|disabled_optimizers)\s*:(.*)$")
+_OPTIMIZER = re.compile(r"^[a-z_]+$")   # a DuckDB optimizer's name (the SET statement quotes it)
 
 
 class StepError(Exception):
@@ -38,6 +40,7 @@ class Step:
     produces: tuple[str, ...]
     sql: str | None = None                                  # SQL steps
     run: Callable | None = None                             # Python steps: run(session, params) -> pa.Table
+    disabled_optimizers: tuple[str, ...] = ()               # SQL steps: DuckDB optimizers off while it runs
 
     @property
     def kind(self) -> str:
@@ -66,7 +69,11 @@ def parse_header(name: str, text: str) -> Step:
     step = Step(name=name, scope=scope,
                 requires=_names(",".join(fields["requires"])),
                 params=_names(",".join(fields.get("params", []))),
-                produces=_names(",".join(fields["produces"])), sql=text)
+                produces=_names(",".join(fields["produces"])), sql=text,
+                disabled_optimizers=_names(",".join(fields.get("disabled_optimizers", []))))
+    bad = [o for o in step.disabled_optimizers if not _OPTIMIZER.match(o)]
+    if bad:
+        raise StepError(f"sql/{name}.sql: {', '.join(map(repr, bad))} is not an optimizer name")
     for p in step.params:
         if f"${p}" not in _body(text):
             raise StepError(f"sql/{name}.sql: declares parameter {p} but never uses ${p}")

@@ -535,6 +535,9 @@ def read(path: Path) -> Profile:
     # passes, 0.17 s of CPU)
     collecting = gc.isenabled()
     gc.disable()
+    from . import huge_pages, kineto_helper
+    if kineto_helper._estimated_text(path) >= huge_pages.MIN_TEXT:
+        huge_pages.turn_off()
     try:
         profile = _read(path)
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as e:

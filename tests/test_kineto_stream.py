@@ -391,3 +391,32 @@ def test_kinds_follow_the_lower_cased_category_in_order_of_first_appearance(tmp_
     assert kind.dictionary.to_pylist() == ["kernel", "memcpy", "memset"]
     api = p.launches.column("api").combine_chunks()
     assert api.to_pylist() == ["runtime", "driver", "runtime"] and api.dictionary.to_pylist() == ["runtime", "driver"]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_the_collector_is_off_during_the_read_and_as_it_was_after(tmp_path, monkeypatch, enabled):
+    """No collector pass while the events are read; the collector's state afterwards is the
+    caller's, after a read that fails too."""
+    import gc
+    seen: list = []
+    real = kineto._read
+
+    def watching(path):
+        seen.append(gc.isenabled())
+        return real(path)
+
+    monkeypatch.setattr(kineto, "_read", watching)
+    good, bad = _write(tmp_path, _events(3)), _write(tmp_path, [{"ph": "X", "cat": "kernel", "name": "k",
+                                                                "ts": "abc"}], "bad.json")
+    was = gc.isenabled()
+    try:
+        (gc.enable if enabled else gc.disable)()
+        p = kineto.read(good)
+        assert gc.isenabled() is enabled
+        with pytest.raises(TraceError):
+            kineto.read(bad)
+        assert gc.isenabled() is enabled
+    finally:
+        (gc.enable if was else gc.disable)()
+    assert seen == [False, False]
+    assert p.gpu_activities.num_rows == 3

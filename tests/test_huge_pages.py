@@ -1,7 +1,7 @@
 """huge_pages: a process that reads a large Kineto trace turns transparent huge pages off for itself
 (from then on); one that reads only small traces keeps them; a user's own MIMALLOC_ALLOW_THP decides.
 Checked where the kernel tells: the process's `THP_enabled` in /proc/self/status (Linux), read in a
-fresh interpreter after the read."""
+fresh interpreter (its inherited flag cleared first) after the read."""
 from __future__ import annotations
 
 import json
@@ -18,11 +18,15 @@ pytestmark = pytest.mark.skipif(
     reason="the kernel reports no per-process THP setting here")
 
 _CHILD = """
-import sys
+import ctypes, sys
 from pathlib import Path
 from traceview.parsers import huge_pages, kineto
 def thp():
     return [x for x in open("/proc/self/status") if x.startswith("THP_enabled:")][0].split()[1]
+# the flag is inherited (fork and exec): a test process that read a large trace in-process passes it on,
+# so the child clears it first (PR_SET_THP_DISABLE, 0) and starts from huge pages allowed
+ul = ctypes.c_ulong
+assert ctypes.CDLL(None, use_errno=True).prctl(41, ul(0), ul(0), ul(0), ul(0)) == 0
 before = thp()
 huge_pages.MIN_TEXT = int(sys.argv[2])
 kineto.read(Path(sys.argv[1]))

@@ -1,14 +1,12 @@
 """Colours in the text report only on a terminal."""
 from __future__ import annotations
 
-import inspect
 import io
 import os
 import re
 import subprocess
 import sys
 
-import pytest
 from helpers import ROOT
 from reports_support import GEN
 
@@ -63,12 +61,6 @@ def test_no_colour_when_piped():
     assert "\x1b[" not in r.stdout and r.stdout.startswith("traceview ")
 
 
-def _cli_colours() -> bool:
-    from traceview import cli
-    return "colorize" in inspect.getsource(cli)
-
-
-@pytest.mark.skipif(not _cli_colours(), reason="cli does not call reports.tty yet (integration pending)")
 def test_colour_on_a_terminal():
     import pty
     out = []

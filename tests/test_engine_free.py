@@ -123,9 +123,9 @@ def test_layer_intermediates_are_gone_before_the_attribution_query():
     held: dict = {}
     orig = s.materialize_sql
 
-    def spy(name, sql, params):
+    def spy(name, sql, params, disabled_optimizers=()):
         held[name] = {t for t in pipeline.TRANSIENT if s.materialized(t)}
-        orig(name, sql, params)
+        orig(name, sql, params, disabled_optimizers)
     s.materialize_sql = spy
     layers.prepare(s, Rules())
     assert "range_tags" not in held["layer_heads"] and "range_tags" not in held["range_context"]

@@ -78,17 +78,17 @@ def install(params: list) -> int:
     return done
 
 
-class Command(typer.core.TyperCommand):
-    """typer's command, its plain parameters (--help included) converted as above."""
+class _PlainValues:
+    """Mixed into typer's command classes: the plain parameters (--help included) converted as above."""
 
     def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        install(self.get_params(ctx))
-        return super().parse_args(ctx, args)
+        install(self.get_params(ctx))  # type: ignore[attr-defined]
+        return super().parse_args(ctx, args)  # type: ignore[misc]
 
 
-class Group(typer.core.TyperGroup):
+class Command(_PlainValues, typer.core.TyperCommand):
+    """typer's command, its plain parameters converted as above."""
+
+
+class Group(_PlainValues, typer.core.TyperGroup):
     """typer's group of commands (`traceview` itself: --version, --help), its options converted as above."""
-
-    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
-        install(self.get_params(ctx))
-        return super().parse_args(ctx, args)

@@ -40,7 +40,7 @@ def _prev_on_thread(tid: pa.Array, candidate: pa.Array) -> pa.Array:
     n = len(tid)
     if not n:
         return pa.array([], type=_I64)
-    pos = pc.subtract(pc.cumulative_sum(pa.repeat(_ONE, n)), _ONE)
+    pos = _positions(n)
     last = pc.cumulative_max(pc.if_else(candidate, pos, _MINUS_ONE))  # the last candidate at or before
     before = pa.concat_arrays([pa.array([-1], type=_I64), last[:-1]])
     new_thread = pc.not_equal(tid, pa.concat_arrays([tid[:1], tid[:-1]]))
@@ -122,7 +122,7 @@ def _sort(tid, start, end, typ=None) -> pa.Array:
     return pc.sort_indices(pa.table(cols), sort_keys=keys)  # stable: equal keys keep input order
 
 
-def _queries_back(sorted_vals: pa.Array, order: pa.Array, is_range: pa.Array, nc: int) -> pa.Array:
+def _queries_back(sorted_vals: pa.Array, order: pa.Array, is_range: pa.Array) -> pa.Array:
     """The queries' values (given in sorted order, among the ranges') back in the queries' input
     order: only the queries' places are sorted back, not every position's."""
     at = pc.indices_nonzero(pc.invert(is_range))  # the queries' places in sorted order
@@ -174,7 +174,7 @@ def innermost_container(ctids, cstarts, cends, cids, qtids, qstarts, qends) -> p
     t, e = pc.take(tid, order), pc.take(end, order)
     is_range = pc.less(order, nc)
     found = _nearest(t, pc.if_else(is_range, e, _NULL), is_range, e)
-    return pc.take(_col(cids), _queries_back(pc.take(order, found), order, is_range, nc))
+    return pc.take(_col(cids), _queries_back(pc.take(order, found), order, is_range))
 
 
 __all__: Sequence[str] = ("nest", "innermost_container")

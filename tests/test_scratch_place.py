@@ -10,6 +10,7 @@ from helpers import TRACES
 
 from traceview import scratch_place
 from traceview.cli import run_cli
+from traceview.errors import UsageError
 
 DLRM = TRACES / "kineto" / "dlrm_8rank_v100"
 
@@ -63,6 +64,29 @@ def test_the_environment_names_the_folder(tmp_path, monkeypatch):
     assert scratch_place.root([], distributed=True) == tmp_path / "x"
     monkeypatch.setenv(scratch_place.ENV, "store")
     assert scratch_place.root([], distributed=False) is None
+
+
+def test_a_named_folder_is_made_and_one_that_cannot_be_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.setenv(scratch_place.ENV, str(tmp_path / "new" / "sub"))
+    assert scratch_place.root([], distributed=False) == tmp_path / "new" / "sub"
+    assert (tmp_path / "new" / "sub").is_dir()
+    (tmp_path / "file").write_text("x")
+    monkeypatch.setenv(scratch_place.ENV, str(tmp_path / "file" / "sub"))     # below a file: cannot be made
+    with pytest.raises(UsageError, match="cannot use as the scratch folder"):
+        scratch_place.root([], distributed=False)
+
+
+@pytest.mark.skipif(not DLRM.exists(), reason="the shared corpus is not beside the checkout")
+def test_a_scratch_folder_that_cannot_be_made_is_one_line_exit_2(tmp_path):
+    (tmp_path / "file").write_text("x")
+    env = {**os.environ, scratch_place.ENV: str(tmp_path / "file" / "sub")}
+    out = tmp_path / "r.json"
+    p = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(DLRM), "--jobs", "2", "--no-store",
+                        "-f", "json", "-o", str(out)], capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 2 and "Traceback" not in p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "cannot use as the scratch folder" in lines[0], p.stderr
+    assert not out.exists()
 
 
 def test_prune_removes_only_folders_of_dead_processes(tmp_path):

@@ -8,7 +8,8 @@ whose deletes are discards) the writes and the removal of some thousand files co
 than the analysis's CPU. In RAM they cost the copy. A Dask run keeps its scratch in the store: its
 workers on other nodes must see it.
 
-`TRACEVIEW_SCRATCH_DIR` names the folder to use (`store`: beside the store, as before). Without it,
+`TRACEVIEW_SCRATCH_DIR` names the folder to use, made where it is missing (`store`: beside the
+store, as before; a folder that cannot be made or written is one line and exit 2). Without it,
 `/dev/shm` is used when it is a writable folder whose free space is at least twice the job's
 estimated scratch and the estimate is at most a quarter of the memory available (MemAvailable):
 the estimate is SCRATCH_PER_BYTE times the input's bytes (GZ_PER_BYTE for gzip-compressed files).
@@ -21,6 +22,8 @@ import os
 import re
 import shutil
 from pathlib import Path
+
+from .errors import UsageError
 
 ENV = "TRACEVIEW_SCRATCH_DIR"
 SHM = Path("/dev/shm")
@@ -58,7 +61,7 @@ def root(files: list[Path], distributed: bool, shm: Path = SHM) -> Path | None:
     """The folder the job's scratch goes under, or None for the store (its `scratch/` folder)."""
     chosen = os.environ.get(ENV)
     if chosen:
-        return None if chosen == "store" else Path(chosen)
+        return None if chosen == "store" else _usable(Path(chosen))
     if distributed or not shm.is_dir() or not os.access(shm, os.W_OK | os.X_OK):
         return None
     try:
@@ -70,6 +73,18 @@ def root(files: list[Path], distributed: bool, shm: Path = SHM) -> Path | None:
         return None
     prune(shm)
     return shm
+
+
+def _usable(folder: Path) -> Path:
+    """The folder the environment names, made where it is missing; one that cannot be made or
+    written is a usage error (one line, exit 2)."""
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable")
+    except OSError as e:
+        raise UsageError(folder, f"cannot use as the scratch folder ({ENV}): {e.strerror or e}") from None
+    return folder
 
 
 def name(kind: str) -> str:

@@ -208,3 +208,27 @@ def test_a_store_that_cannot_be_made_is_one_line(tmp_path, capsys):
     assert run_cli(["analyze", str(BASE), "--store", str(blocker / "store")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "cannot use as the store" in err[0] and str(blocker) in err[0]
+
+
+A2A = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"     # two ranks in one file
+
+
+@pytest.mark.parametrize("paths", [[DLRM], [A2A]], ids=["dlrm-8-files", "nsys-2-ranks-1-file"])
+def test_a_parse_in_this_process_gives_the_tables_as_the_store_reads_them_back(tmp_path, monkeypatch, paths):
+    """A run that parses in its own process stores the tables and goes on with them as the store
+    would give them back, without reading its Parquet files (executors._parse `give`): each table
+    equals the one a later run reads from the store (Store.lookup: a second method), types and
+    dictionaries included, and the first run read no Parquet file."""
+    import pyarrow.parquet as pq
+    reads = []
+    real = pq.read_table
+    monkeypatch.setattr(pq, "read_table", lambda *a, **k: reads.append(a[0]) or real(*a, **k))
+    first, stats = loaded(paths, tmp_path / "s")
+    assert stats["parsed"] == stats["files"] and reads == []
+    again, stats = loaded(paths, tmp_path / "s")
+    assert stats["from_store"] == stats["files"] and reads           # read back this time
+    for name, t in again.tables().items():
+        got = first.tables()[name]
+        assert got.schema.equals(t.schema, check_metadata=True), name
+        assert got.equals(t), name
+    assert again.warnings == first.warnings

@@ -140,23 +140,25 @@ def _task(fn, args: tuple) -> tuple:
 
 
 def parse_task(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
-               fault: str | None = None, light: bool = False, spill: str | None = None):
+               fault: str | None = None, light: bool = False, spill: str | None = None, give: bool = False):
     """Parse one trace (in whichever process runs it). Returns (kind, value, peak RSS KiB of the
     process that ran it): ("stored", None) when its tables went to the store (`light`: ("stored",
     its meta, warnings and largest id), as Store.lookup_light), ("tables", Stored) when they come
     back by value, ("bad", message) for bad input. `spill`: a folder where the tables parsed and
     stored are also written as read back from the store, uncompressed (mapped.spill: a mapped
-    job's batch task reads them there instead of decoding the Parquet again)."""
+    job's batch task reads them there instead of decoding the Parquet again). `give`: the tables
+    stored come back too, as the store would give them back (store.as_read_back), in place of
+    ("stored", None): for the run's own process, which would otherwise read them back."""
     import resource
-    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault, light, spill)
+    kind, value = _parse(parse, path, nsys_bin, store_root, max_input, fault, light, spill, give)
     return kind, value, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 
 
 def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_input: int | None,
-           fault: str | None, light: bool = False, spill: str | None = None):
+           fault: str | None, light: bool = False, spill: str | None = None, give: bool = False):
     from .parsers import bounded_read
     from .parsers.nsys_store import exports_in
-    from .store import Store, Stored, file_hash, light as light_of
+    from .store import Store, Stored, as_read_back, file_hash, light as light_of
     if max_input is not None:
         bounded_read.set_max_input_size(max_input)
     p = Path(path)
@@ -168,7 +170,7 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
         store = Store(Path(store_root))
         with store.lock(p):
             if not _reread() and (hit := (store.lookup_light(p) if light else store.lookup(p))) is not None:
-                return "stored", hit if light else None         # another run stored it meanwhile
+                return "stored", hit if light or give else None     # another run stored it meanwhile
             before = p.stat()
             with exports_in(store):                 # an nsys report's SQLite export lies in the store
                 prof = parse(p, nsys_bin)
@@ -176,10 +178,13 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
             # (put() keeps nothing when the file's stat moved since `before`)
             content_hash = file_hash(p)
             got = Stored(prof.tables(), list(prof.warnings))
+            del prof
             if store.put(p, got, before, content_hash):
                 if spill is not None:
                     from .spill import spill_tables
                     spill_tables(Path(spill), got.tables)
+                if give:
+                    return "stored", Stored({n: as_read_back(n, t) for n, t in got.tables.items()}, got.warnings)
                 return "stored", light_of(got) if light else None
             return "tables", got
     except TraceError as e:
@@ -257,12 +262,12 @@ def start_read(files: list[Path], nsys_bin: str | None, parse, light: bool = Fal
     submitted = _submit_pool(min(s.jobs, len(misses)), misses, args) if pooled else None
 
     def finish() -> list[tuple[Path, Any]]:
-        return _finish_read(state, store, files, results, t0, misses, hits, args, submitted)
+        return _finish_read(state, store, files, results, t0, misses, hits, args, submitted, light)
     return finish
 
 
 def _finish_read(state: RunState, store, files: list[Path], results: dict, t0: float, misses: list[int],
-                 hits: int, args: list[tuple], submitted) -> list[tuple[Path, Any]]:
+                 hits: int, args: list[tuple], submitted, light: bool = False) -> list[tuple[Path, Any]]:
     s = state.settings
     from .progress import Progress
     progress = Progress(len(files), sum(_size(f) for f in files), force=s.progress)
@@ -299,7 +304,7 @@ def _finish_read(state: RunState, store, files: list[Path], results: dict, t0: f
             _collect_pool(submitted, take)
         else:
             for i, a in zip(misses, args, strict=False):
-                take(i, parse_task(*a))
+                take(i, parse_task(*a, give=not light))     # (not read back from the store)
     finally:
         progress.close()
     for i in sorted(bad):

@@ -25,12 +25,9 @@ def spill_tables(folder: Path, tables: dict[str, pa.Table]) -> None:
         return
     tmp = folder.with_name(f".{folder.name}.{uuid.uuid4().hex[:8]}")
     tmp.mkdir(parents=True)
+    from .store import as_read_back
     for name in schema.TABLES:
-        t = tables[name]
-        want = schema.TABLES[name]
-        if not t.schema.equals(want, check_metadata=True):
-            t = t.cast(want)
-        t = t.combine_chunks()
+        t = as_read_back(name, tables[name])
         with pa.OSFile(str(tmp / f"{name}.arrow"), "wb") as sink, pa.ipc.new_file(sink, t.schema) as w:
             w.write_table(t)
     try:

@@ -531,13 +531,20 @@ def _write_partitions(entry: Path, name: str, table: pa.Table) -> list[dict]:
 
 def _restore(name: str, pieces: list[pa.Table]) -> pa.Table:
     import pyarrow as pa
-
-    from . import schema
     t = pa.concat_tables(pieces) if len(pieces) > 1 else pieces[0]
     if _ORDER in t.column_names:
         import pyarrow.compute as pc
         t = t.take(pc.sort_indices(t.column(_ORDER))).drop_columns([_ORDER])
+    return as_read_back(name, t)
+
+
+def as_read_back(name: str, table: pa.Table) -> pa.Table:
+    """Table `name` in the form lookup() gives it back: its canonical schema's types and one chunk
+    (its rows, in their order, are what was stored). The parse's own tables in this form serve
+    where the store's copy would be read back (a parse in the run's own process; a mapped job's
+    spill): the same values, without a Parquet decode."""
+    from . import schema
     want = schema.TABLES[name]
-    if not t.schema.equals(want, check_metadata=True):
-        t = t.cast(want)
-    return t.combine_chunks()
+    if not table.schema.equals(want, check_metadata=True):
+        table = table.cast(want)
+    return table.combine_chunks()

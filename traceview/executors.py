@@ -262,12 +262,12 @@ def start_read(files: list[Path], nsys_bin: str | None, parse, light: bool = Fal
     submitted = _submit_pool(min(s.jobs, len(misses)), misses, args) if pooled else None
 
     def finish() -> list[tuple[Path, Any]]:
-        return _finish_read(state, store, files, results, t0, misses, hits, args, submitted, light)
+        return _finish_read(state, store, files, results, t0, misses, hits, args, submitted)
     return finish
 
 
 def _finish_read(state: RunState, store, files: list[Path], results: dict, t0: float, misses: list[int],
-                 hits: int, args: list[tuple], submitted, light: bool = False) -> list[tuple[Path, Any]]:
+                 hits: int, args: list[tuple], submitted) -> list[tuple[Path, Any]]:
     s = state.settings
     from .progress import Progress
     progress = Progress(len(files), sum(_size(f) for f in files), force=s.progress)
@@ -303,8 +303,9 @@ def _finish_read(state: RunState, store, files: list[Path], results: dict, t0: f
         elif submitted is not None:
             _collect_pool(submitted, take)
         else:
-            for i, a in zip(misses, args, strict=False):
-                take(i, parse_task(*a, give=not light))     # (not read back from the store)
+            for i, (fn, path, nsys, root, limit, fault, lt, spill) in zip(misses, args, strict=False):
+                # the tables parsed here are given back, not read back from the store
+                take(i, parse_task(fn, path, nsys, root, limit, fault, lt, spill, give=not lt))
     finally:
         progress.close()
     for i in sorted(bad):

@@ -511,16 +511,27 @@ def _write_partitions(entry: Path, name: str, table: pa.Table) -> list[dict]:
     kept (a multi-rank file may interleave ranks) by a row-number column when the ranks are not
     already in order."""
     import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    ranks = table.column("rank").to_pylist()
-    distinct = sorted(set(ranks)) or [None]
-    ordered = all(a <= b for a, b in zip(ranks, ranks[1:], strict=False))
+    rank = table.column("rank")
+    n = table.num_rows
+    distinct = sorted(pc.unique(rank).to_pylist()) or [None]
+    # (in Arrow kernels: a Python pass over the rank column took some 0.5 s for 3.2M rows)
+    ordered = n < 2 or bool(pc.all(pc.less_equal(rank.slice(0, n - 1), rank.slice(1))).as_py())
     if not ordered:
         table = table.append_column(_ORDER, pa.array(range(table.num_rows), pa.int64()))
+        parts = {r: table.filter(pc.equal(table.column("rank"), r)) for r in distinct} if len(distinct) > 1 else {}
+    elif len(distinct) > 1:             # ranks in order: each rank's rows are one run, sliced (no copy)
+        runs = pc.value_counts(rank)    # (in order of first appearance: ascending here)
+        parts, at = {}, 0
+        for r, count in zip(runs.field("values").to_pylist(), runs.field("counts").to_pylist(), strict=True):
+            parts[r] = table.slice(at, count)
+            at += count
+    else:
+        parts = {}
     out = []
-    import pyarrow.compute as pc
     for r in distinct:
-        part = table if r is None or len(distinct) == 1 else table.filter(pc.equal(table.column("rank"), r))
+        part = parts.get(r, table)
         rel = f"{name}/rank={'none' if r is None else r}/part-0.parquet"
         f = entry / rel
         f.parent.mkdir(parents=True, exist_ok=True)

@@ -261,3 +261,47 @@ def test_partitions_hold_each_ranks_rows_and_give_the_table_back_in_its_order(tm
         pieces.append(t)
     back = store_mod._restore("syncs", pieces)
     assert back.equals(table) and back.column("rank").to_pylist() == ranks
+
+
+def test_a_put_behind_the_analysis_is_waited_for_by_every_read_and_by_the_end_of_the_run(tmp_path, monkeypatch):
+    """The in-process parse stores its tables on a thread (Store.put_behind) while the run goes on:
+    the trace's lock is held until they are written, a read of that trace's entry waits for them
+    and finds them whole, and no such thread outlives the run (executors.configured)."""
+    import fcntl
+    import threading
+    import time
+
+    from traceview.load import parse_checked
+    real = store_mod.Store.put
+    started = threading.Event()
+
+    def slow_put(self, *a, **k):
+        started.set()
+        time.sleep(0.5)
+        return real(self, *a, **k)
+    monkeypatch.setattr(store_mod.Store, "put", slow_put)
+    root = tmp_path / "s"
+    f = sorted(DLRM.iterdir())[0]
+    other = tmp_path / "other.json.gz"
+    shutil.copyfile(BASE, other)
+
+    def putting() -> list:
+        return [t for t in threading.enumerate() if t.name == "traceview-store-put"]
+    with executors.configured(executors.RunSettings(store=root, jobs=1)):
+        kind, got, _ = executors.parse_task(parse_checked, str(f), None, str(root), None, give=True)
+        assert kind == "stored" and got.tables["gpu_activities"].num_rows > 0
+        assert started.wait(5) and putting()
+        store = store_mod.Store(root)
+        with open(store.locks / f"{store.key(f)}.lock", "a+b") as lock, pytest.raises(BlockingIOError):
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)      # still held by the put
+        back = store.lookup(f)                       # waits for the put, then reads it whole
+        assert back is not None and not putting()
+        for name, t in back.tables.items():
+            assert t.equals(got.tables[name]), name
+        with open(store.locks / f"{store.key(f)}.lock", "a+b") as lock:
+            fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)      # let go
+        started.clear()
+        executors.parse_task(parse_checked, str(other), None, str(root), None, give=True)
+        assert started.wait(5) and putting()
+    assert not putting()                             # the run's end waited for it
+    assert store_mod.Store(root).source_hash(other) == store_mod.file_hash(other)

@@ -12,6 +12,7 @@ retried once (a fresh pool; Dask reschedules it), then its trace is a failed ran
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
@@ -86,6 +87,8 @@ def configured(settings: RunSettings) -> Iterator[RunState]:
     try:
         yield state
     finally:
+        from .store import settle
+        settle()                         # the store's copies of the tables parsed here, written
         _STATE = previous
         if state.pool is not None:
             state.pool.shutdown(wait=True, cancel_futures=True)
@@ -168,12 +171,20 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
             prof = parse(p, nsys_bin)
             return "tables", Stored(prof.tables(), list(prof.warnings))
         store = Store(Path(store_root))
-        with store.lock(p):
+        with contextlib.ExitStack() as held:
+            held.enter_context(store.lock(p))
             if not _reread() and (hit := (store.lookup_light(p) if light else store.lookup(p))) is not None:
                 return "stored", hit if light or give else None     # another run stored it meanwhile
             before = p.stat()
             with exports_in(store):                 # an nsys report's SQLite export lies in the store
                 prof = parse(p, nsys_bin)
+            if give:
+                # the tables go on as the store gives them back, and are stored on a thread of
+                # their own while the analysis goes on (the lock is let go when they are)
+                got = Stored({n: as_read_back(n, t) for n, t in prof.tables().items()}, list(prof.warnings))
+                del prof
+                store.put_behind(p, got, before, held.pop_all())
+                return "stored", Stored(got.tables, list(got.warnings))
             # hashed after the parse, which refuses a file over the input size limit before reading it
             # (put() keeps nothing when the file's stat moved since `before`)
             content_hash = file_hash(p)
@@ -183,8 +194,6 @@ def _parse(parse, path: str, nsys_bin: str | None, store_root: str | None, max_i
                 if spill is not None:
                     from .spill import spill_tables
                     spill_tables(Path(spill), got.tables)
-                if give:
-                    return "stored", Stored({n: as_read_back(n, t) for n, t in got.tables.items()}, got.warnings)
                 return "stored", light_of(got) if light else None
             return "tables", got
     except TraceError as e:

@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import threading
 import uuid
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
@@ -207,7 +208,9 @@ class Store:
     # -- read ------------------------------------------------------------------------------------
     def _current(self, path: Path) -> tuple[Path, dict] | None:
         """(entry folder, manifest) of `path` when the manifest is of this version and describes the
-        trace as it is now, else None (the Parquet files are checked when they are read)."""
+        trace as it is now, else None (the Parquet files are checked when they are read). A put of
+        `path` still under way in this process (put_behind) is waited for first."""
+        settle(path)
         entry = self.entries / self.key(path)
         try:
             man = json.loads((entry / "manifest.json").read_text(encoding="utf-8"))
@@ -419,6 +422,27 @@ class Store:
             shutil.rmtree(tmp, ignore_errors=True)
             return False
 
+    def put_behind(self, path: Path, stored: Stored, before: os.stat_result, then) -> None:
+        """put() (the trace's content hash included) on a thread of its own, while the caller goes
+        on: its Parquet encoding and hashing let go of the GIL, so a run's analysis and the store's
+        copy of its tables share the cores. `then` (the trace's lock: an ExitStack) is closed when it
+        is done. A read of this trace's entry in this process waits for it (_current), and so does
+        the end of the run (settle, from executors.configured); nothing is stored where it fails,
+        as with put()."""
+        key = str(Path(path).resolve())
+
+        def work() -> None:
+            try:
+                self.put(path, stored, before, file_hash(path))
+            except Exception:          # (put() itself says False for what it expects)
+                pass
+            finally:
+                then.close()
+        thread = threading.Thread(target=work, name="traceview-store-put")
+        with _PUTTING_LOCK:
+            _PUTTING.setdefault(key, []).append(thread)
+        thread.start()
+
     @staticmethod
     def _write_manifest(entry: Path, man: dict) -> None:
         tmp = entry / f".manifest-{uuid.uuid4().hex[:8]}"
@@ -504,6 +528,25 @@ def light(stored: Stored) -> Stored:
 
 
 _ORDER = "__traceview_row"
+
+# the puts under way on threads of this process (Store.put_behind), by the trace's resolved path
+_PUTTING: dict[str, list[threading.Thread]] = {}
+_PUTTING_LOCK = threading.Lock()
+
+
+def settle(path: Path | None = None) -> None:
+    """Wait for the puts under way in this process (put_behind): those of `path`, or all."""
+    if not _PUTTING:
+        return
+    with _PUTTING_LOCK:
+        if path is None:
+            threads = [t for ts in _PUTTING.values() for t in ts]
+            _PUTTING.clear()
+        else:
+            threads = _PUTTING.pop(str(Path(path).resolve()), [])
+    for t in threads:
+        if t is not threading.current_thread():
+            t.join()
 
 
 def _write_partitions(entry: Path, name: str, table: pa.Table) -> list[dict]:

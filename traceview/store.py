@@ -430,6 +430,7 @@ class Store:
         the end of the run (settle, from executors.configured); nothing is stored where it fails,
         as with put()."""
         key = str(Path(path).resolve())
+        _PUT_SLOTS.acquire()            # (a job of many ranks parsed here: a few puts at a time)
 
         def work() -> None:
             try:
@@ -438,10 +439,15 @@ class Store:
                 pass
             finally:
                 then.close()
+                _PUT_SLOTS.release()
         thread = threading.Thread(target=work, name="traceview-store-put")
+        try:
+            thread.start()
+        except RuntimeError:            # no thread to be had: stored here and now
+            work()
+            return
         with _PUTTING_LOCK:
             _PUTTING.setdefault(key, []).append(thread)
-        thread.start()
 
     @staticmethod
     def _write_manifest(entry: Path, man: dict) -> None:
@@ -532,6 +538,7 @@ _ORDER = "__traceview_row"
 # the puts under way on threads of this process (Store.put_behind), by the trace's resolved path
 _PUTTING: dict[str, list[threading.Thread]] = {}
 _PUTTING_LOCK = threading.Lock()
+_PUT_SLOTS = threading.BoundedSemaphore(max(2, os.cpu_count() or 2))     # puts under way at most
 
 
 def settle(path: Path | None = None) -> None:

@@ -107,7 +107,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
         "steps": rows,
         "top_kernels": top_kernels,
         "layers": layer_rows,
-        "stages": layers.stage_totals(layer_rows),
+        "stages": layers.stage_totals(session),
         "attribution": layers.attribution_summary(session),
         "comm": layers.comm_rows(session),
         "warnings": list(profile.warnings) + info.get("warnings", []),

@@ -54,12 +54,12 @@ def _serve(conn, folder: str) -> None:
 
 
 def _no_dateutil_search() -> None:
-    """Where python-dateutil is not installed, mark it absent, as the command's own process does
-    (`executors.worker_init`), and its submodules that pyarrow imports: pyarrow looks for them on
-    every conversion of Python values, and a module that is not installed is searched for along the
-    whole sys.path each time (measured: 0.3 s of this process's CPU on a 2.5M-event trace; a
-    submodule of a module marked absent still takes the import lock, ~15 µs a conversion). The
-    import fails the same way, at once."""
+    """Where python-dateutil is not installed, mark it absent, as the command line's own process and
+    the pool's workers do (`executors.no_dateutil_search`), and its submodules that pyarrow
+    imports: pyarrow looks for them on every conversion of Python values, and a module that is not
+    installed is searched for along the whole sys.path each time (measured: 0.3 s of this
+    process's CPU on a 2.5M-event trace; a submodule of a module marked absent still takes the
+    import lock, ~15 µs a conversion). The import fails the same way, at once."""
     import importlib.util
     import sys
     if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:

@@ -204,3 +204,27 @@ def test_arrow_tables_travel_through_the_pool_as_ipc(monkeypatch):
     monkeypatch.setattr(pa.ipc, "new_stream", lambda *a, **k: (_ for _ in ()).throw(pa.ArrowInvalid("no")))
     fn, args = executors._table_reduce(odd)[:2]
     assert fn is not executors._table_from_ipc and fn(*args).equals(odd)
+
+
+_CLI_PROCESS = """
+import importlib.util, json, sys
+from traceview import cli_common, runs
+installed = importlib.util.find_spec("dateutil") is not None
+runs._cli_process()                        # a library user's process: left alone
+untouched = "dateutil" not in sys.modules or sys.modules["dateutil"] is not None
+cli_common.IN_CLI = True
+runs._cli_process()                        # the command line's own process
+marked = "dateutil" in sys.modules and sys.modules["dateutil"] is None
+print(json.dumps([installed, untouched, marked]))
+"""
+
+
+def test_the_command_lines_own_process_looks_for_a_missing_dateutil_once():
+    """As in the pool's workers: the command line's process marks a python-dateutil that is not
+    installed absent before it parses (pyarrow searched sys.path for it 19 times a rank), and only
+    where it is not installed; a library user's sys.modules is left alone."""
+    import json
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", _CLI_PROCESS], capture_output=True, text=True, check=True)
+    installed, untouched, marked = json.loads(out.stdout)
+    assert untouched and marked != installed

@@ -34,10 +34,21 @@ def _settle() -> None:
         gc.freeze()
 
 
+def _cli_process() -> None:
+    """The command line's own process, before it parses: a python-dateutil that is not installed
+    is marked absent (executors.no_dateutil_search), as in the pool's workers. Not in a library
+    user's process (its sys.modules is left alone)."""
+    from . import cli_common
+    if cli_common.IN_CLI:
+        from .executors import no_dateutil_search
+        no_dateutil_search()
+
+
 def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) -> tuple[ReportDocument, Session]:
     """The document and the DuckDB session it was computed in (its tables stay queryable unless
     `keep_tables` is False: see assemble)."""
     _settle()
+    _cli_process()
     from .errors import TraceError
     from .trace_files import expand
     try:

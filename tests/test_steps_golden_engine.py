@@ -77,6 +77,27 @@ def test_top_kernels_total_time_inside_the_windows_over_ranks():
     assert _proj(got, "name", "class", "count", "total_ns") == [("B", "compute", 1, 50), ("A", "compute", 2, 30)]
 
 
+def test_top_kernels_rank_counts_each_ranks_activities_inside_its_windows():
+    """The per-rank part top_kernels sums (a mapped job's workers build it): the same rows as above,
+    kept apart by rank; an activity inside two windows of its rank counts twice, as in top_kernels."""
+    cls = [dict(id=i, rank=r, device=0, stream=7, start_ns=s, end_ns=e, kind="kernel", name=n, cls="compute",
+                coll_range=None)
+           for i, r, s, e, n in [(1, 0, 0, 10, "A"), (2, 1, 20, 40, "A"), (3, 0, 40, 90, "B"),
+                                 (4, 0, 95, 130, "C"),      # ends after rank 0's windows: left out
+                                 (5, 1, 0, 5, "C"),         # before rank 1's window [10,100)
+                                 (6, 0, 42, 44, "B")]]      # inside both of rank 0's windows
+    cls = [{**c, "class": c.pop("cls")} for c in cls]
+    win = [dict(rank=0, step=1, name="s", start_ns=0, end_ns=100, activities=4),
+           dict(rank=0, step=2, name="s", start_ns=41, end_ns=50, activities=1),
+           dict(rank=1, step=1, name="s", start_ns=10, end_ns=100, activities=1)]
+    given = {"activity_class": _t(cls, coll_range=pa.string()), "windows": win}
+    got = run_step("top_kernels_rank", given=given, order_by="rank, name")
+    # rank 0: A 10 ns once; B 50 + 2 in step 1 and 2 again in step 2: 3 times, 54 ns. rank 1: A 20 ns once
+    assert _proj(got, "rank", "name", "count", "total_ns") == [(0, "A", 1, 10), (0, "B", 3, 54), (1, "A", 1, 20)]
+    total = run_step("top_kernels", given=given, order_by="total_ns DESC, name")
+    assert _proj(total, "name", "count", "total_ns") == [("B", 3, 54), ("A", 2, 30)]
+
+
 # ---------------------------------------------------------------- range context, layers
 
 RULES = {"layer_regexes": [r"^layer_(\d+)/", r"^blk(\w+)$"],

@@ -53,25 +53,13 @@ def _serve(conn, folder: str) -> None:
             conn.send(("err", RuntimeError(f"{type(e).__name__}: {e}")))
 
 
-def _no_dateutil_search() -> None:
-    """Where python-dateutil is not installed, mark it absent, as the command line's own process and
-    the pool's workers do (`executors.no_dateutil_search`), and its submodules that pyarrow
-    imports: pyarrow looks for them on every conversion of Python values, and a module that is not
-    installed is searched for along the whole sys.path each time (measured: 0.3 s of this
-    process's CPU on a 2.5M-event trace; a submodule of a module marked absent still takes the
-    import lock, ~15 µs a conversion). The import fails the same way, at once."""
-    import importlib.util
-    import sys
-    if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
-        for name in ("dateutil", "dateutil.relativedelta", "dateutil.tz"):  # pyarrow imports these two
-            sys.modules[name] = None  # type: ignore[assignment]
-
-
 def main(fd: int, folder: str) -> None:
     """The helper process's entry (kineto_helper starts it with the pipe's descriptor and the folder)."""
     import gc
     from multiprocessing.connection import Connection
-    _no_dateutil_search()
+
+    from .no_dateutil import no_dateutil_search
+    no_dateutil_search()
     from . import huge_pages
     huge_pages.turn_off()  # the helper reads only large traces (kineto_helper.MIN_TEXT)
     # this interpreter only decodes batches: the events are untracked structs, and what it keeps

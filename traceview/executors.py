@@ -461,27 +461,13 @@ def _pool(n: int) -> ProcessPoolExecutor:
 
 
 def worker_init() -> None:
-    """Each pool worker, before its first task: no_dateutil_search."""
+    """Each pool worker, before its first task: a python-dateutil that is not installed marked
+    absent (parsers/no_dateutil.py)."""
     global _STATE
     _STATE = None                    # (a forked worker: the parent's run is not its own)
     tables_as_ipc()
+    from .parsers.no_dateutil import no_dateutil_search
     no_dateutil_search()
-
-
-def no_dateutil_search() -> None:
-    """Where python-dateutil is not installed, mark it absent in sys.modules. pyarrow looks for it
-    on every conversion of a Python scalar (a compute call given an int), and a module that is not
-    installed is searched for along the whole sys.path each time: 19-29 searches a rank, some 15-30 %
-    of a small Kineto parse. The import fails the same way (ModuleNotFoundError), at once. Its
-    submodules that pyarrow imports are marked too: a submodule of a module marked absent still
-    takes the import lock, ~15 µs a conversion. Done in each pool worker (worker_init), in the
-    command line's own process (runs.run_job) and in the parse helper's interpreter
-    (parsers/kineto_helper_serve._no_dateutil_search)."""
-    import importlib.util
-    import sys
-    if "dateutil" not in sys.modules and importlib.util.find_spec("dateutil") is None:
-        for name in ("dateutil", "dateutil.relativedelta", "dateutil.tz"):
-            sys.modules[name] = None   # type: ignore[assignment]
 
 
 def forked_worker_init(on_start: Callable[[], None] | None) -> None:

@@ -36,11 +36,11 @@ def _settle() -> None:
 
 def _cli_process() -> None:
     """The command line's own process, before it parses: a python-dateutil that is not installed
-    is marked absent (executors.no_dateutil_search), as in the pool's workers. Not in a library
+    is marked absent (parsers/no_dateutil.py), as in the pool's workers. Not in a library
     user's process (its sys.modules is left alone)."""
     from . import cli_common
     if cli_common.IN_CLI:
-        from .executors import no_dateutil_search
+        from .parsers.no_dateutil import no_dateutil_search
         no_dateutil_search()
 
 

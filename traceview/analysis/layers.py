@@ -142,11 +142,8 @@ def stage_totals(session: Session) -> list[dict]:
     200k of them, held packed)."""
     build(session, ["layer_times"])
     sums = ", ".join(f"sum({f})::BIGINT AS {f}" for f in LAYER_FIELDS)
-    rows = session.rows(f"""
-        SELECT stage, {sums}, min(pos) AS first_pos
+    return session.rows(f"""
+        SELECT stage, {sums}
         FROM (SELECT *, row_number() OVER (ORDER BY rank, step, layer NULLS LAST, phase, stage, region) AS pos
               FROM layer_times)
-        GROUP BY stage ORDER BY step_time_ns DESC, first_pos""")
-    for r in rows:
-        del r["first_pos"]
-    return rows
+        GROUP BY stage ORDER BY step_time_ns DESC, min(pos)""")

@@ -21,7 +21,8 @@ def _rank_alone(profile: Profile, rank: int) -> Profile:
 
 
 def _params(step_regex=r"^ProfilerStep#(\d+)$") -> dict:
-    return {"step_regex": step_regex, "whole_trace": False, "no_step_ranges": False,
+    return {"step_regex": step_regex, "step_regexes": list(breakdown.DEFAULT_STEP_REGEXES),
+            "whole_trace": False, "no_step_ranges": False,
             "comm_op_regex": breakdown.DEFAULT_COMM_OP_REGEX, "comm_kernel_regex": breakdown.DEFAULT_COMM_KERNEL_REGEX,
             **layers.rule_params(Rules())}
 
@@ -100,7 +101,7 @@ def test_dlrm_8_ranks_per_rank_steps_are_the_union_over_ranks():
     from traceview.load import load
     job = load([str(p) for p in DLRM])
     names = ["activity_class", "step_ranges", "windows", "segments", "breakdown", "layer_times", "comm_ops",
-             "coll_instances", "cp_preds"]
+             "coll_instances", "cp_preds", "step_source_rank", "stage_totals_rank", "comm_summary_rank"]
     s = Session(job)
     build(s, names, _params())
     whole = {n: sorted(repr(tuple(r.values())) for r in s.rows(f"SELECT * FROM {n}")) for n in names}

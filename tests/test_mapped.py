@@ -73,3 +73,39 @@ def test_one_process_and_a_single_file_are_not_mapped(tmp_path):
     with executors.configured(executors.RunSettings(store=None, jobs=2)):
         assert not mapped.eligible([NO_RANK])
         assert mapped.eligible(expand([DLRM]))
+
+
+def _reversed_dlrm(tmp_path):
+    """DLRM's 8 files named so that file order is rank order reversed (each trace records its rank)."""
+    job = tmp_path / "reversed"
+    job.mkdir()
+    for f in DLRM.iterdir():
+        k = int(f.name.split("_")[0].removeprefix("worker"))
+        shutil.copy(f, job / f"part{7 - k}.pt.trace.json.gz")
+    return job
+
+
+def test_layer_rows_are_in_report_order_whatever_the_order_of_the_files(tmp_path, monkeypatch):
+    """layer_rows reads layer_times as it lies where its ranks are in order (each batch's rows are
+    built in order) and sorts it where they are not (files whose ranks come in another order): both
+    give the rows of the same query with an ORDER BY, the second method (packed, as a long list is:
+    DLRM's 41 rows are a long list here)."""
+    from traceview.analysis import layers
+    from traceview.document import packed
+    monkeypatch.setattr(packed, "MIN_ROWS", 16)
+    for job, in_order in ((DLRM, True), (_reversed_dlrm(tmp_path), False)):
+        with executors.configured(executors.RunSettings(store=tmp_path / f"s{in_order}", jobs=2)):
+            doc, session = run_job([str(job)], AnalyzeOptions())
+            assert session.profile.remote is not None               # mapped: the batches' rows concatenated
+            assert layers._in_rank_order(session) is in_order
+            want = session.rows(f"SELECT * FROM layer_times ORDER BY {layers.LAYER_ORDER}")
+            got = layers.layer_rows(session)
+            assert type(got) is packed.PackedRows and len(want) == 41
+            assert list(got) == want == list(doc["layers"])
+
+
+def test_files_whose_ranks_come_in_another_order_give_the_same_bytes_on_two_workers(tmp_path):
+    job = _reversed_dlrm(tmp_path)
+    one = report(tmp_path, "json", job, "--jobs", "1", "--no-store")
+    two = report(tmp_path, "json", job, "--jobs", "2", "--no-store")
+    assert one == two

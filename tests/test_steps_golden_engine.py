@@ -44,6 +44,30 @@ def test_step_source_counts_ranks_whose_matching_ranges_launch_gpu_work():
     assert run_step("step_source", make_profile(cpu=cpu), params={"step_regexes": []}) == []
 
 
+def test_step_source_rank_names_the_ranks_each_regex_finds_steps_with_gpu_work_on():
+    """The per-rank part step_source counts (a mapped job's workers find it while placing): one row
+    per (regex, rank) however many of the rank's ranges match and launched work."""
+    cpu = [dict(id=1, rank=0, tid=1, start_ns=0, end_ns=100, name="ProfilerStep#1"),
+           dict(id=2, rank=0, tid=1, start_ns=100, end_ns=200, name="ProfilerStep#2"),
+           dict(id=3, rank=0, tid=1, start_ns=300, end_ns=400, name="step_3"),
+           dict(id=4, rank=1, tid=1, start_ns=0, end_ns=100, name="ProfilerStep#1"),
+           dict(id=5, rank=1, tid=1, start_ns=500, end_ns=600, name="step_5"),
+           dict(id=6, rank=1, tid=1, start_ns=0, end_ns=900, name="iteration 1", kind="python")]
+    origin = [dict(id=10 + i, rank=r, tid=1, origin_start_ns=t, origin_end_ns=t + 1, op_id=None, launch_name="k")
+              for i, (r, t) in enumerate([(0, 50), (0, 150), (0, 399), (1, 100), (1, 550)])]
+    given = {"activity_origin": _t(origin, op_id=pa.int64())}
+    params = {"step_regexes": STEP_RX}
+    got = run_step("step_source_rank", make_profile(cpu=cpu, ranks=(0, 1)), given=given, params=params,
+                   order_by="regex_index, rank")
+    # rank 0: ProfilerStep#1 and #2 both launched (50, 150): regex 1 once; step_3 launched at 399: regex 2.
+    # rank 1: ProfilerStep#1 [0,100) has no launch (100 is its end); step_5 launched at 550: regex 2;
+    # `iteration 1` is a python range, not a step kind
+    assert _proj(got, "regex_index", "rank") == [(1, 0), (2, 0), (2, 1)]
+    total = run_step("step_source", make_profile(cpu=cpu, ranks=(0, 1)), given=given, params=params,
+                     order_by="regex_index")
+    assert _proj(total, "regex_index", "ranks") == [(1, 1), (2, 2), (3, 0)]
+
+
 def test_windows_are_the_step_windows_or_the_whole_trace():
     step = [dict(rank=0, step=3, name="ProfilerStep#3", start_ns=10, end_ns=90, activities=2)]
     whole = [dict(rank=0, step=0, name="whole trace", start_ns=5, end_ns=120, activities=4)]
@@ -287,6 +311,78 @@ def test_comm_summary_by_kind_over_the_steps():
     # all_reduce: activity 5 is outside the steps; bytes null -> sum null; exposed 2
     assert _proj(got, "kind", "ops", "count", "bytes", "total_ns", "exposed_ns") == [
         ("all_to_all", 2, 3, 250, 90, 16), ("all_reduce", 1, 1, None, 10, 2)]
+
+
+def test_comm_summary_rank_keeps_each_ranks_parts_and_their_sums_are_comm_summary():
+    """The per-rank parts comm_summary sums (a mapped job's workers build them): a kind's exposure
+    counts on a rank where none of its activities is inside a step when another rank has one
+    inside; a kind inside no step anywhere is left out of the sum."""
+    ops = [dict(id=i, rank=r, start_ns=0, end_ns=d, name="nccl", comm_kind=k, bytes=b, op_key=key)
+           for i, r, d, k, b, key in [(1, 0, 30, "all_to_all", 100, "c1"), (2, 0, 20, "all_to_all", 50, "c1"),
+                                      (3, 1, 40, "all_to_all", 100, "c2"), (4, 0, 10, "all_reduce", None, "k4"),
+                                      (5, 0, 99, "all_reduce", 8, "k5"), (6, 0, 7, "broadcast", 4, "k6"),
+                                      (7, 1, 5, "all_reduce", 16, "k7")]]
+    exposure = [dict(id=1, rank=0, exposed=10.25), dict(id=3, rank=1, exposed=5.5), dict(id=4, rank=0, exposed=2.0),
+                dict(id=6, rank=0, exposed=1.5), dict(id=7, rank=1, exposed=3.25)]
+    attr = _attr([(i, None, "other", "other", "outside", False) for i in range(1, 8)])
+    attr = attr.set_column(2, "step", pa.array([1, 1, 1, 1, None, None, None], pa.int64()))   # 5, 6, 7: no step
+    given = {"comm_ops": _t(ops, bytes=pa.int64()), "comm_exposure": exposure, "activity_attribution": attr}
+    got = run_step("comm_summary_rank", given=given, order_by="rank, kind")
+    # rank 0: all_reduce: only activity 4 is inside a step (10 ns, bytes null), exposed 2.0;
+    #         all_to_all: c1 twice (one op), 150 B, 50 ns, exposed 10.25 (activity 2 has none);
+    #         broadcast: nothing inside a step, exposed 1.5
+    # rank 1: all_reduce: nothing inside a step, exposed 3.25; all_to_all: c2, 100 B, 40 ns, exposed 5.5
+    assert _proj(got, "rank", "kind", "ops", "count", "bytes", "total_ns", "exposed_ns") == [
+        (0, "all_reduce", 1, 1, None, 10, 2.0), (0, "all_to_all", 1, 2, 150, 50, 10.25),
+        (0, "broadcast", 0, 0, None, 0, 1.5), (1, "all_reduce", 0, 0, None, 0, 3.25),
+        (1, "all_to_all", 1, 1, 100, 40, 5.5)]
+    total = run_step("comm_summary", given=given, order_by="total_ns DESC")
+    # all_to_all: 2 ops, 3 activities, 250 B, 90 ns, exposed 10.25 + 5.5 = 15.75 -> 16;
+    # all_reduce: exposed 2.0 + 3.25 = 5.25 -> 5 (rank 1's activity 7 is outside the steps, its
+    # exposure is the kind's); broadcast: inside no step, left out
+    assert _proj(total, "kind", "ops", "count", "bytes", "total_ns", "exposed_ns") == [
+        ("all_to_all", 2, 3, 250, 90, 16), ("all_reduce", 1, 1, None, 10, 5)]
+
+
+def _layer_rows(rows):
+    return _t([dict(rank=r, step=st, layer=lay, phase=ph, stage=sg, region=rg, layer_inferred=False,
+                    compute_ns=t - 1, exposed_comm_ns=1, overlapped_comm_ns=0, exposed_memory_ns=0, idle_ns=0,
+                    comm_ns=1, step_time_ns=t, activities=1)
+               for r, st, lay, ph, sg, rg, t in rows], layer=pa.int32())
+
+
+def test_stage_totals_rank_sums_each_ranks_stages_and_finds_their_first_rows():
+    lt = _layer_rows([(0, 1, None, "forward", "moe", "layer_unknown", 5),
+                      (0, 1, 0, "forward", "attention", "layer", 7),
+                      (0, 1, 0, "forward", "moe", "layer", 3),
+                      (0, 2, 0, "backward", "attention", "layer", 4),
+                      (1, 1, 1, "forward", "moe", "layer", 10),
+                      (1, 1, 1, "forward", "dispatch", "layer", 11)])
+    got = run_step("stage_totals_rank", given={"layer_times": lt}, order_by="rank, first_pos")
+    # rank 0 in the report's order (step, layer with none last, phase, stage, region):
+    #   1: (1, 0, forward, attention)  2: (1, 0, forward, moe)  3: (1, none, forward, moe)
+    #   4: (2, 0, backward, attention)
+    #   attention: first 1, 7 + 4 = 11; moe: first 2, 3 + 5 = 8
+    # rank 1: 1: (1, 1, forward, dispatch)  2: (1, 1, forward, moe): dispatch first 1, 11; moe first 2, 10
+    assert _proj(got, "rank", "stage", "first_pos", "step_time_ns", "compute_ns", "comm_ns") == [
+        (0, "attention", 1, 11, 9, 2), (0, "moe", 2, 8, 6, 2), (1, "dispatch", 1, 11, 10, 1), (1, "moe", 2, 10, 9, 1)]
+
+
+def test_stage_totals_order_ties_by_where_the_stage_first_comes_in_the_layer_rows():
+    """layers.stage_totals over stage_totals_rank: the sums over the ranks, the largest step time
+    first; equal step times in the order of each stage's first layer row (rank, then its order)."""
+    from steps_golden import session_for
+
+    from traceview.analysis.layers import stage_totals
+    lt = _layer_rows([(1, 1, 0, "forward", "gate", "layer", 6),       # gate: 6 + 5 = 11, first on rank 0
+                      (0, 1, 0, "forward", "moe", "layer", 9),        # moe: 9 + 11 = 20
+                      (0, 1, 0, "forward", "zeta", "layer", 11),      # zeta: 11, first on rank 0 at 3
+                      (0, 1, 0, "forward", "gate", "layer", 5),       # rank 0: gate 1, moe 2, zeta 3
+                      (1, 1, 0, "forward", "moe", "layer", 11),
+                      (1, 1, 0, "forward", "alpha", "layer", 11)])    # alpha: 11, first on rank 1
+    got = stage_totals(session_for(given={"layer_times": lt}))
+    assert [(s["stage"], s["step_time_ns"], s["compute_ns"]) for s in got] == [
+        ("moe", 20, 18), ("gate", 11, 9), ("zeta", 11, 10), ("alpha", 11, 10)]
 
 
 def test_attribution_groups_count_and_busy_time_per_kind_of_attribution():

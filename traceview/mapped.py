@@ -58,6 +58,7 @@ class Remote:
     given: dict[str, dict] = field(default_factory=dict)      # step -> its parameters, in build order
     rounds: int = 0
     early: list[str] = field(default_factory=list)            # built while placing, not yet adopted
+    early_params: dict = field(default_factory=dict)           # what they were built with
     maps: list[mmap.mmap] = field(default_factory=list)       # every table file this process mapped
     keep: bool = False            # the workers keep each batch's session between rounds (_KEPT)
 
@@ -76,9 +77,12 @@ class Remote:
     def build(self, session, names: list[str], params: dict) -> list[str]:
         """Build per-rank steps `names` (and what they need) on the workers, one round; adopt them."""
         adopted = []
-        for name in self.early:                  # the steps built while placing (no parameters)
+        from .engine.steps import lookup
+        for name in self.early:                  # the steps built while placing
             if name not in session.built:
-                self._adopt(session, name, {})
+                step = lookup(name)
+                assert step is not None
+                self._adopt(session, name, {p: self.early_params[p] for p in step.params})
                 adopted.append(name)
         self.early = []
         todo = [n for n in names if n not in session.built]
@@ -94,7 +98,6 @@ class Remote:
         for r in results[1:]:
             if r["built"] != built:
                 raise AssertionError(f"batches built different steps: {built} != {r['built']}")
-        from .engine.steps import lookup
         for name in built:
             step = lookup(name)
             assert step is not None
@@ -181,10 +184,12 @@ def start_job(files: list[Path], nsys_bin: str | None) -> Started:
     return Started(scratch, executors.start_read(files, nsys_bin, parse_checked, light=True, spill=scratch / "files"))
 
 
-def load_job(files: list[Path], nsys_bin: str | None, started: Started | None = None) -> Profile | None:
+def load_job(files: list[Path], nsys_bin: str | None, started: Started | None = None,
+             early: dict | None = None) -> Profile | None:
     """The job's profile with its canonical tables memory-mapped from the scratch folder and
     `profile.remote` set for the session (None when the files cannot be mapped: then load() runs).
-    `started`: its parse, started by start_job (else started here)."""
+    `started`: its parse, started by start_job (else started here). `early`: parameters for
+    EARLY_STEPS (without them, only the steps that take none are built while placing)."""
     from . import executors
     from .load import join, place
     state = executors.current()
@@ -213,14 +218,15 @@ def load_job(files: list[Path], nsys_bin: str | None, started: Started | None = 
     keep = executors.keeps_sessions(state, len(batches))
     root = str(state.settings.store)
     t0 = time.perf_counter()
-    early = _map(scratch, place_task, [(str(scratch), b, _sent(batch), root, keep, _batch_meta(batch))
+    params = dict(early or {})
+    built = _map(scratch, place_task, [(str(scratch), b, _sent(batch), root, keep, _batch_meta(batch), params)
                                        for b, batch in enumerate(batches)], keep)
     _stat(f"placed {len(placements)} files in {len(batches)} batches", t0)
     maps: list[mmap.mmap] = []
     tables = {name: _concat([_read(scratch, b, name, maps) for b in range(len(batches))])
               for name in schema.TABLES if name != "meta"}
     remote = Remote(scratch, batches, maps=maps, keep=keep)
-    remote.early = early[0]
+    remote.early, remote.early_params = built[0], params
     return Profile(**tables, meta=job.meta, warnings=job.warnings, remote=remote)
 
 
@@ -309,15 +315,18 @@ def _concat(tables: list[pa.Table]) -> pa.Table:
 
 # -- the tasks (run on workers; module-level functions pickle by name) ---------------------------
 
-EARLY_STEPS = ["activity_origin"]     # per-rank steps without parameters, built while placing
+# per-rank steps built while placing, where their parameters are known before the analysis starts:
+# step_source_rank is what the parent's step_source counts to choose the job's step rule, and
+# would otherwise be a round of its own (or, built here, a scan of every rank's ranges and launches)
+EARLY_STEPS = ["activity_origin", "step_source_rank"]
 
 
 def place_task(scratch: str, batch: int, files: list[Placement], store_root: str, keep: bool = False,
-               meta: pa.Table | None = None) -> list[str]:
+               meta: pa.Table | None = None, params: dict | None = None) -> list[str]:
     """Read a batch's files from the store, place them in the job (ranks, ids), write them, and
-    build and write EARLY_STEPS over them. Returns the steps built. `keep`: the session stays in
-    this worker for the batch's later rounds (_KEPT). `meta`: the batch's meta table (_batch_meta),
-    where the placements come without theirs (_sent)."""
+    build and write the EARLY_STEPS whose parameters `params` holds over them. Returns the steps
+    built. `keep`: the session stays in this worker for the batch's later rounds (_KEPT). `meta`:
+    the batch's meta table (_batch_meta), where the placements come without theirs (_sent)."""
     from .engine.pipeline import build
     from .store import Store
     store = Store(Path(store_root))
@@ -351,7 +360,10 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
     for p in files:                 # placed: the spilled copies are not read again (a retry reads the store)
         if p.spill:
             shutil.rmtree(p.spill, ignore_errors=True)
-    built = build(session, EARLY_STEPS)
+    from .engine.steps import lookup
+    params = params or {}
+    early = [n for n in EARLY_STEPS if all(p in params for p in lookup(n).params)]   # type: ignore[union-attr]
+    built = build(session, early, params)
     for name in built:
         _write(Path(scratch), batch, name, session.table(name))
     if keep:

@@ -77,7 +77,11 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
         import importlib
         for m in ANALYSIS_MODULES:
             importlib.import_module(m)
-    profile = _load(paths, files, opts.nsys, mapped_job, started)
+    early = None
+    if mapped_job:       # the step rule's candidates: the workers try them while they place the ranks
+        from .analysis.breakdown import step_regexes
+        early = {"step_regexes": step_regexes(opts.step_regex, opts.whole_trace)}
+    profile = _load(paths, files, opts.nsys, mapped_job, started, early)
     from .document.assemble import assemble
     _settle()
     session.attach(profile)
@@ -89,11 +93,13 @@ def _mappable(files) -> bool:
     return mappable(files)
 
 
-def _load(paths: list[str], files, nsys_bin: str | None, mapped_job: bool, started=None) -> Profile:
-    """The job: its per-rank work on the workers when the run has several (mapped.py), else loaded here."""
+def _load(paths: list[str], files, nsys_bin: str | None, mapped_job: bool, started=None,
+          early: dict | None = None) -> Profile:
+    """The job: its per-rank work on the workers when the run has several (mapped.py), else loaded
+    here. `early`: the parameters of the per-rank steps the workers build while placing (mapped.EARLY_STEPS)."""
     if mapped_job:
         from . import mapped
-        prof = mapped.load_job(files, nsys_bin, started)
+        prof = mapped.load_job(files, nsys_bin, started, early)
         if prof is not None:
             return prof
     from .load import load

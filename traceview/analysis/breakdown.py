@@ -50,8 +50,13 @@ def step_params(opts: Options) -> dict:
     """The step rule of the job, before any per-rank step: the candidate regexes (--step-regex,
     else the defaults; none with --whole-trace); `step_source` says which name step ranges with
     GPU work, decided once for the whole job (the first in order)."""
-    return {"step_regexes": [] if opts.whole_trace else [opts.step_regex] if opts.step_regex
-            else list(DEFAULT_STEP_REGEXES)}
+    return {"step_regexes": step_regexes(opts.step_regex, opts.whole_trace)}
+
+
+def step_regexes(step_regex: str | None, whole_trace: bool) -> list[str]:
+    """The candidate step regexes of step_params (also for a mapped job's place round, which finds
+    step_source_rank while it places the ranks)."""
+    return [] if whole_trace else [step_regex] if step_regex else list(DEFAULT_STEP_REGEXES)
 
 
 def prepare(session: Session, opts: Options, also: tuple[str, ...] = (), also_params=None) -> dict:

@@ -113,7 +113,9 @@ def _int_column(t: pa.Table, name: str) -> memoryview:
 class Instances:
     """Every row of coll_instances as columns, ordered by collective (kind, group, order of issue)
     then rank: the collectives' rows are contiguous, `info` has one row per collective (its
-    kind, group, index, number of ranks and the lowest rank's attribution and splits)."""
+    kind, group, index, number of ranks and the lowest rank's attribution and splits: arg_min_null,
+    which, unlike a list of the rows in rank order, holds one row per collective while it runs; a
+    rank issues each collective once, so the lowest rank's row is one row)."""
 
     def __init__(self, session: Session):
         self._t = t = session.sql("SELECT rank, arrival_ns, end_ns, id FROM coll_instances "
@@ -121,9 +123,9 @@ class Instances:
         self.rank, self.arrival, self.end, self.id = (_int_column(t, n) for n in ("rank", "arrival_ns", "end_ns", "id"))
         self.info = session.rows(
             "SELECT comm_kind, grp, idx, count(*) AS n, "
-            "list(step ORDER BY rank)[1] AS step, list(layer ORDER BY rank)[1] AS layer, "
-            "list(phase ORDER BY rank)[1] AS phase, list(stage ORDER BY rank)[1] AS stage, "
-            "list(in_split ORDER BY rank)[1] AS in_split, list(out_split ORDER BY rank)[1] AS out_split "
+            "arg_min_null(step, rank) AS step, arg_min_null(layer, rank) AS layer, "
+            "arg_min_null(phase, rank) AS phase, arg_min_null(stage, rank) AS stage, "
+            "arg_min_null(in_split, rank) AS in_split, arg_min_null(out_split, rank) AS out_split "
             "FROM coll_instances GROUP BY comm_kind, grp, idx ORDER BY comm_kind, grp, idx")
 
     def bounds(self):

@@ -22,7 +22,7 @@ RANK_STEPS = ("breakdown", "activity_attribution", "layer_times", "attribution_g
               "comm_exposure", "coll_instances", "cp_host_syncs", "segments",
               "flops_shapes", "flops_ops", "flops_embedding_tokens", "flops_steps", "flops_step_tokens",
               "flops_op_precision", "flops_compute_kernels", "flops_kernels", "flops_shaped_ops", "rank_first_event",
-              "top_kernels_rank")
+              "top_kernels_rank", "stage_totals_rank", "comm_summary_rank")
 
 
 def _more_params(step_params: dict, rules: Rules) -> dict:

@@ -8,6 +8,8 @@ import decimal
 import enum
 import json
 import math
+import os
+import pickle
 import random
 import struct
 
@@ -260,7 +262,10 @@ def test_long_lists_written_by_another_process_give_the_same_report(tmp_path):
     for j in range(3):
         rb, _ = packed.presort(packed.row_bytes(rows[j::3]), lambda r: (r["s"], r["i"]))
         rb.spill(str(tmp_path / f"p{j}.rows"))
-        parts.append(rb)
+        # as the parent gets a worker's part: pickled as its files' paths, its rows, ends and keys mapped
+        back = pickle.loads(pickle.dumps(rb))
+        assert len(back.maps) == 2 and back.keys.equals(rb.keys) and list(back.ends) == list(rb.ends)
+        parts.append(back)
     merged, _ = packed.sort_rows(parts, lambda r: (r["s"], r["i"]), keys=False)
     doc = {"plain": in_file, "merged": merged, "small": [1.5, "x"], "top": 1e-9}
     want = stdlib_report({k: list(v) if type(v) is packed.PackedRows else v for k, v in doc.items()}).encode()
@@ -270,6 +275,8 @@ def test_long_lists_written_by_another_process_give_the_same_report(tmp_path):
         for k in ("plain", "merged"):
             src = doc[k].source()
             assert src is not None
+            if k == "merged":        # the rows' bytes: the parts' files' sizes
+                assert mapped._source_bytes(src) == sum(os.path.getsize(tmp_path / f"p{j}.rows") for j in range(3))
             path = str(tmp_path / f"{k}.body")
             size = pool.apply(json_report.list_body_file, (src, path))
             formatted[k] = mapped._file_pieces(path, size, piece=4096)

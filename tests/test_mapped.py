@@ -109,3 +109,17 @@ def test_files_whose_ranks_come_in_another_order_give_the_same_bytes_on_two_work
     one = report(tmp_path, "json", job, "--jobs", "1", "--no-store")
     two = report(tmp_path, "json", job, "--jobs", "2", "--no-store")
     assert one == two
+
+
+def test_a_job_with_long_stall_lists_on_two_workers_with_a_store_gives_the_same_bytes(tmp_path):
+    """Long lists whose rows, ends and sort keys come back from the workers as files (RowBytes.spill)
+    and are written by the workers into the JSON (mapped.start_list_bodies): a first run with a
+    store, its repeat from the store and one process give the same bytes, and every run succeeds."""
+    from fixtures import moe_job
+    job = moe_job.Job(ranks=24, steps=4, layers=12)
+    moe_job.write(tmp_path / "job", job)
+    one = report(tmp_path, "json", tmp_path / "job", "--jobs", "1", "--no-store")
+    assert one.count(b'"cause"') > 4096              # more stall rows than a short list holds
+    two = report(tmp_path, "json", tmp_path / "job", "--jobs", "2", "--store", tmp_path / "s")
+    again = report(tmp_path, "json", tmp_path / "job", "--jobs", "2", "--store", tmp_path / "s")
+    assert one == two == again

@@ -136,3 +136,17 @@ def test_pack_table_is_to_pylist():
     t = pa.Table.from_pylist(r)
     p = packed.pack_table(t)
     assert type(p) is PackedRows and p == r and scan(p) == scan(r)
+
+
+def test_pack_reader_lets_go_of_the_scanned_pages_every_release_rows(tmp_path, monkeypatch):
+    """pack_reader calls `release` after every RELEASE_ROWS rows read (a mapped job lets go of the
+    pages its scan has passed), and the rows are the same as without it."""
+    import pyarrow as pa
+    monkeypatch.setattr(packed, "RELEASE_ROWS", 1000)
+    table = pa.table({"a": list(range(5500)), "b": [f"s{i % 7}" for i in range(5500)]})
+    calls = []
+    got = packed.pack_reader(table.to_batches(max_chunksize=300), str(tmp_path / "r.rows"), [],
+                             lambda: calls.append(1))
+    # batches of 300 rows: the count passes 1,000 at 1,200, then (counting afresh) 2,400, 3,600, 4,800
+    assert len(calls) == 4
+    assert list(got) == table.to_pylist()

@@ -134,8 +134,7 @@ class Remote:
         def gather() -> list[dict]:
             parts = pending()
             from .document.packed import RowBytes
-            self.maps += [v.data for p in parts for v in p.values()
-                          if type(v) is RowBytes and type(v.data) is mmap.mmap]
+            self.maps += [mm for p in parts for v in p.values() if type(v) is RowBytes for mm in v.mapped()]
             _stat(f"round {n}: {len(args)} batches, critical paths and stalls", t0)
             return parts
         return gather
@@ -608,8 +607,10 @@ def start_list_bodies(doc: dict):
 
 
 def _source_bytes(src) -> int:
-    ends = [src[2]] if src[0] == "file" else [e for _, e, _ in src[1]]
-    return sum(e[-1] for e in ends if len(e))
+    if src[0] == "file":
+        return src[2][-1] if len(src[2]) else 0
+    # a part's rows are its file's bytes (RowBytes.spill), its ends given as theirs where they are
+    return sum(os.path.getsize(p) if type(e) is str else e[-1] for p, e, _ in src[1] if p is not None and len(e))
 
 
 def _first_file(src) -> str:

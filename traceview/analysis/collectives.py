@@ -121,12 +121,14 @@ class Instances:
         self._t = t = session.sql("SELECT rank, arrival_ns, end_ns, id FROM coll_instances "
                                   "ORDER BY comm_kind, grp, idx, rank")
         self.rank, self.arrival, self.end, self.id = (_int_column(t, n) for n in ("rank", "arrival_ns", "end_ns", "id"))
+        session.release_pages()      # (each query here reads a column of every rank's instances)
         self.info = session.rows(
             "SELECT comm_kind, grp, idx, count(*) AS n, "
             "arg_min_null(step, rank) AS step, arg_min_null(layer, rank) AS layer, "
             "arg_min_null(phase, rank) AS phase, arg_min_null(stage, rank) AS stage, "
             "arg_min_null(in_split, rank) AS in_split, arg_min_null(out_split, rank) AS out_split "
             "FROM coll_instances GROUP BY comm_kind, grp, idx ORDER BY comm_kind, grp, idx")
+        session.release_pages()
 
     def bounds(self):
         a = 0
@@ -149,6 +151,7 @@ def match(session: Session) -> dict:
     ranks = sorted({r["rank"] for r in session.rows("SELECT rank FROM meta")})
     insts = Instances(session)
     offsets = _offsets(session)
+    session.release_pages()
     _estimate_missing(offsets, insts)
     clock: dict[str, Any] = {"ranks": {str(k): {"offset_ns": v[0], "method": v[1]} for k, v in sorted(offsets.items())}}
     out: dict[str, Any] = {"collectives": [], "stragglers": [], "clock": clock, "wait_until": {}, "by_id": {},

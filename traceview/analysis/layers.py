@@ -90,10 +90,11 @@ def prepare(session: Session, rules: Rules) -> None:
 LAYER_ORDER = "rank, step, layer NULLS LAST, phase, stage, region"      # the report's order of layer rows
 
 
-def layer_rows(session: Session, spill: str | None = None, maps: list | None = None) -> list[dict]:
+def layer_rows(session: Session, spill: str | None = None, maps: list | None = None, release=None) -> list[dict]:
     """The layer_times rows in report order: a list of dicts, or when long PackedRows (packed from
     the result read a chunk at a time: neither the whole list of dicts nor the whole Arrow result
-    is made), its chunks written to the file `spill` where given (packed.pack_reader).
+    is made), its chunks written to the file `spill` where given (packed.pack_reader, with
+    `release`).
 
     layer_times is built in this order (its SQL ends in ORDER BY LAYER_ORDER). On a mapped job each
     batch of files built its own rows, in order, and the batches are concatenated in file order;
@@ -104,7 +105,7 @@ def layer_rows(session: Session, spill: str | None = None, maps: list | None = N
     sql = "SELECT * FROM layer_times" + ("" if _in_rank_order(session) else f" ORDER BY {LAYER_ORDER}")
     if session.rows("SELECT count(*) AS n FROM layer_times")[0]["n"] < packed.MIN_ROWS:
         return session.rows(sql)
-    rows = packed.pack_reader(session.con.sql(sql).fetch_arrow_reader(packed.CHUNK), spill, maps)
+    rows = packed.pack_reader(session.con.sql(sql).fetch_arrow_reader(packed.CHUNK), spill, maps, release)
     return session.rows(sql) if rows is None else rows
 
 

@@ -80,13 +80,14 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     # the critical paths and stalls need the job's collectives and the steps' idle time: on a
     # mapped job the workers compute them while the sections below are computed here
     job = stalls.job_inputs(session)
+    _release(session)
     idle = {(r["rank"], r["step"]): r["idle_ns"] for r in rows}
     remote = session.profile.remote if session.profile is not None else None
     pending = remote.start_stall_parts(session, job, idle) if remote is not None \
         else stalls.start_rank_part(session, job, idle)
     # a mapped job's long layer rows are written to its scratch folder as they are packed
-    layer_rows = layers.layer_rows(session, *((str(remote.scratch / "doc-layers.rows"), remote.maps)
-                                              if remote is not None else ()))
+    layer_rows = layers.layer_rows(session, *((str(remote.scratch / "doc-layers.rows"), remote.maps,
+                                               remote.release_pages) if remote is not None else ()))
     _release(session)
     if not keep_tables:
         _let_go(session)

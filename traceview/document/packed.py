@@ -129,8 +129,8 @@ class PackedRows(Sequence):
         if type(c) is _FileChunks and c.path is not None:
             return ("file", c.path, c._ends, self._len, self.shape, self._per)
         if type(c) is _MergedChunks and all(p.path is not None or not len(p) for p in c._parts):
-            return ("merged", [(p.path, p.ends, p.shape) for p in c._parts], c._part, c._index, c._ordered,
-                    self._len, self.shape)
+            return ("merged", [(p.path, p.ends_source(), p.shape) for p in c._parts], c._part, c._index,
+                    c._ordered, self._len, self.shape)
         return None
 
 
@@ -145,7 +145,11 @@ def from_source(src) -> PackedRows:
     _, parts, part_of, index_of, ordered, n, shape = src
     rows = []
     for path, ends, pshape in parts:
+        maps: list = []
+        if type(ends) is str:           # (RowBytes.ends_source: their file)
+            ends = _ends_at(ends, maps)
         rb = RowBytes(b"", ends, pshape, path)
+        rb.maps = maps
         if path is not None and len(ends) and ends[-1]:
             rb.data = _mapped(path, None)
         rows.append(rb)
@@ -238,27 +242,47 @@ class RowBytes:
     worker sends back instead of the dicts, a fraction of their size and one allocation in this
     process, not an object per row; `sort_rows` orders them."""
 
-    __slots__ = ("data", "ends", "shape", "path", "keys")
+    __slots__ = ("data", "ends", "shape", "path", "keys", "maps")
 
     def __init__(self, data: bytes | mmap.mmap, ends: array, shape: Shape, path: str | None = None,
                  keys=None):
         self.data, self.ends, self.shape, self.path = data, ends, shape, path
         self.keys = keys        # presorted: the rows are in the order of these sort keys (a table)
+        self.maps: list[mmap.mmap] = []      # the files of ends and keys, mapped (unpickled from a spill)
 
     def spill(self, path: str) -> None:
-        """Write the rows to the file `path`: from now on this pickles as that path, and a process
-        that unpickles it maps the file (its rows are then file pages, which `release` lets go,
-        not memory of its own)."""
+        """Write the rows to the file `path`, and their ends and sort keys beside it (path.ends,
+        path.keys: an Arrow IPC file): from now on this pickles as those paths, and a process that
+        unpickles it maps the files (its rows, ends and keys are then file pages, which `release`
+        lets go, not memory of its own: a 1,024-rank job's stall parts are some 40 MB of keys and
+        ends)."""
         tmp = f"{path}.{os.getpid()}.tmp"
         with open(tmp, "wb") as fh:
             fh.write(self.data)
         os.replace(tmp, path)
+        _write_file(f"{path}.ends", memoryview(self.ends).cast("B"))
+        if self.keys is not None:
+            import pyarrow as pa
+            sink = pa.BufferOutputStream()
+            with pa.ipc.new_file(sink, self.keys.schema) as w:
+                w.write_table(self.keys)
+            _write_file(f"{path}.keys", memoryview(sink.getvalue()))
         self.path = path
 
     def release(self) -> None:
         """Mapped rows: let go of the pages read so far (they are read again when needed)."""
         if type(self.data) is mmap.mmap:
             self.data.madvise(mmap.MADV_DONTNEED)
+        for mm in self.maps:
+            mm.madvise(mmap.MADV_DONTNEED)
+
+    def mapped(self) -> list[mmap.mmap]:
+        """Every file of this part that this process maps."""
+        return ([self.data] if type(self.data) is mmap.mmap else []) + self.maps
+
+    def ends_source(self):
+        """The ends as another process finds them: the path of their file where they lie in one."""
+        return f"{self.path}.ends" if self.maps else self.ends
 
     def __len__(self) -> int:
         return len(self.ends)
@@ -274,21 +298,49 @@ class RowBytes:
             a = b
 
     def __getstate__(self):
-        return (None if self.path is not None else self.data), self.ends, self.shape, self.path, self.keys
+        if self.path is not None:
+            return None, None, self.shape, self.path, self.keys is not None
+        return self.data, self.ends, self.shape, self.path, self.keys
 
     def __setstate__(self, state):
         data, self.ends, self.shape, self.path, self.keys = state
+        self.maps = []
         if data is None:
             assert self.path is not None
-            if len(self.ends) == 0 or self.ends[-1] == 0:
-                data = b""
+            self.ends = _ends_at(f"{self.path}.ends", self.maps)
+            if self.keys:
+                import pyarrow as pa
+                mm = _map_file(f"{self.path}.keys")
+                self.maps.append(mm)
+                self.keys = pa.ipc.open_file(pa.py_buffer(mm)).read_all()
             else:
-                fd = os.open(self.path, os.O_RDONLY)
-                try:
-                    data = mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-                finally:
-                    os.close(fd)
+                self.keys = None
+            data = b"" if len(self.ends) == 0 or self.ends[-1] == 0 else _map_file(self.path)
         self.data = data
+
+
+def _write_file(path: str, data) -> None:
+    tmp = f"{path}.{os.getpid()}.tmp"
+    with open(tmp, "wb") as fh:
+        fh.write(data)
+    os.replace(tmp, path)
+
+
+def _map_file(path: str) -> mmap.mmap:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
+    finally:
+        os.close(fd)
+
+
+def _ends_at(path: str, maps: list):
+    """The int64 ends in the file `path`, memory-mapped (added to `maps`): an empty array for none."""
+    if os.path.getsize(path) == 0:
+        return array("q")
+    mm = _map_file(path)
+    maps.append(mm)
+    return memoryview(mm).cast("q")
 
 
 def row_bytes(rows: list):
@@ -522,11 +574,17 @@ def _mapped(path: str, maps: list | None) -> mmap.mmap:
     return mm
 
 
-def pack_reader(batches, path: str | None = None, maps: list | None = None):
+RELEASE_ROWS = 1 << 16   # pack_reader's `release` is called after each this many rows
+
+
+def pack_reader(batches, path: str | None = None, maps: list | None = None, release=None):
     """The rows of Arrow record batches (a query's result read a batch at a time) as PackedRows of
     CHUNK rows a chunk, as pack_table makes them; the chunks written to the file `path` as they
     are made where given, and read from there memory-mapped (file pages, not memory of this
-    process; the mapping added to `maps`). None when some rows cannot be packed."""
+    process; the mapping added to `maps`). None when some rows cannot be packed. `release`: called
+    after every RELEASE_ROWS rows read (a mapped job lets go of the pages of its memory-mapped
+    tables the scan has passed: else a scan of all of a table counts all of it in this process's
+    peak)."""
     chunks: list[bytes] = []
     ends, shapes, pending = array("q"), [], []
     tmp = f"{path}.{os.getpid()}.tmp" if path is not None else None
@@ -545,10 +603,14 @@ def pack_reader(batches, path: str | None = None, maps: list | None = None):
             ends.append(fh.tell())
         return True
 
-    n, ok = 0, True
+    n, ok, read = 0, True, 0
     try:
         for batch in batches:
             pending.extend(batch.to_pylist())
+            read += batch.num_rows
+            if release is not None and read >= RELEASE_ROWS:
+                release()
+                read = 0
             while ok and len(pending) >= CHUNK:
                 ok = emit(pending[:CHUNK])
                 del pending[:CHUNK]

@@ -59,6 +59,13 @@ class Session:
         for name in schema.TABLES:
             self.con.register(name, getattr(profile, name))
 
+    def release_pages(self) -> None:
+        """A mapped job (mapped.Remote): let go of the pages of its memory-mapped tables that queries
+        touched so far (they count in this process's RSS until then); a no-op otherwise."""
+        remote = getattr(self.profile, "remote", None) if self.profile is not None else None
+        if remote is not None:
+            remote.release_pages()
+
     def tables(self) -> set[str]:
         """Names queryable now: canonical tables, registered Arrow tables, materialized steps."""
         return set(schema.TABLES) | self._registered | self._views

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import random
+from array import array
 
 import msgspec
 import pytest
@@ -150,3 +151,38 @@ def test_pack_reader_lets_go_of_the_scanned_pages_every_release_rows(tmp_path, m
     # batches of 300 rows: the count passes 1,000 at 1,200, then (counting afresh) 2,400, 3,600, 4,800
     assert len(calls) == 4
     assert list(got) == table.to_pylist()
+
+
+def test_the_order_of_spilled_presorted_parts_found_from_their_files_is_the_stable_sort(tmp_path):
+    """presorted_order_files (what a mapped job's worker runs for the parent's merge) reads the
+    parts' keys from their files and writes the order of the stable sort of all their rows; mapped
+    back it is the order sorted() gives by hand (key, then part, then row: parts in order), and
+    the merged rows are the rows sorted so."""
+    import pickle
+
+    rnd = random.Random(11)
+    key = lambda r: (-r["d"], r["r"], r["c"])      # noqa: E731  (the shape of the stalls' merge key)
+    parts, rows_of = [], []
+    for j in range(4):
+        rows = [{"d": rnd.randrange(5), "r": rnd.randrange(3), "c": rnd.choice(["peer_wait", "launch", "é"]),
+                 "j": j, "i": i} for i in range(rnd.randrange(0, 400))]
+        if not rows:
+            parts.append(packed.RowBytes(b"", array("q"), None))      # an empty part: no file
+            rows_of.append([])
+            continue
+        rb, _ = packed.presort(packed.row_bytes(rows), key)
+        rb.spill(str(tmp_path / f"p{j}.rows"))
+        parts.append(pickle.loads(pickle.dumps(rb)))
+        rows_of.append(sorted(rows, key=key))          # a part as its worker sorted it (stably)
+    by_hand = sorted(((key(r), j, i) for j, rs in enumerate(rows_of) for i, r in enumerate(rs)),
+                     key=lambda t: t[0])
+    out = str(tmp_path / "order")
+    n = packed.presorted_order_files([(p.path if len(p) else None, len(p)) for p in parts], out)
+    assert n == len(by_hand)
+    part, index = packed.mapped_order(out, n, [])
+    assert list(zip(part, index, strict=True)) == [(j, i) for _, j, i in by_hand]
+    local = packed._presorted_order(parts)
+    assert (list(local[0]), list(local[1])) == (list(part), list(index))
+    merged, _ = packed.sort_rows(parts, key, keys=False, order=lambda ps: packed.mapped_order(
+        out, packed.presorted_order_files([(p.path if len(p) else None, len(p)) for p in ps], out), []))
+    assert list(merged) == [rows_of[j][i] for _, j, i in by_hand]

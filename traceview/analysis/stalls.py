@@ -462,15 +462,16 @@ def stall_sums(rows) -> dict:
     return {"total": total, "by_cause": by_cause}
 
 
-def merge(job: dict, parts: list[dict], top: int = 10) -> dict:
+def merge(job: dict, parts: list[dict], top: int = 10, order=None) -> dict:
     """The report's sections from the per-rank parts (any order; disjoint ranks) and the job part:
     exactly what `sections` returns. A part may hold its stalls' sums (`stall_sums`, summed where
-    it was made) and its rows presorted (document.packed.presort): then no row is decoded here."""
+    it was made) and its rows presorted (document.packed.presort): then no row is decoded here.
+    `order`: where presorted parts' order is found (packed.sort_rows)."""
     # one stable sort of the parts' rows in part order (their keys hold (rank, step), the windows'
     # order): long lists come back packed (document/packed.py)
-    cp, _ = sort_rows([p["critical_path"] for p in parts], MERGE_ORDER["critical_path"], keys=False)
-    stalls, _ = sort_rows([p["stalls"] for p in parts], MERGE_ORDER["stalls"], keys=False)
-    a2a, _ = sort_rows([p["a2a"] for p in parts], MERGE_ORDER["a2a"], keys=False)
+    cp, _ = sort_rows([p["critical_path"] for p in parts], MERGE_ORDER["critical_path"], keys=False, order=order)
+    stalls, _ = sort_rows([p["stalls"] for p in parts], MERGE_ORDER["stalls"], keys=False, order=order)
+    a2a, _ = sort_rows([p["a2a"] for p in parts], MERGE_ORDER["a2a"], keys=False, order=order)
     by_cause = dict.fromkeys(CAUSES, 0)
     total = 0
     for p in parts:                              # the rows of each part, one at a time

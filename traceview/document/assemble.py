@@ -129,7 +129,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
         _let_go(session)
     parts = pending()
     _release(session)
-    sec = stalls.merge(job, parts, opts.top)
+    sec = stalls.merge(job, parts, opts.top, remote.presorted_order if remote is not None else None)
     del parts, job
     doc["warnings"] += sec.pop("collective_warnings")
     doc.update(sec)

@@ -129,8 +129,8 @@ class PackedRows(Sequence):
         if type(c) is _FileChunks and c.path is not None:
             return ("file", c.path, c._ends, self._len, self.shape, self._per)
         if type(c) is _MergedChunks and all(p.path is not None or not len(p) for p in c._parts):
-            return ("merged", [(p.path, p.ends_source(), p.shape) for p in c._parts], c._part, c._index,
-                    c._ordered, self._len, self.shape)
+            return ("merged", [(p.path, p.ends_source(), p.shape) for p in c._parts], _as_array(c._part, "I"),
+                    _as_array(c._index, "q"), c._ordered, self._len, self.shape)
         return None
 
 
@@ -468,6 +468,43 @@ def _presorted_order(parts: list[RowBytes]) -> tuple[array, array] | None:
     return array("I", _values(p_col.take(order), 4)), array("q", _values(i_col.take(order), 8))
 
 
+def presorted_order_files(parts: list[tuple[str | None, int]], out: str) -> int | None:
+    """_presorted_order of spilled presorted parts, given as (path, rows) (RowBytes.spill; an
+    empty part: (None, 0)), run where it is called (a mapped job's worker: the parent then holds
+    neither the parts' keys nor the sort's memory, some 60 MiB for the stall rows of a 1,024-rank
+    job); the order written to the files out.part (uint32) and out.index (int64). Returns the
+    number of rows, or None where the keys do not line up (the caller sorts as before)."""
+    rows = []
+    for path, n in parts:
+        if path is None or not n:
+            rows.append(RowBytes(b"", array("q"), None))   # type: ignore[arg-type]
+            continue
+        rb = RowBytes.__new__(RowBytes)
+        rb.__setstate__((None, None, None, path, True))
+        rows.append(rb)
+    got = _presorted_order(rows)
+    if got is None:
+        return None
+    part_of, index_of = got
+    _write_file(f"{out}.part", memoryview(part_of).cast("B"))
+    _write_file(f"{out}.index", memoryview(index_of).cast("B"))
+    return len(index_of)
+
+
+def mapped_order(out: str, n: int, maps: list) -> tuple:
+    """The (part, row) order presorted_order_files wrote, memory-mapped (the mappings added to `maps`)."""
+    if n == 0:
+        return array("I"), array("q")
+    part, index = _map_file(f"{out}.part"), _map_file(f"{out}.index")
+    maps += [part, index]
+    return memoryview(part).cast("I"), memoryview(index).cast("q")
+
+
+def _as_array(a, typecode: str):
+    """An order array as it pickles (a mapped one is copied into an array)."""
+    return a if type(a) is array else array(typecode, a)
+
+
 def _row_key(table, i: int) -> tuple:
     return tuple(c[i].as_py() for c in table.columns)
 
@@ -477,7 +514,7 @@ def _values(arr, width: int) -> bytes:
     return bytes(memoryview(arr.buffers()[1])[arr.offset * width:(arr.offset + len(arr)) * width])
 
 
-def sort_rows(parts: list, key, keys: bool = True) -> tuple[Any, list | None]:
+def sort_rows(parts: list, key, keys: bool = True, order=None) -> tuple[Any, list | None]:
     """The rows of `parts` (each a list of row dicts or RowBytes) in one list sorted by `key` (a
     stable sort of their concatenation), and the keys in that order (None when not `keys`):
     PackedRows when they are MIN_ROWS or more and all could be packed, else a list of the row dicts.
@@ -485,14 +522,19 @@ def sort_rows(parts: list, key, keys: bool = True) -> tuple[Any, list | None]:
     RowBytes parts are sorted one at a time (a part already in order is not sorted) and then
     merged (heapq.merge prefers the earlier part among equal keys: the order of the stable sort);
     the PackedRows returned reads its rows from the parts (_MergedChunks): what is held besides
-    the parts is two arrays of the order and one part's keys at a time, not a key per row."""
+    the parts is two arrays of the order and one part's keys at a time, not a key per row.
+    `order`: a function that finds the order of presorted spilled parts elsewhere (a mapped job's
+    worker, mapped.Remote.presorted_order: the parts' keys are files) and gives (part, row)
+    arrays, or None to find it here."""
     if not all(type(p) is RowBytes for p in parts):
         rows = sorted((r for p in parts for r in p), key=key)
         return rows, [key(r) for r in rows] if keys else None
     n = sum(len(p) for p in parts)
     # parts a worker sorted (presort, with the same key): merged from their keys, no row decoded
-    got = _presorted_order(parts) if not keys and n and all(p.keys is not None or not len(p) for p in parts) \
-        else None
+    got = None
+    if not keys and n and all(p.keys is not None or not len(p) for p in parts):
+        got = order(parts) if order is not None and all(p.path is not None or not len(p) for p in parts) else None
+        got = got if got is not None else _presorted_order(parts)
     if got is not None:
         part_of, index_of = got
         if n < MIN_ROWS:

@@ -65,9 +65,10 @@ def _offsets(session: Session) -> dict:
     """Per rank: offset to epoch ns and how it was found."""
     meta = {m["rank"]: m["clock_offset_ns"] for m in session.rows("SELECT rank, clock_offset_ns FROM meta")}
     # each rank's arrival at its first collective in (kind, group, order of issue)
+    # (arg_min over one integer per instance, its collective's place in that order: no sort)
     first = {r["rank"]: r["arrival_ns"] for r in session.rows(
-        "SELECT rank, arrival_ns FROM coll_instances "
-        "QUALIFY row_number() OVER (PARTITION BY rank ORDER BY comm_kind, grp, idx) = 1")}
+        f"WITH {_KIND_GROUPS} SELECT c.rank, arg_min(c.arrival_ns, g.k * {_IDX_SPAN} + c.idx) AS arrival_ns "
+        f"FROM coll_instances c JOIN kg g ON {_KG_JOIN} GROUP BY c.rank")}
     out: dict[int, tuple[int | None, str]] = {}
     for rank, off in meta.items():
         if off is not None:
@@ -110,6 +111,15 @@ def _int_column(t: pa.Table, name: str) -> memoryview:
     return memoryview(a.buffers()[1]).cast("q")[a.offset:a.offset + len(a)]
 
 
+# each (kind, group) of the job's collectives numbered in their order (NULLs last): the instances
+# are then ordered by integers, not by their kind and group names (the sort of some 800k instances
+# of a 1,024-rank job held a copy of both names per row)
+_KIND_GROUPS = ("kg AS (SELECT comm_kind, grp, row_number() OVER (ORDER BY comm_kind, grp) - 1 AS k "
+                "FROM (SELECT DISTINCT comm_kind, grp FROM coll_instances))")
+_KG_JOIN = "c.comm_kind IS NOT DISTINCT FROM g.comm_kind AND c.grp IS NOT DISTINCT FROM g.grp"
+_IDX_SPAN = 1 << 40          # more collectives than any rank issues of one kind and group
+
+
 class Instances:
     """Every row of coll_instances as columns, ordered by collective (kind, group, order of issue)
     then rank: the collectives' rows are contiguous, `info` has one row per collective (its
@@ -118,8 +128,8 @@ class Instances:
     rank issues each collective once, so the lowest rank's row is one row)."""
 
     def __init__(self, session: Session):
-        self._t = t = session.sql("SELECT rank, arrival_ns, end_ns, id FROM coll_instances "
-                                  "ORDER BY comm_kind, grp, idx, rank")
+        self._t = t = session.sql(f"WITH {_KIND_GROUPS} SELECT c.rank, c.arrival_ns, c.end_ns, c.id "
+                                  f"FROM coll_instances c JOIN kg g ON {_KG_JOIN} ORDER BY g.k, c.idx, c.rank")
         self.rank, self.arrival, self.end, self.id = (_int_column(t, n) for n in ("rank", "arrival_ns", "end_ns", "id"))
         session.release_pages()      # (each query here reads a column of every rank's instances)
         self.info = session.rows(

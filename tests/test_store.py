@@ -48,6 +48,11 @@ def test_dlrm_from_store_is_byte_identical_to_parsing(tmp_path):
     src = Path(man["source"]["path"])
     assert src.parent == DLRM.resolve() and man["source"]["size"] == src.stat().st_size
     assert man["source"]["hash"] == store_mod.file_hash(src)
+    # each table file's size and hash (taken as it was encoded, before it was written) are the file's
+    for files in man["tables"].values():
+        for f in files:
+            on_disk = entries[0] / f["file"]
+            assert f["size"] == on_disk.stat().st_size and f["hash"] == store_mod.file_hash(on_disk)
     import pyarrow.parquet as pq
     md = pq.ParquetFile(entries[0] / "gpu_activities" / f"rank={rank}" / "part-0.parquet").metadata
     assert md.row_group(0).column(0).compression == "ZSTD"

@@ -580,13 +580,21 @@ def _write_partitions(entry: Path, name: str, table: pa.Table) -> list[dict]:
     else:
         parts = {}
     out = []
+    (entry / name).mkdir(exist_ok=True)
     for r in distinct:
         part = parts.get(r, table)
         rel = f"{name}/rank={'none' if r is None else r}/part-0.parquet"
         f = entry / rel
-        f.parent.mkdir(parents=True, exist_ok=True)
-        pq.write_table(part, f, compression="zstd")
-        out.append({"file": rel, "rows": part.num_rows, "size": f.stat().st_size, "hash": file_hash(f)})
+        f.parent.mkdir(exist_ok=True)
+        # encoded in memory and hashed there, then written: the file is not opened again to be
+        # hashed (file_hash gives the same digest of the file)
+        sink = pa.BufferOutputStream()
+        pq.write_table(part, sink, compression="zstd")
+        data = memoryview(sink.getvalue())
+        with open(f, "wb") as fh:
+            fh.write(data)
+        out.append({"file": rel, "rows": part.num_rows, "size": len(data),
+                    "hash": hashlib.blake2b(data, digest_size=20).hexdigest()})
     return out
 
 

@@ -72,8 +72,13 @@ def _writable(folder: Path) -> bool:
     return os.access(folder, os.W_OK) and bool(st.st_mode & 0o222)
 
 
+def _hasher():
+    """The store's content hash (of a trace, and of each table file)."""
+    return hashlib.blake2b(digest_size=20)
+
+
 def file_hash(path: Path) -> str:
-    h = hashlib.blake2b(digest_size=20)
+    h = _hasher()
     with open(path, "rb") as f:
         while chunk := f.read(_CHUNK):
             h.update(chunk)
@@ -593,8 +598,9 @@ def _write_partitions(entry: Path, name: str, table: pa.Table) -> list[dict]:
         data = memoryview(sink.getvalue())
         with open(f, "wb") as fh:
             fh.write(data)
-        out.append({"file": rel, "rows": part.num_rows, "size": len(data),
-                    "hash": hashlib.blake2b(data, digest_size=20).hexdigest()})
+        h = _hasher()
+        h.update(data)
+        out.append({"file": rel, "rows": part.num_rows, "size": len(data), "hash": h.hexdigest()})
     return out
 
 

@@ -145,11 +145,10 @@ def from_source(src) -> PackedRows:
     _, parts, part_of, index_of, ordered, n, shape = src
     rows = []
     for path, ends, pshape in parts:
-        maps: list = []
-        if type(ends) is str:           # (RowBytes.ends_source: their file)
-            ends = _ends_at(ends, maps)
+        if type(ends) is str:           # a spilled part (RowBytes.ends_source: their file)
+            rows.append(RowBytes.from_spill(path, pshape, keys=False))
+            continue
         rb = RowBytes(b"", ends, pshape, path)
-        rb.maps = maps
         if path is not None and len(ends) and ends[-1]:
             rb.data = _mapped(path, None)
         rows.append(rb)
@@ -256,10 +255,7 @@ class RowBytes:
         unpickles it maps the files (its rows, ends and keys are then file pages, which `release`
         lets go, not memory of its own: a 1,024-rank job's stall parts are some 40 MB of keys and
         ends)."""
-        tmp = f"{path}.{os.getpid()}.tmp"
-        with open(tmp, "wb") as fh:
-            fh.write(self.data)
-        os.replace(tmp, path)
+        _write_file(path, self.data)
         _write_file(f"{path}.ends", memoryview(self.ends).cast("B"))
         if self.keys is not None:
             import pyarrow as pa
@@ -307,16 +303,27 @@ class RowBytes:
         self.maps = []
         if data is None:
             assert self.path is not None
-            self.ends = _ends_at(f"{self.path}.ends", self.maps)
-            if self.keys:
-                import pyarrow as pa
-                mm = _map_file(f"{self.path}.keys")
-                self.maps.append(mm)
-                self.keys = pa.ipc.open_file(pa.py_buffer(mm)).read_all()
-            else:
-                self.keys = None
-            data = b"" if len(self.ends) == 0 or self.ends[-1] == 0 else _map_file(self.path)
-        self.data = data
+            self._map_spill(self.keys)
+        else:
+            self.data = data
+
+    @classmethod
+    def from_spill(cls, path: str, shape: Shape | None = None, keys: bool = True) -> RowBytes:
+        """The rows `spill` wrote to `path` (with their keys where `keys`), memory-mapped."""
+        rb = cls.__new__(cls)
+        rb.shape, rb.path, rb.maps = shape, path, []    # type: ignore[assignment]  # None: only the order is read
+        rb._map_spill(keys)
+        return rb
+
+    def _map_spill(self, keys: bool) -> None:
+        """Map the files of this part's spill: its rows, ends and (where `keys`) sort keys."""
+        assert self.path is not None
+        self.ends = _ends_at(f"{self.path}.ends", self.maps)
+        self.keys = None
+        if keys:
+            import pyarrow as pa
+            self.keys = pa.ipc.open_file(pa.py_buffer(_mapped(f"{self.path}.keys", self.maps))).read_all()
+        self.data = b"" if len(self.ends) == 0 or self.ends[-1] == 0 else _mapped(self.path, None)
 
 
 def _write_file(path: str, data) -> None:
@@ -326,21 +333,11 @@ def _write_file(path: str, data) -> None:
     os.replace(tmp, path)
 
 
-def _map_file(path: str) -> mmap.mmap:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        return mmap.mmap(fd, 0, prot=mmap.PROT_READ)
-    finally:
-        os.close(fd)
-
-
 def _ends_at(path: str, maps: list):
     """The int64 ends in the file `path`, memory-mapped (added to `maps`): an empty array for none."""
     if os.path.getsize(path) == 0:
         return array("q")
-    mm = _map_file(path)
-    maps.append(mm)
-    return memoryview(mm).cast("q")
+    return memoryview(_mapped(path, maps)).cast("q")
 
 
 def row_bytes(rows: list):
@@ -479,9 +476,7 @@ def presorted_order_files(parts: list[tuple[str | None, int]], out: str) -> int 
         if path is None or not n:
             rows.append(RowBytes(b"", array("q"), None))   # type: ignore[arg-type]
             continue
-        rb = RowBytes.__new__(RowBytes)
-        rb.__setstate__((None, None, None, path, True))
-        rows.append(rb)
+        rows.append(RowBytes.from_spill(path))
     got = _presorted_order(rows)
     if got is None:
         return None
@@ -495,9 +490,7 @@ def mapped_order(out: str, n: int, maps: list) -> tuple:
     """The (part, row) order presorted_order_files wrote, memory-mapped (the mappings added to `maps`)."""
     if n == 0:
         return array("I"), array("q")
-    part, index = _map_file(f"{out}.part"), _map_file(f"{out}.index")
-    maps += [part, index]
-    return memoryview(part).cast("I"), memoryview(index).cast("q")
+    return memoryview(_mapped(f"{out}.part", maps)).cast("I"), memoryview(_mapped(f"{out}.index", maps)).cast("q")
 
 
 def _as_array(a, typecode: str):

@@ -1,7 +1,6 @@
 """Delivered TFLOP/s per GPU and MFU: conversions and the `flops` report section."""
 from __future__ import annotations
 
-import math
 import statistics
 from typing import Any
 
@@ -92,9 +91,9 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
                     trace_fps = float(sum(medians) / len(medians))
                     detail = _precision_detail(session, params, trace_fps, len(per_step))
                     ops = detail["ops"]
-                    by_pr = sorted((f, k[0]) for k, f in _sums(ops, ("precision",)).items())
+                    by_pr = sorted((f, k[0]) for k, f in ops.sums(("precision",)).items())
                     trace_dtype = prec.PEAK_COLUMN.get(by_pr[-1][1]) if by_pr else None
-                    by_op = sorted(_sums(ops, ("name",)).items())
+                    by_op = sorted(ops.sums(("name",)).items())
                     out["trace_flops_by_op"] = {k[0]: f / len(per_step) for k, f in by_op}
                     out["trace_ops_counted"] = len(ops)
         if tokens_per_step is None:
@@ -168,19 +167,11 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
     return out
 
 
-def _sums(rows: list[dict], keys: tuple[str, ...]) -> dict[tuple, float]:
-    """Sum of `flops` per distinct `keys` (in first-seen order), exact (math.fsum)."""
-    out: dict[tuple, list[float]] = {}
-    for r in rows:
-        out.setdefault(tuple(r[x] for x in keys), []).append(r["flops"])
-    return {k: math.fsum(v) for k, v in out.items()}
-
-
 def _precision_detail(session: Session, params: dict, flops_per_step: float, n_steps: int) -> dict:
     """Counted in-step ops with their precision (flops_op_precision), their compute kernels
     (flops_compute_kernels; None without GPU activity) and the precision split."""
     build(session, ["flops_op_precision", "flops_compute_kernels"], params)
-    ops = session.table("flops_op_precision").to_pylist()
+    ops = prec.OpColumns.of(session.table("flops_op_precision"), ("name", "kind", "precision", "precision_source"))
     gpu = session.profile.gpu_activities if session.profile is not None else None
     ck = session.table("flops_compute_kernels").to_pylist() if gpu is not None and gpu.num_rows else None
     return {"ops": ops, "kernels": ck, "split": prec.split(ops, flops_per_step),
@@ -212,8 +203,8 @@ def _precision_fields(detail: dict | None, fps: float | None, step_time_ns: int 
     # MFU against the achievable: sum over (kind, precision) of F / (A * T)
     a = {(x["kind"], x["precision"]): x["tflops"] for x in achievable}
     ops = detail["ops"]
-    total = math.fsum(r["flops"] for r in ops)
-    by = [{"kind": k, "precision": p, "flops": f} for (k, p), f in _sums(ops, ("kind", "precision")).items()]
+    total = ops.total()
+    by = [{"kind": k, "precision": p, "flops": f} for (k, p), f in ops.sums(("kind", "precision")).items()]
     lacking = sorted(f"{r['kind']} {r['precision']}" for r in by
                      if r["flops"] and not a.get((r["kind"], r["precision"])))
     out["mfu_achievable"] = None

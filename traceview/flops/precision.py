@@ -85,20 +85,47 @@ def op_kind(op_name: str) -> str:
     return "gemm"
 
 
-def split(ops: list[dict], flops_per_step: float) -> list[dict]:
+class OpColumns:
+    """The counted ops (flops_op_precision) as columns of plain values: the exact FLOPs sums that
+    split() and the FLOPs section read, by group, without a dict per op."""
+
+    def __init__(self, cols: dict[str, list]):
+        self.cols = cols
+
+    @classmethod
+    def of(cls, table, keys: tuple[str, ...]) -> OpColumns:
+        """The `flops` column and the grouping columns `keys` of an Arrow table of ops."""
+        return cls({n: table.column(n).to_pylist() for n in ("flops", *keys)})
+
+    def __len__(self) -> int:
+        return len(self.cols["flops"])
+
+    def total(self) -> float:
+        return math.fsum(self.cols["flops"])
+
+    def sums(self, keys: tuple[str, ...]) -> dict[tuple, float]:
+        """Sum of `flops` per distinct `keys` (in first-seen order), exact (math.fsum)."""
+        groups: dict[tuple, list[float]] = {}
+        for k, f in zip(zip(*(self.cols[x] for x in keys), strict=True), self.cols["flops"], strict=True):
+            g = groups.get(k)
+            if g is None:
+                groups[k] = [f]
+            else:
+                g.append(f)
+        return {k: math.fsum(v) for k, v in groups.items()}
+
+
+def split(ops: OpColumns, flops_per_step: float) -> list[dict]:
     """FLOPs per step by precision: `flops_per_step` (the median-step total) split in the proportions of
-    the counted ops of all steps (rows with precision, precision_source, flops); with the part each
+    the counted ops of all steps (columns precision, precision_source, flops); with the part each
     source (op, kernel, inputs, assumed) decided."""
-    total = math.fsum(r["flops"] for r in ops)
+    total = ops.total()
     if not total:
         return []
-    by: dict[str, dict[str, list[float]]] = {}
-    for r in ops:
-        by.setdefault(r["precision"], {}).setdefault(r["precision_source"], []).append(r["flops"])
+    by_source = ops.sums(("precision", "precision_source"))
     out = []
-    for p, parts in by.items():
-        src = {s: math.fsum(f) for s, f in parts.items()}
-        fp = math.fsum(x for f in parts.values() for x in f)
+    for (p,), fp in ops.sums(("precision",)).items():
+        src = {s: f for (q, s), f in by_source.items() if q == p}
         out.append({"precision": p, "flops_per_step": flops_per_step * fp / total, "share": fp / total,
                     "sources": {s: flops_per_step * float(f) / total for s, f in sorted(src.items())}})
     return sorted(out, key=lambda r: (-r["share"], r["precision"]))

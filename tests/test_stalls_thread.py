@@ -1,7 +1,8 @@
 """stalls.start_rank_part: the critical-path walk of a one-chunk job on a thread beside the
 caller's queries gives exactly the part that rank_part computes in line (the sequential walk is
-the reference), falls back to a walk when called where the windows span several chunks, and
-raises the walk's error in the caller."""
+the reference), walks several chunks one after the other on threads (the next one fetched while
+the one before is walked) into parts that merge to the same sections, and raises the walk's error
+in the caller."""
 import pytest
 from helpers import TRACES
 
@@ -40,18 +41,44 @@ def test_thread_part_equals_the_inline_part():
     assert _plain(got[0]) == _plain(want)
 
 
-def test_several_chunks_walk_when_asked(monkeypatch):
+def _merged(parts, job):
+    return {k: v for k, v in stalls.merge(job, parts).items()}
+
+
+def test_several_chunks_walk_on_threads_one_chunk_after_the_other(monkeypatch):
     paths = sorted(DLRM.glob("*.json*"))
     if not paths:
         pytest.skip("the shared corpus is not beside the checkout")
     s, idle = _prepared(paths)
     job = stalls.job_inputs(s)
     monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)    # one rank a chunk: 8 chunks
-    assert len(critical_path.windows_data(s)["chunks"]) == 8
-    started = []
-    monkeypatch.setattr(stalls.threading, "Thread", lambda *a, **k: started.append(a) or pytest.fail("a thread"))
-    got = stalls.start_rank_part(s, job, idle)()
-    assert not started and _plain(got[0]) == _plain(stalls.rank_part(s, job, idle))
+    chunks = critical_path.windows_data(s)["chunks"]
+    assert chunks == [[r] for r in range(8)]
+    events: list = []
+    fetch, walk = critical_path._chunk, critical_path.walk_columns
+    monkeypatch.setattr(critical_path, "_chunk", lambda session, ranks: events.append(("fetch", ranks[0]))
+                        or fetch(session, ranks))
+    monkeypatch.setattr(critical_path, "walk_columns", lambda acts, *a, **k: events.append(("walk", acts.rank))
+                        or walk(acts, *a, **k))
+    threads = []
+    make = stalls.threading.Thread
+    monkeypatch.setattr(stalls.threading, "Thread", lambda *a, **k: threads.append(k.get("name")) or make(*a, **k))
+    wait = stalls.start_rank_part(s, job, idle)
+    assert s.rows("SELECT count(*) AS n FROM activity_class")[0]["n"] > 0   # the caller's queries go on
+    got = wait()
+    seen = list(events)                             # (the reference walk below records more)
+    assert len(threads) == 8 and len(got) == 8     # a thread and a part per chunk
+    monkeypatch.setattr(critical_path, "CHUNK_ROWS", 10 ** 9)
+    want = stalls.rank_part(s, job, idle)          # the reference: one part, walked in line
+    assert _merged(got, job) == _merged([want], job)
+    assert [_plain(p)["critical_path"] for p in got] == [[r for r in want["critical_path"] if r["rank"] == k]
+                                                        for k in range(8)]
+    # chunk i is fetched once chunk i - 2 is walked: at most two chunks' rows live at once
+    assert [r for e, r in seen if e == "fetch"] == list(range(8))
+    for i in range(2, 8):
+        at = seen.index(("fetch", i))
+        walked = [n for n, (e, r) in enumerate(seen) if e == "walk" and r == i - 2]
+        assert walked and max(walked) < at
 
 
 def test_the_walks_error_is_raised_by_the_caller(monkeypatch):

@@ -596,11 +596,9 @@ def _with_strings(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Tabl
     return acts
 
 
-def fetch_chunk(session: Session, data: dict) -> dict:
-    """The rows of a job's only chunk of ranks (`windows_data` made one), for `iter_paths`."""
-    if len(data["chunks"]) != 1:
-        raise ValueError("fetch_chunk: the windows have several chunks")
-    return _chunk(session, data["chunks"][0])
+def fetch_chunk(session: Session, data: dict, i: int = 0) -> dict:
+    """The rows of chunk `i` of ranks of `windows_data`'s `data`, for `iter_paths`."""
+    return _chunk(session, data["chunks"][i])
 
 
 def _chunk(session: Session, ranks: list[int]) -> dict:

@@ -374,32 +374,56 @@ def rank_part(session: Session, job: dict, idle: dict, ranks: list[int] | None =
 
 
 def start_rank_part(session: Session, job: dict, idle: dict):
-    """`rank_part` over every rank of the session, started now: returns a function that gives
-    [the part]. Its queries run here, at once; where the windows' activities are one chunk (one
-    trace, or a few small ones) the walk, which is Python only, then runs on a thread while the
-    caller goes on with its own queries (DuckDB lets go of the GIL while a query runs), else
-    when the function is called. The part is the same either way (the walk reads only what was
-    fetched here); an error of the walk is raised by the function."""
+    """`rank_part` over every rank of the session, started now: returns a function that gives its
+    parts (one per chunk of ranks: `merge` gives the same sections as from one part). Its queries
+    run in this thread, the walk, which is Python only, on a thread while the caller goes on with
+    its own queries (DuckDB lets go of the GIL while a query runs): the first chunk's now, and each
+    next chunk's rows are fetched when the function is called, while the chunk before is walked
+    (so at most two chunks' rows live at once). The parts are the same either way (a walk reads
+    only what was fetched for it); an error of a walk is raised by the function."""
     ranks, comm, data = _rank_inputs(session, job, None)
-    if len(data["chunks"]) != 1:
+    chunks = data["chunks"]
+    if not chunks:
         return lambda: [_walk_part(session, job, idle, ranks, comm, data)]
-    out: dict = {}
-
-    def walk(fetched: dict) -> None:
-        try:
-            out["part"] = _walk_part(None, job, idle, ranks, comm, data, fetched)
-        except BaseException as e:   # raised again by wait(), in the caller's thread
-            out["error"] = e
-    thread = threading.Thread(target=walk, args=(critical_path.fetch_chunk(session, data),),
-                              name="traceview-critical-path", daemon=True)
-    thread.start()
+    walk = _ChunkWalk(job, idle, comm, data, 0, critical_path.fetch_chunk(session, data, 0))
 
     def wait() -> list[dict]:
-        thread.join()
-        if "error" in out:
-            raise out.pop("error")
-        return [out.pop("part")]
+        nonlocal walk
+        parts = []
+        try:
+            for i in range(1, len(chunks)):
+                fetched = critical_path.fetch_chunk(session, data, i)   # while chunk i - 1 is walked
+                parts.append(walk.result())
+                walk = _ChunkWalk(job, idle, comm, data, i, fetched)
+                del fetched
+        finally:
+            walk.thread.join()          # (no walk goes on past the call, even when a fetch failed)
+        parts.append(walk.result())
+        return parts
     return wait
+
+
+class _ChunkWalk:
+    """The walk of chunk `i` of `data` (its rows `fetched`) on a thread of its own: `result()` waits
+    for its part, or raises its error."""
+
+    def __init__(self, job: dict, idle: dict, comm: dict, data: dict, i: int, fetched: dict):
+        self.out: dict = {}
+        one = {**data, "chunks": [data["chunks"][i]]}
+
+        def walk() -> None:
+            try:
+                self.out["part"] = _walk_part(None, job, idle, None, comm, one, fetched)
+            except BaseException as e:   # raised again by result(), in the caller's thread
+                self.out["error"] = e
+        self.thread = threading.Thread(target=walk, name=f"traceview-critical-path-{i}", daemon=True)
+        self.thread.start()
+
+    def result(self) -> dict:
+        self.thread.join()
+        if "error" in self.out:
+            raise self.out.pop("error")
+        return self.out.pop("part")
 
 
 def _rank_inputs(session: Session, job: dict, ranks: list[int] | None) -> tuple:

@@ -208,6 +208,15 @@ class _Reader:
             raise TraceError(self.path, "not an Nsight Systems export (none of its tables, e.g. StringIds, "
                                         "is in this SQLite file)")
         types = self.event_types()
+        # the NVTX rows, most of the export's rows where a framework marks its work, are read on a
+        # thread of their own while the tables below are read and checked here
+        nv_rows = s.table_behind("NVTX_EVENTS", {
+            "start_ns": "start TIME", "end_ns": "end TIME", "event_type": "eventType", "gtid": "globalTid",
+            "domain_id": "domainId", "name": f"={self.nvtx_name_sql()} TEXT"},
+            # in rowid order (a plain scan, which the ORDER BY costs nothing on): a row's position is
+            # its place in the file, the ranges' last tie-break
+            "NOT INDEXED WHERE eventType IN (?, ?, ?) ORDER BY rowid", tuple(types[n] for n in _EVENT_TYPES),
+            need=("start", "eventType", "globalTid"))
         k_all = s.table("CUPTI_ACTIVITY_KIND_KERNEL", {
             **_GPU, "name_id": "demangledName", "short_id": "shortName", "gx": "gridX", "gy": "gridY", "gz": "gridZ",
             "bx": "blockX", "by": "blockY", "bz": "blockZ"}, need=_NEED_GPU)
@@ -235,13 +244,7 @@ class _Reader:
         self.strs = s.table("StringIds", {"id": "id", "value": "=IFNULL(CAST(value AS TEXT), '') TEXT"},
                             need=("id", "value"))
         self.reg("strs", self.strs)
-        nv = s.table("NVTX_EVENTS", {
-            "start_ns": "start TIME", "end_ns": "end TIME", "event_type": "eventType", "gtid": "globalTid",
-            "domain_id": "domainId", "name": f"={self.nvtx_name_sql()} TEXT"},
-            # in rowid order (a plain scan, which the ORDER BY costs nothing on): a row's position is
-            # its place in the file, the ranges' last tie-break
-            "NOT INDEXED WHERE eventType IN (?, ?, ?) ORDER BY rowid", tuple(types[n] for n in _EVENT_TYPES),
-            need=("start", "eventType", "globalTid"))
+        nv = nv_rows()
         ranges = pc.is_in(nv.column("event_type"), pa.array([types["NvtxPushPopRange"], types["NvtxStartEndRange"]]))
         n_bad = pc.sum(pc.and_(ranges, pc.is_null(nv.column("start_ns")))).as_py() or 0
         if n_bad:

@@ -19,8 +19,9 @@ import shutil
 import signal
 import subprocess
 import tempfile
+import threading
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -218,6 +219,7 @@ class Export:
     def __init__(self, path: Path, shown: Path | None = None):
         self.shown = shown or path
         self._tmp = None
+        self._behind: list[threading.Thread] = []     # reads on threads (table_behind)
         logs = [Path(f"{path}{s}") for s in ("-wal", "-journal")]
         logs = [p for p in logs if p.is_file() and p.stat().st_size > 0]
         if logs:
@@ -246,6 +248,9 @@ class Export:
             self._tmp = None
 
     def close(self):
+        for thread in self._behind:        # (a read on a thread still uses the database)
+            thread.join()
+        self._behind = []
         try:
             for h in (self.con, self._db):
                 if h is not None:
@@ -254,11 +259,11 @@ class Export:
             self.con = self._db = None
             self._cleanup()
 
-    def fetch(self, sql: str, params: tuple = ()) -> pa.Table:
-        """The rows of `sql` (parameters bound as one row) as one Arrow table. ADBC's low-level
-        statement, not its DB-API layer, whose import also imports polars where it is installed
-        (about 0.2 s of a small trace's whole run)."""
-        stmt = adbc_driver_manager.AdbcStatement(self.con)
+    def fetch(self, sql: str, params: tuple = (), con=None) -> pa.Table:
+        """The rows of `sql` (parameters bound as one row) as one Arrow table, read on `con` (this
+        export's connection when None). ADBC's low-level statement, not its DB-API layer, whose
+        import also imports polars where it is installed (about 0.2 s of a small trace's whole run)."""
+        stmt = adbc_driver_manager.AdbcStatement(self.con if con is None else con)
         try:
             stmt.set_options(**{"adbc.sqlite.query.batch_rows": "65536"})
             stmt.set_sql_query(sql)
@@ -286,6 +291,42 @@ class Export:
         a timestamp in ns: NULL unless the value is an integer in [MIN_TIME_NS, MAX_TIME_NS]
         (SQLite would read 'abc' as 0 and 1e300 as 2^63-1). Column names come from this module,
         never from the trace."""
+        sql, schema_ = self._table_query(table, spec, where, need)
+        return _typed(self.fetch(sql, params) if sql is not None else None, schema_)
+
+    def table_behind(self, table: str, spec: dict[str, str], where: str = "", params: tuple = (),
+                     need: tuple[str, ...] = ()) -> Callable[[], pa.Table]:
+        """`table(...)` read on a connection of its own, on a thread, while this one reads on
+        (SQLite and Arrow let go of the GIL while they read): returns a function that waits for
+        the rows (or raises the read's error). A refused column is said now, as table() says it;
+        close() waits for a read still going on before it closes the export."""
+        sql, schema_ = self._table_query(table, spec, where, need)
+        if sql is None:
+            return lambda: schema_.empty_table()
+        out: dict = {}
+        con = adbc_driver_manager.AdbcConnection(self._db)
+
+        def read() -> None:
+            try:
+                out["rows"] = self.fetch(sql, params, con)
+            except BaseException as e:      # raised again by the function returned, in its caller
+                out["error"] = e
+            finally:
+                con.close()
+        thread = threading.Thread(target=read, name=f"traceview-nsys-{table}", daemon=True)
+        self._behind.append(thread)
+        thread.start()
+
+        def rows() -> pa.Table:
+            thread.join()
+            if "error" in out:
+                raise out.pop("error")
+            return _typed(out.pop("rows"), schema_)
+        return rows
+
+    def _table_query(self, table: str, spec: dict[str, str], where: str,
+                     need: tuple[str, ...]) -> tuple[str | None, pa.Schema]:
+        """table()'s query (None for a missing table) and the schema of its rows."""
         have, parts, fields = self.cols(table), [], []
         if table in self.tables:
             for col in need:
@@ -305,9 +346,8 @@ class Export:
             fields.append(pa.field(out, pa.string() if typ == "TEXT" else pa.int64()))
         schema_ = pa.schema(fields)
         if table not in self.tables:
-            return schema_.empty_table()
-        t = self.fetch(f'SELECT {", ".join(parts)} FROM "{table}" {where}', params)
-        return t.cast(schema_) if t.num_rows else schema_.empty_table()
+            return None, schema_
+        return f'SELECT {", ".join(parts)} FROM "{table}" {where}', schema_
 
     def enum(self, table: str) -> list[tuple[int, str, str]]:
         if not self.rows(table) or not {"id", "name"} <= self.cols(table):
@@ -323,6 +363,10 @@ class Export:
         t = self.fetch(f'SELECT IFNULL(CAST(name AS TEXT), \'\'), IFNULL(CAST(value AS TEXT), \'\') FROM "{table}"'
                        + (" WHERE name = ?" if name else ""), (name,) if name else ())
         return list(zip(t.column(0).to_pylist(), t.column(1).to_pylist(), strict=True))
+
+
+def _typed(t: pa.Table | None, schema_: pa.Schema) -> pa.Table:
+    return t.cast(schema_) if t is not None and t.num_rows else schema_.empty_table()
 
 
 def _valid_utf8(t: pa.Table) -> pa.Table:

@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import threading
 from collections import Counter, defaultdict
 from pathlib import Path
 
@@ -556,3 +557,44 @@ def test_domains_named_unknown_and_default(tmp_path):
     r = {row["name"]: row["domain"] for row in load([path]).cpu_ranges.to_pylist()}
     assert (r["D9"], r["Dnull"], r["D1"], r["C"], r["nccl:all_to_all"]) == \
         ("<unknown domain 9>", None, "NCCL", None, "NCCL")
+
+
+def test_a_table_read_behind_gives_the_rows_read_in_line_and_close_waits_for_it(tmp_path, monkeypatch):
+    """Export.table_behind reads on a connection and thread of its own (the parser reads NVTX_EVENTS
+    so while it reads the other tables): the same rows as table(), a refused column said at once,
+    an error of the read raised by the function it returns, and close() waiting for a read."""
+    db = _tiny(tmp_path / "behind.sqlite")
+    con = sqlite3.connect(db)
+    (above,), (every,) = (con.execute(f"SELECT count(*) FROM NVTX_EVENTS {w}").fetchone()
+                          for w in ("WHERE start > 150", ""))
+    con.close()
+    assert 0 < above < every
+    spec = {"start_ns": "start TIME", "end_ns": "end TIME", "name": "text TEXT", "nothing": "noSuchColumn"}
+    src = nsys_export.Export(db)
+    try:
+        later = src.table_behind("NVTX_EVENTS", spec, "WHERE start > ? ORDER BY rowid", (150,))
+        now = src.table("NVTX_EVENTS", spec, "WHERE start > ? ORDER BY rowid", (150,))
+        got = later()
+        assert got.equals(now) and got.num_rows == above and got.column("nothing").null_count == above
+        assert min(got.column("start_ns").to_pylist()) > 150
+        with pytest.raises(TraceError, match="no column 'noSuchColumn'"):
+            src.table_behind("NVTX_EVENTS", spec, need=("noSuchColumn",))
+        assert src.table_behind("NO_SUCH_TABLE", spec)().num_rows == 0
+        broken = src.table_behind("NVTX_EVENTS", {"x": "=no_such_function(1) INTEGER"})
+        with pytest.raises(nsys_export.adbc_driver_manager.Error):
+            broken()
+        # close() waits for a read still going on (here held back) before it closes the database
+        gate, done = threading.Event(), []
+        fetch = src.fetch
+
+        def slow(sql, params=(), con=None):
+            gate.wait(5)
+            out = fetch(sql, params, con)
+            done.append(out.num_rows)
+            return out
+        monkeypatch.setattr(src, "fetch", slow)
+        src.table_behind("NVTX_EVENTS", spec)
+        threading.Timer(0.2, gate.set).start()
+    finally:
+        src.close()
+    assert done == [every]

@@ -303,6 +303,8 @@ class Export:
         sql, schema_ = self._table_query(table, spec, where, need)
         if sql is None:
             return lambda: schema_.empty_table()
+        if self._db is None:
+            raise ValueError("the export is closed")
         out: dict = {}
         con = adbc_driver_manager.AdbcConnection(self._db)
 

@@ -306,9 +306,10 @@ def main() -> None:
         bench_nsys._N0.clear()
         db = bench_nsys.scaled_copy(a2a, s, work) if s > 1 else a2a
         n = bench_nsys.kernel_count(db)
+        # --no-store as for Kineto: with a store, every run after the first is served its kept report
         env_cache = tempfile.mkdtemp(prefix="tv-cache-", dir=work)
-        cmds = {"traceview": ["env", f"TRACEVIEW_CACHE_DIR={env_cache}", tv, "analyze", str(db), "-f", "json",
-                              "-o", os.devnull],
+        cmds = {"traceview": ["env", f"TRACEVIEW_CACHE_DIR={env_cache}", tv, "analyze", str(db), "--no-store",
+                              "-f", "json", "-o", os.devnull],
                 "read-once": [sys.executable, "-c", READ_ONCE, str(db)]}
         res = interleaved(cmds, args.repeat)
         show(f"nsys h100_2gpu_train_a2a x{s}", res, "traceview", n,

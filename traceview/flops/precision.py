@@ -86,33 +86,28 @@ def op_kind(op_name: str) -> str:
 
 
 class OpColumns:
-    """The counted ops (flops_op_precision) as columns of plain values: the exact FLOPs sums that
-    split() and the FLOPs section read, by group, without a dict per op."""
+    """The counted ops (flops_op_precision): the exact FLOPs sums that split() and the FLOPs
+    section read, by group (Arrow groups them; each group's terms are summed exactly)."""
 
-    def __init__(self, cols: dict[str, list]):
-        self.cols = cols
+    def __init__(self, table):
+        self.table = table
 
     @classmethod
     def of(cls, table, keys: tuple[str, ...]) -> OpColumns:
         """The `flops` column and the grouping columns `keys` of an Arrow table of ops."""
-        return cls({n: table.column(n).to_pylist() for n in ("flops", *keys)})
+        return cls(table.select(["flops", *keys]))
 
     def __len__(self) -> int:
-        return len(self.cols["flops"])
+        return self.table.num_rows
 
     def total(self) -> float:
-        return math.fsum(self.cols["flops"])
+        return math.fsum(self.table.column("flops").to_pylist())
 
     def sums(self, keys: tuple[str, ...]) -> dict[tuple, float]:
-        """Sum of `flops` per distinct `keys` (in first-seen order), exact (math.fsum)."""
-        groups: dict[tuple, list[float]] = {}
-        for k, f in zip(zip(*(self.cols[x] for x in keys), strict=True), self.cols["flops"], strict=True):
-            g = groups.get(k)
-            if g is None:
-                groups[k] = [f]
-            else:
-                g.append(f)
-        return {k: math.fsum(v) for k, v in groups.items()}
+        """Sum of `flops` per distinct `keys` (in first-seen order: one thread keeps it), exact (math.fsum)."""
+        g = self.table.group_by(list(keys), use_threads=False).aggregate([("flops", "list")])
+        groups = zip(*(g.column(k).to_pylist() for k in keys), strict=True)
+        return {k: math.fsum(v) for k, v in zip(groups, g.column("flops_list").to_pylist(), strict=True)}
 
 
 def split(ops: OpColumns, flops_per_step: float) -> list[dict]:

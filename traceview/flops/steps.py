@@ -93,22 +93,21 @@ def flops_kernel_info(session, params) -> pa.Table:
 def flops_op_precision(session, params) -> pa.Table:
     """The precision each counted op of a step ran in and what said so (precision.op_precision:
     the op, its compute kernel, its input types, or assumed bf16), and its kind of work."""
-    t = session.table("flops_op_inputs")
-    names, kp = t.column("name").to_pylist(), t.column("kernel_precision").to_pylist()
-    # decided once per distinct (name, input types, kernel precision): a step's ops repeat a few
-    # signatures (the input types' JSON was parsed per op: 0.6 s for 67k ops of a 48 MiB trace)
-    seen: dict[tuple, tuple[str, str, str]] = {}
-    decided = []
-    for key in zip(names, t.column("input_types").to_pylist(), kp, strict=True):
-        d = seen.get(key)
-        if d is None:
-            d = seen[key] = (*op_precision(key[0], input_precision(key[1]), key[2]), op_kind(key[0]))
-        decided.append(d)
+    # decided per distinct (name, input types, kernel precision), a few signatures even for big
+    # traces, and spread over the ops by each op's signature number (the same order in both queries)
+    sigs = session.sql("SELECT DISTINCT name, input_types, kernel_precision FROM flops_op_inputs ORDER BY ALL")
+    decided = [(*op_precision(n, input_precision(i), k), op_kind(n)) for n, i, k in
+               zip(*(sigs.column(c).to_pylist() for c in ("name", "input_types", "kernel_precision")), strict=True)]
+    t = session.sql("SELECT rank, step, id, name, flops, kernel_precision, "
+                    "dense_rank() OVER (ORDER BY name, input_types, kernel_precision) - 1 AS sig "
+                    "FROM flops_op_inputs ORDER BY rank, step, id")
+    sig = t.column("sig")
+
+    def spread(j: int) -> pa.ChunkedArray:
+        return pa.array([d[j] for d in decided], pa.string()).take(sig)
     return pa.table({"rank": t.column("rank"), "step": t.column("step"), "id": t.column("id"), "name": t.column("name"),
-                     "flops": t.column("flops"), "precision": pa.array([d[0] for d in decided], pa.string()),
-                     "precision_source": pa.array([d[1] for d in decided], pa.string()),
-                     "kind": pa.array([d[2] for d in decided], pa.string()),
-                     "kernel_precision": pa.array(kp, pa.string())})
+                     "flops": t.column("flops"), "precision": spread(0), "precision_source": spread(1),
+                     "kind": spread(2), "kernel_precision": t.column("kernel_precision").cast(pa.string())})
 
 
 def _exact_sums(table: pa.Table) -> pa.Table:

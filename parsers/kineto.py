@@ -22,6 +22,7 @@ import pyarrow.compute as pc
 
 from traceview import schema
 from traceview.errors import TraceError
+from traceview.later import Later
 from traceview.profile import Profile
 
 from . import bounded_read, json_depth, kineto_stream
@@ -656,7 +657,8 @@ def _read(path: Path) -> Profile:
     # --- links (Arrow lookups; the nesting sweep reads the columns' buffers in place) -----------
     # the fwdbwd flows' ops (a second nesting, over the ops alone) are found meanwhile in a thread:
     # Arrow's kernels let go of the interpreter, so the two sweeps share the machine's cores
-    fwd_job = _Later(_fwd_links, cpu, flows[0], flows[1], threaded=n_c >= THREAD_MIN_RANGES)
+    fwd_job = Later(_fwd_links, cpu, flows[0], flows[1], threaded=n_c >= THREAD_MIN_RANGES,
+                    name="traceview-fwd-links")
     try:
         # External id -> the first CPU range that carries it (index_in: a key's first position),
         # for the launches and the GPU activities in one lookup
@@ -708,38 +710,6 @@ def _nonzero(col: pa.Array) -> pa.Array:
 
 
 THREAD_MIN_RANGES = 1 << 16  # CPU ranges from which the flows' nesting runs in a thread (~0.1 s and more)
-
-
-class _Later:
-    """A call run in a thread of its own (or at once, when not `threaded`); `result()` waits for it
-    and gives its value or raises its exception."""
-
-    def __init__(self, fn, *args, threaded: bool):
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.thread = None
-        if not threaded:
-            self._run(fn, args)
-            return
-        import threading
-        self.thread = threading.Thread(target=self._run, args=(fn, args), name="traceview-fwd-links", daemon=True)
-        self.thread.start()
-
-    def _run(self, fn, args) -> None:
-        try:
-            self.value = fn(*args)
-        except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
-            self.error = e
-
-    def wait(self) -> None:
-        if self.thread is not None:
-            self.thread.join()
-
-    def result(self):
-        self.wait()
-        if self.error is not None:
-            raise self.error
-        return self.value
 
 
 def _finish(acc: _Acc, table: str) -> dict:

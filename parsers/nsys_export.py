@@ -19,7 +19,6 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 import urllib.parse
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -30,6 +29,7 @@ import adbc_driver_sqlite
 import pyarrow as pa
 
 from traceview.errors import TraceError, UsageError
+from traceview.later import Later
 
 from . import nsys_store
 from .bounded_read import open_regular
@@ -219,7 +219,7 @@ class Export:
     def __init__(self, path: Path, shown: Path | None = None):
         self.shown = shown or path
         self._tmp = None
-        self._behind: list[threading.Thread] = []     # reads on threads (table_behind)
+        self._behind: list[Later] = []     # reads on threads (table_behind)
         logs = [Path(f"{path}{s}") for s in ("-wal", "-journal")]
         logs = [p for p in logs if p.is_file() and p.stat().st_size > 0]
         if logs:
@@ -248,8 +248,8 @@ class Export:
             self._tmp = None
 
     def close(self):
-        for thread in self._behind:        # (a read on a thread still uses the database)
-            thread.join()
+        for later in self._behind:        # (a read on a thread still uses the database)
+            later.wait()
         self._behind = []
         try:
             for h in (self.con, self._db):
@@ -305,26 +305,16 @@ class Export:
             return lambda: schema_.empty_table()
         if self._db is None:
             raise ValueError("the export is closed")
-        out: dict = {}
         con = adbc_driver_manager.AdbcConnection(self._db)
 
-        def read() -> None:
+        def read() -> pa.Table:
             try:
-                out["rows"] = self.fetch(sql, params, con)
-            except BaseException as e:      # raised again by the function returned, in its caller
-                out["error"] = e
+                return self.fetch(sql, params, con)
             finally:
                 con.close()
-        thread = threading.Thread(target=read, name=f"traceview-nsys-{table}", daemon=True)
-        self._behind.append(thread)
-        thread.start()
-
-        def rows() -> pa.Table:
-            thread.join()
-            if "error" in out:
-                raise out.pop("error")
-            return _typed(out.pop("rows"), schema_)
-        return rows
+        later = Later(read, name=f"traceview-nsys-{table}")
+        self._behind.append(later)
+        return lambda: _typed(later.result(), schema_)
 
     def _table_query(self, table: str, spec: dict[str, str], where: str,
                      need: tuple[str, ...]) -> tuple[str | None, pa.Schema]:

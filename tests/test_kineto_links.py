@@ -7,6 +7,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from traceview.later import Later
 from traceview.parsers import kineto
 from traceview.parsers._nesting import innermost_container
 
@@ -130,13 +131,13 @@ def test_first_row_lookup_matches_the_dict(keys, query):
 
 
 def test_later_runs_in_a_thread_and_hands_back_value_or_error():
-    assert kineto._Later(lambda a, b: a + b, 2, 3, threaded=True).result() == 5
-    assert kineto._Later(lambda a, b: a + b, 2, 3, threaded=False).result() == 5
+    assert Later(lambda a, b: a + b, 2, 3, threaded=True).result() == 5
+    assert Later(lambda a, b: a + b, 2, 3, threaded=False).result() == 5
 
     def boom():
         raise OverflowError("x")
 
-    job = kineto._Later(boom, threaded=True)
+    job = Later(boom, threaded=True)
     job.wait()
     with pytest.raises(OverflowError):
         job.result()

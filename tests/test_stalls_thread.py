@@ -6,6 +6,7 @@ in the caller."""
 import pytest
 from helpers import TRACES
 
+from traceview import later
 from traceview.analysis import breakdown, critical_path, layers, stalls
 from traceview.config import Rules
 from traceview.engine.session import Session
@@ -61,8 +62,8 @@ def test_several_chunks_walk_on_threads_one_chunk_after_the_other(monkeypatch):
     monkeypatch.setattr(critical_path, "walk_columns", lambda acts, *a, **k: events.append(("walk", acts.rank))
                         or walk(acts, *a, **k))
     threads = []
-    make = stalls.threading.Thread
-    monkeypatch.setattr(stalls.threading, "Thread", lambda *a, **k: threads.append(k.get("name")) or make(*a, **k))
+    make = later.threading.Thread
+    monkeypatch.setattr(later.threading, "Thread", lambda *a, **k: threads.append(k.get("name")) or make(*a, **k))
     wait = stalls.start_rank_part(s, job, idle)
     assert s.rows("SELECT count(*) AS n FROM activity_class")[0]["n"] > 0   # the caller's queries go on
     got = wait()

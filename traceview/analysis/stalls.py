@@ -18,7 +18,6 @@ a worker's session may hold just them) and `merge(job, parts, top)`.
 """
 from __future__ import annotations
 
-import threading
 from array import array
 from bisect import bisect_right
 
@@ -28,6 +27,7 @@ import pyarrow.compute as pc
 from ..document.packed import row_bytes, sort_rows
 from ..engine.pipeline import build
 from ..engine.session import Session
+from ..later import Later
 from . import collectives, cp_split, critical_path
 
 COMM_CAUSES = ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance")
@@ -385,45 +385,26 @@ def start_rank_part(session: Session, job: dict, idle: dict):
     chunks = data["chunks"]
     if not chunks:
         return lambda: [_walk_part(session, job, idle, ranks, comm, data)]
-    walk = _ChunkWalk(job, idle, comm, data, 0, critical_path.fetch_chunk(session, data, 0))
+    def walk(i: int, fetched: dict) -> Later:
+        """The walk of chunk i (its rows `fetched`, no query) on a thread of its own."""
+        one = {**data, "chunks": [chunks[i]]}
+        return Later(_walk_part, None, job, idle, None, comm, one, fetched, name=f"traceview-critical-path-{i}")
+    pending = walk(0, critical_path.fetch_chunk(session, data, 0))
 
     def wait() -> list[dict]:
-        nonlocal walk
+        nonlocal pending
         parts = []
         try:
             for i in range(1, len(chunks)):
                 fetched = critical_path.fetch_chunk(session, data, i)   # while chunk i - 1 is walked
-                parts.append(walk.result())
-                walk = _ChunkWalk(job, idle, comm, data, i, fetched)
+                parts.append(pending.result())
+                pending = walk(i, fetched)
                 del fetched
         finally:
-            walk.thread.join()          # (no walk goes on past the call, even when a fetch failed)
-        parts.append(walk.result())
+            pending.wait()          # (no walk goes on past the call, even when a fetch failed)
+        parts.append(pending.result())
         return parts
     return wait
-
-
-class _ChunkWalk:
-    """The walk of chunk `i` of `data` (its rows `fetched`) on a thread of its own: `result()` waits
-    for its part, or raises its error."""
-
-    def __init__(self, job: dict, idle: dict, comm: dict, data: dict, i: int, fetched: dict):
-        self.out: dict = {}
-        one = {**data, "chunks": [data["chunks"][i]]}
-
-        def walk() -> None:
-            try:
-                self.out["part"] = _walk_part(None, job, idle, None, comm, one, fetched)
-            except BaseException as e:   # raised again by result(), in the caller's thread
-                self.out["error"] = e
-        self.thread = threading.Thread(target=walk, name=f"traceview-critical-path-{i}", daemon=True)
-        self.thread.start()
-
-    def result(self) -> dict:
-        self.thread.join()
-        if "error" in self.out:
-            raise self.out.pop("error")
-        return self.out.pop("part")
 
 
 def _rank_inputs(session: Session, job: dict, ranks: list[int] | None) -> tuple:

@@ -42,10 +42,6 @@ def test_thread_part_equals_the_inline_part():
     assert _plain(got[0]) == _plain(want)
 
 
-def _merged(parts, job):
-    return {k: v for k, v in stalls.merge(job, parts).items()}
-
-
 def test_several_chunks_walk_on_threads_one_chunk_after_the_other(monkeypatch):
     paths = sorted(DLRM.glob("*.json*"))
     if not paths:
@@ -71,7 +67,7 @@ def test_several_chunks_walk_on_threads_one_chunk_after_the_other(monkeypatch):
     assert len(threads) == 8 and len(got) == 8     # a thread and a part per chunk
     monkeypatch.setattr(critical_path, "CHUNK_ROWS", 10 ** 9)
     want = stalls.rank_part(s, job, idle)          # the reference: one part, walked in line
-    assert _merged(got, job) == _merged([want], job)
+    assert stalls.merge(job, got) == stalls.merge(job, [want])
     assert [_plain(p)["critical_path"] for p in got] == [[r for r in want["critical_path"] if r["rank"] == k]
                                                         for k in range(8)]
     # chunk i is fetched once chunk i - 2 is walked: at most two chunks' rows live at once

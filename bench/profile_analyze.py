@@ -53,8 +53,8 @@ def instrument(rows: list) -> None:
     orig_sql = cls.materialize_sql
     orig_arrow = cls.materialize_arrow
 
-    def materialize_sql(self, name, sql, params, disabled_optimizers=()):
-        return timed(f"sql {name}", orig_sql)(self, name, sql, params, disabled_optimizers)
+    def materialize_sql(self, name, sql, params, disabled_optimizers=(), parallel=False):
+        return timed(f"sql {name}", orig_sql)(self, name, sql, params, disabled_optimizers, parallel)
 
     def materialize_arrow(self, name, table):
         return timed(f"  (copy {name} into DuckDB)", orig_arrow)(self, name, table)

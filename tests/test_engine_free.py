@@ -123,9 +123,9 @@ def test_layer_intermediates_are_gone_before_the_attribution_query():
     held: dict = {}
     orig = s.materialize_sql
 
-    def spy(name, sql, params, disabled_optimizers=()):
+    def spy(name, sql, params, disabled_optimizers=(), parallel=False):
         held[name] = {t for t in pipeline.TRANSIENT if s.materialized(t)}
-        orig(name, sql, params, disabled_optimizers)
+        orig(name, sql, params, disabled_optimizers, parallel)
     s.materialize_sql = spy
     layers.prepare(s, Rules())
     assert "range_tags" not in held["layer_heads"] and "range_tags" not in held["range_context"]

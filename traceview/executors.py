@@ -34,6 +34,15 @@ def cores() -> int:
         return max(1, os.cpu_count() or 1)
 
 
+def own_threads() -> int:
+    """Threads the run's own process may use for one job it analyzes itself (the SQL steps that may
+    use every core, engine/steps.py): --jobs of a local run (the cores unless given), else the cores."""
+    state = current()
+    if state is None or state.client is not None:
+        return cores()
+    return max(1, state.settings.jobs)
+
+
 @dataclass
 class RunSettings:
     store: Path | None = None            # None: nothing is stored or read from a store

@@ -66,6 +66,11 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
         started = start_job(files, opts.nsys)
     from .engine.session import Session
     session = Session()   # its connection checks the patterns before the work
+    if not mapped_job:
+        # the job is analyzed in this process: the steps that may use every core use --jobs of them
+        # (a mapped job's workers have the cores busy; its sessions keep one thread)
+        from .executors import own_threads
+        session.step_threads = own_threads()
     check_options(opts, session.con)
     from .budget import load as load_budget
     from .config import load_rules

@@ -101,7 +101,7 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
                 raise StepError(f"step {step.name} needs parameter {p!r}")
             own[p] = params[p]
         if step.sql is not None:
-            session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers)
+            session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers, step.parallel)
         elif step.run is not None:
             session.materialize_arrow(step.name, step.run(session, own))
             pa.default_memory_pool().release_unused()    # the Arrow result, copied into DuckDB

@@ -34,7 +34,12 @@ class Session:
         self.con = duckdb.connect(":memory:")
         # One thread by default: floating-point sums then run in one order, so the same input
         # gives byte-identical reports (and on traces of this size it is not slower: measured).
-        self.con.execute(f"SET threads = {max(1, int(threads))}")
+        self.threads = max(1, int(threads))
+        self.con.execute(f"SET threads = {self.threads}")
+        # Steps declared `threads: all` (engine/steps.py) run on this many threads: their tables are
+        # the same on any number. A run that analyzes its job in this process gives it --jobs (the
+        # cores by default: runs.run_job); a mapped job's sessions keep one (the workers use the cores).
+        self.step_threads = self.threads
         # Memory a query freed goes back to the system when it is done (the temp tables stay):
         # without these, the allocator kept the peak of every large query (measured on a 644 MiB
         # Kineto trace: the process peak 1,019 MiB -> 942 MiB, the same CPU time).
@@ -88,16 +93,21 @@ class Session:
             self._registered.discard(name)
 
     def materialize_sql(self, name: str, sql: str, params: dict,
-                        disabled_optimizers: tuple[str, ...] = ()) -> None:
+                        disabled_optimizers: tuple[str, ...] = (), parallel: bool = False) -> None:
         """Keep the result of a step's SQL inside DuckDB as temp table `name` (engine/pipeline.py),
         with the DuckDB optimizers its header names off while it runs (names checked by
-        steps.parse_header)."""
+        steps.parse_header), on `step_threads` threads where the step is `parallel`."""
         self._replace(name)
+        threads = self.step_threads if parallel else self.threads
         if disabled_optimizers:
             self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
+        if threads != self.threads:
+            self.con.execute(f"SET threads = {int(threads)}")
         try:
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
         finally:
+            if threads != self.threads:
+                self.con.execute(f"SET threads = {self.threads}")
             if disabled_optimizers:
                 self.con.execute("RESET disabled_optimizers")
         self._views.add(name)

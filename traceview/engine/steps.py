@@ -6,6 +6,7 @@
     -- params: comm_regex               (optional) DuckDB named parameters ($comm_regex) it uses
     -- produces: rank, id, op_key, kind, bytes
     -- disabled_optimizers: build_side_probe_side   (optional) DuckDB optimizers off while it runs
+    -- threads: all                     (optional) may run on every core (see PARALLEL below)
 
 (`produces` may continue on further `-- produces:` lines). Requirements are canonical tables
 (traceview/schema.py) or other steps. A Python step (a computation SQL does not express well, such
@@ -22,8 +23,15 @@ from importlib import resources
 from typing import Callable
 
 SCOPES = ("rank", "job")
-_FIELDS = ("step", "scope", "requires", "params", "produces", "disabled_optimizers")
-_HEADER = re.compile(r"^--\s*(step|scope|requires|params|produces|disabled_optimizers)\s*:(.*)$")
+_FIELDS = ("step", "scope", "requires", "params", "produces", "disabled_optimizers", "threads")
+_HEADER = re.compile(r"^--\s*(step|scope|requires|params|produces|disabled_optimizers|threads)\s*:(.*)$")
+# `threads: all` declares that the step's table, its rows and their order, is the same on any
+# number of DuckDB threads: no floating-point sum, no aggregate or row number that picks among
+# ties, and a final ORDER BY on a key (without one, threads interleave the rows of an input held in
+# several Arrow chunks even where the plan keeps insertion order: seen on 8 ranks of DLRM).
+# tests/test_step_threads.py builds every such step on one and on two threads and compares the
+# tables row by row. Without it, a step runs on one thread.
+PARALLEL = "all"
 _OPTIMIZER = re.compile(r"^[a-z_]+$")   # a DuckDB optimizer's name (the SET statement quotes it)
 
 
@@ -41,6 +49,7 @@ class Step:
     sql: str | None = None                                  # SQL steps
     run: Callable | None = None                             # Python steps: run(session, params) -> pa.Table
     disabled_optimizers: tuple[str, ...] = ()               # SQL steps: DuckDB optimizers off while it runs
+    parallel: bool = False                                  # SQL steps: `threads: all` (every core)
 
     @property
     def kind(self) -> str:
@@ -70,7 +79,10 @@ def parse_header(name: str, text: str) -> Step:
                 requires=_names(",".join(fields["requires"])),
                 params=_names(",".join(fields.get("params", []))),
                 produces=_names(",".join(fields["produces"])), sql=text,
-                disabled_optimizers=_names(",".join(fields.get("disabled_optimizers", []))))
+                disabled_optimizers=_names(",".join(fields.get("disabled_optimizers", []))),
+                parallel=fields.get("threads", [""])[-1] == PARALLEL)
+    if any(t != PARALLEL for t in fields.get("threads", [])):
+        raise StepError(f"sql/{name}.sql: threads {fields['threads']!r}: the only value is {PARALLEL!r}")
     bad = [o for o in step.disabled_optimizers if not _OPTIMIZER.match(o)]
     if bad:
         raise StepError(f"sql/{name}.sql: {', '.join(map(repr, bad))} is not an optimizer name")

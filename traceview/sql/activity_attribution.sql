@@ -3,6 +3,7 @@
 -- requires: cpu_ranges, range_context, step_ranges, activity_origin
 -- produces: id, rank, step, layer, phase, stage, region, is_backward, linked, layer_inferred
 -- produces: cross_thread, cross_ambiguous
+-- threads: all
 -- activity_attribution: (step, layer, phase, stage, region) of every GPU activity.
 -- Forward work: the innermost annotations around its launch (range_context of its op).
 -- Backward work: the forward op it differentiates, found through the backward node's
@@ -146,3 +147,4 @@ SELECT j.id, j.rank,
        coalesce(j.cross, false) AS cross_thread,
        coalesce(j.n_threads > 1, false) AS cross_ambiguous
 FROM resolved j LEFT JOIN stepped st ON st.id = j.id
+ORDER BY j.id

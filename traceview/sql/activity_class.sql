@@ -3,6 +3,7 @@
 -- requires: cpu_ranges, gpu_activities, activity_origin
 -- params: comm_kernel_regex, comm_op_regex
 -- produces: id, rank, device, stream, start_ns, end_ns, kind, name, class, coll_range
+-- threads: all
 -- activity_class: classify every GPU activity as compute, comm or memory.
 -- comm:   launched inside a collective CPU range (name matches $comm_op_regex, or NVTX domain
 --         'NCCL', or an MPI call: nsys's MPI trace, NVTX domain 'MPI' with ranges `MPI_*`, or
@@ -15,7 +16,7 @@ WITH op_rule AS (   -- the collective-op rule matched once per distinct range na
     SELECT name, regexp_matches(name, $comm_op_regex) AS coll FROM cpu_ranges GROUP BY name
 ),
 coll_ranges AS (
-    SELECT {'rank': rank, 'tid': tid} AS grp, start_ns AS s, end_ns AS e, r.name
+    SELECT {'rank': rank, 'tid': tid} AS grp, start_ns AS s, end_ns AS e, r.name, r.id
     FROM cpu_ranges r LEFT JOIN op_rule k ON k.name = r.name
     WHERE k.coll
        OR upper(coalesce(domain, '')) = 'NCCL'
@@ -25,9 +26,10 @@ coll_ranges AS (
 -- nested/overlapping collective ranges merged into disjoint islands per thread (interval_union),
 -- so that one ASOF join (latest island starting at or before the launch) finds the only
 -- candidate; an island is named by its earliest range (each range found in its island by the same
--- kind of ASOF join: the islands of a thread are disjoint)
+-- kind of ASOF join: the islands of a thread are disjoint); of ranges starting together, the first read
+-- (the lower id)
 islands AS (
-    SELECT u.grp.rank AS rank, u.grp.tid AS tid, u.s, u.e, arg_min(c.name, c.s) AS name
+    SELECT u.grp.rank AS rank, u.grp.tid AS tid, u.s, u.e, arg_min(c.name, (c.s, c.id)) AS name
     FROM coll_ranges c
     ASOF JOIN interval_union('coll_ranges') u ON c.grp = u.grp AND c.s >= u.s
     WHERE c.e <= u.e
@@ -57,3 +59,4 @@ SELECT
 FROM gpu_activities a
 LEFT JOIN under_coll u ON u.id = a.id
 LEFT JOIN name_rule k ON k.name = a.name
+ORDER BY a.id

@@ -3,6 +3,7 @@
 -- requires: windows, segments
 -- produces: rank, step, start_ns, step_time_ns, compute_ns, exposed_comm_ns, overlapped_comm_ns
 -- produces: exposed_memory_ns, idle_ns, comm_ns
+-- threads: all
 -- breakdown: partition each step window's GPU time (union over all streams of the rank) into
 -- compute, exposed comm, exposed memory and idle (these four add up to the window exactly),
 -- plus overlapped comm (comm concurrent with compute) and total comm.

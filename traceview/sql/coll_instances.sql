@@ -3,6 +3,7 @@
 -- requires: comm_ops, gpu_activities, cpu_ranges, activity_attribution, activity_origin
 -- produces: id, rank, comm_kind, grp, idx, arrival_ns, end_ns, bytes, stream, in_split, out_split
 -- produces: group_size, step, layer, phase, stage
+-- threads: all
 -- coll_instances: every collective issued on every rank, numbered in issue order so that the
 -- same collective can be matched across ranks: (comm_kind, grp, idx) names one collective of
 -- the job. grp is the process group where the trace records it (coll_pg of the activity or of

@@ -2,6 +2,7 @@
 -- scope: rank
 -- requires: activity_class, cpu_ranges, gpu_activities, activity_origin
 -- produces: id, rank, start_ns, end_ns, name, comm_kind, bytes, op_key
+-- threads: all
 -- disabled_optimizers: build_side_probe_side
 -- comm_ops: every communication activity with its collective kind and size.
 -- Kind from the collective's metadata where present (the activity's or its launching
@@ -84,3 +85,4 @@ SELECT k.id, rank, start_ns, end_ns, name, comm_kind,
 FROM kinds k
 LEFT JOIN coll_scope cs ON cs.id = k.id
 LEFT JOIN annot_scope a ON a.id = k.id
+ORDER BY k.id

@@ -3,6 +3,7 @@
 -- requires: cpu_ranges
 -- params: layer_regexes, stage_regexes, stage_names, phase_regexes, phase_names
 -- produces: id, rank, tid, parent_id, layer, stage, phase, bwd_node
+-- threads: all
 -- range_tags: what every CPU range names by itself (before inheritance from its ancestors, which
 -- range_context_raw adds: traceview/analysis/range_tree.py): the layer, stage and phase, and
 -- `bwd_node`: it is a backward node (an autograd `evaluate_function` / `*Backward` range with a
@@ -60,3 +61,4 @@ SELECT t.id, t.rank, t.tid, t.parent_id,
        CAST(g.phase AS VARCHAR) AS phase,
        (t.seq IS NOT NULL AND g.bwd_name) AS bwd_node
 FROM cpu_ranges t LEFT JOIN tag_of g ON g.name = t.name
+ORDER BY t.id

@@ -2,6 +2,7 @@
 -- scope: rank
 -- requires: windows, activity_class
 -- produces: rank, step, t, seg, t_end, c, m, x
+-- threads: all
 -- segments: the elementary segments of each window's GPU timeline (union over the rank's
 -- streams) between consecutive activity boundaries, with how many compute (c), comm (m) and
 -- memory (x) activities run in each. Sweep line: +1/-1 per class at each clipped start/end.
@@ -56,3 +57,4 @@ swept AS (
 SELECT rank, step, t, seg, t_end,
        (n % 2097152)::INTEGER AS c, ((n // 2097152) % 2097152)::INTEGER AS m, (n // 4398046511104)::INTEGER AS x
 FROM swept
+ORDER BY rank, step, t

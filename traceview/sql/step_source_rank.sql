@@ -3,6 +3,7 @@
 -- requires: cpu_ranges, activity_origin
 -- params: step_regexes
 -- produces: regex_index, rank
+-- threads: all
 -- step_source_rank: per candidate step regex ($step_regexes, 1-based regex_index), the ranks with
 -- a CPU range (annotation or op) whose name matches it and inside which a GPU activity was
 -- launched: what step_source counts over the job (on a mapped job the workers find them, while
@@ -25,3 +26,4 @@ FROM (SELECT rank, name, start_ns, end_ns FROM cpu_ranges
 JOIN hits h ON h.name = r.name
 ASOF JOIN launched o ON o.rank = r.rank AND r.start_ns <= o.origin_start_ns
 WHERE o.origin_start_ns < r.end_ns
+ORDER BY h.regex_index, r.rank

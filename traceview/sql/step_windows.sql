@@ -2,6 +2,7 @@
 -- scope: rank
 -- requires: step_ranges, gpu_activities, activity_origin
 -- produces: rank, step, name, start_ns, end_ns, activities
+-- threads: all
 -- step_windows: the GPU window of each step: from the start of the first GPU activity
 -- launched inside the step's CPU range (any thread of that rank) to the end of the last one.
 -- The launches inside each step's CPU range: on a rank whose (non-empty) step ranges do not overlap,

@@ -122,8 +122,8 @@ def skip_pyarrow_pandas_probe() -> None:
     values), so the command line marks pandas absent for its own process: pyarrow's Python-side
     probe is answered once by a stub that raises ImportError, and `import pandas` from C++ then
     fails at once on the None entry. Library users are not affected."""
-    from .executors import worker_init
-    worker_init()           # python-dateutil, when not installed, marked absent as in the workers
+    from .parsers.no_dateutil import no_dateutil_search
+    no_dateutil_search()    # python-dateutil, when not installed, marked absent as in the workers
     if "pandas" in sys.modules:
         return
     import types

@@ -15,12 +15,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import BrokenExecutor as BrokenProcessPool, Future, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+# The process pool's module (and multiprocessing's with it) is imported where a pool is made: a run
+# of one trace makes none. BrokenExecutor, which concurrent.futures defines at once, is the base of
+# BrokenProcessPool, the error of a pool whose worker died.
+if TYPE_CHECKING:
+    from concurrent.futures import ProcessPoolExecutor
 
 from .errors import TraceError, UsageError
 
@@ -430,6 +435,7 @@ def start_pool(files: int, on_start: Callable[[], None] | None = None) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     n = max(1, min(state.settings.jobs, files))
+    from concurrent.futures import ProcessPoolExecutor
     pool = ProcessPoolExecutor(max_workers=n, mp_context=mp.get_context("fork"),
                               initializer=forked_worker_init, initargs=(on_start,))
     # the workers are forked with every object there is now frozen (gc.freeze, as the gc module's
@@ -466,6 +472,7 @@ def _pool(n: int) -> ProcessPoolExecutor:
     """A pool whose workers the forkserver forks (a fresh pool after a worker died, or one made
     after this process started threads)."""
     tables_as_ipc()
+    from concurrent.futures import ProcessPoolExecutor
     return ProcessPoolExecutor(max_workers=n, mp_context=_context(), initializer=worker_init)
 
 

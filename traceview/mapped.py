@@ -595,7 +595,7 @@ def start_list_bodies(doc: dict):
     function that waits and returns {key: a function giving that list's body in pieces} (what
     json_report.pieces takes; a list whose task failed is left out: written here as before).
     None where there is no local pool or no such list."""
-    from concurrent.futures.process import BrokenProcessPool
+    from concurrent.futures import BrokenExecutor as BrokenProcessPool  # (the pool module is not imported)
 
     from . import executors
     from .document.packed import PackedRows

@@ -60,10 +60,43 @@ def wanted(path: Path) -> bool:
     return cores >= 2 and _idle_core(cores) and _estimated_text(path) >= MIN_TEXT
 
 
+_START: tuple[int, int] | None = None   # the machine's CPU times at the command's start (note_start)
+MIN_TICKS = 20   # CPU ticks (over all CPUs) since the start below which they say too little
+
+
+def _cpu_times() -> tuple[int, int] | None:
+    """(busy, all) CPU time of the machine since it booted, in clock ticks summed over its CPUs
+    (/proc/stat's first line: user nice system idle iowait irq softirq steal; iowait counts as
+    idle); None where it cannot be read."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            f = fh.readline().split()
+        t = [int(x) for x in f[1:9]]
+    except (OSError, ValueError):
+        return None
+    if not f or f[0] != b"cpu" or len(t) < 5:
+        return None
+    return sum(t) - t[3] - t[4], sum(t)
+
+
+def note_start() -> None:
+    """Remember the machine's CPU times now: the command's start (launch.main). `_idle_core` then
+    sees how busy the cores were since, this process's start-up included, instead of the last
+    minute's load average, which a run just finished on every core keeps high for a minute after."""
+    global _START
+    _START = _cpu_times()
+
+
 def _idle_core(cores: int) -> bool:
-    """Whether a core is free for the helper: the last minute's load leaves one idle. On a busy
+    """Whether a core is free for the helper: since the command started (note_start), the machine
+    kept fewer than `cores` - 0.5 cores busy, this process's own included; without that sample
+    (a library call) or over too short a span, the last minute's load leaves one idle. On a busy
     machine two processes of one session get no more CPU than one (the scheduler shares it per
     session), and the helper's transfers are then a loss (measured: 44 s against 38 s at load 4-6)."""
+    start = _START
+    now = _cpu_times() if start is not None else None
+    if start is not None and now is not None and now[1] - start[1] >= MIN_TICKS:
+        return (now[0] - start[0]) / (now[1] - start[1]) * cores < cores - 0.5
     try:
         return os.getloadavg()[0] < cores - 0.5  # the bench's own runs keep it near 1 on a quiet machine
     except OSError:  # no load average here

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 from helpers import TRACES
@@ -142,6 +143,7 @@ def test_a_helper_that_cannot_start_is_not_used(tmp_path, monkeypatch):
 def test_when_the_helper_is_wanted(tmp_path, monkeypatch):
     small = _trace(tmp_path, 10)
     monkeypatch.delenv(kineto_helper.ENV, raising=False)
+    monkeypatch.setattr(kineto_helper, "_START", None)   # no command start noted: the load average decides
     assert not kineto_helper.wanted(small)  # a small file: one process is faster
     monkeypatch.setattr(kineto_helper, "MIN_TEXT", 1)
     monkeypatch.setattr(kineto_helper, "_cores", lambda: 2)
@@ -167,3 +169,33 @@ def test_when_the_helper_is_wanted(tmp_path, monkeypatch):
     gz.write_bytes(gzip.compress(text))
     assert kineto_helper._estimated_text(gz) == max(len(text), 4 * gz.stat().st_size)
     assert kineto_helper._estimated_text(small) == len(text)
+
+
+def test_the_cores_busy_since_the_start_decide_where_noted(monkeypatch):
+    """With the command's start noted, the CPU time the machine spent since decides, not the load
+    average (kept high for a minute after a run on every core): on 2 cores, 1 core busy (this
+    process) leaves one idle, 2 do not; too short a span, or no /proc/stat, and the load average decides."""
+    monkeypatch.setattr(kineto_helper, "_START", None)    # (put back after the test)
+    monkeypatch.setattr(kineto_helper.os, "getloadavg", lambda: (1.9, 0.0, 0.0))   # a run just ended
+    times = iter([(1000, 5000)])
+    monkeypatch.setattr(kineto_helper, "_cpu_times", lambda: next(times))
+    kineto_helper.note_start()
+    for busy, want in ((50, True), (74, True), (76, False), (100, False)):   # of 100 ticks over 2 CPUs
+        monkeypatch.setattr(kineto_helper, "_cpu_times", lambda b=busy: (1000 + b, 5100))
+        assert kineto_helper._idle_core(2) is want, busy
+    monkeypatch.setattr(kineto_helper, "_cpu_times", lambda: (1005, 5010))   # 10 ticks: too short a span
+    assert kineto_helper._idle_core(2) is False                               # the load average (1.9)
+    monkeypatch.setattr(kineto_helper, "_cpu_times", lambda: None)
+    assert kineto_helper._idle_core(2) is False
+    monkeypatch.setattr(kineto_helper.os, "getloadavg", lambda: (0.9, 0.0, 0.0))
+    assert kineto_helper._idle_core(2) is True
+
+
+def test_cpu_times_reads_proc_stat():
+    if not Path("/proc/stat").exists():
+        pytest.skip("no /proc/stat here")
+    with open("/proc/stat") as fh:
+        fields = [int(x) for x in fh.readline().split()[1:9]]
+    busy, total = kineto_helper._cpu_times()   # a moment later: each count only grew
+    assert 0 < busy < total and total >= sum(fields)
+    assert total - busy >= fields[3] + fields[4]   # idle and iowait are the rest

@@ -19,6 +19,8 @@ def one_blas_thread() -> None:
 
 
 def main() -> None:
+    from .parsers import kineto_helper
+    kineto_helper.note_start()   # how busy the other cores are is measured from now (a large Kineto parse)
     one_blas_thread()
     argv = sys.argv[1:]
     from . import help_cache

@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from concurrent.futures import BrokenExecutor as BrokenProcessPool, Future, as_completed
+from concurrent.futures import BrokenExecutor, Future, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 # The process pool's module (and multiprocessing's with it) is imported where a pool is made: a run
 # of one trace makes none. BrokenExecutor, which concurrent.futures defines at once, is the base of
-# BrokenProcessPool, the error of a pool whose worker died.
+# BrokenProcessPool, the error of a pool whose worker died: it is what the pools' callers catch.
 if TYPE_CHECKING:
     from concurrent.futures import ProcessPoolExecutor
 
@@ -523,7 +523,7 @@ def _collect_pool(futs: dict[Future, tuple], take) -> None:
             i, a = futs[fut]
             try:
                 outcome = fut.result()
-            except BrokenProcessPool:
+            except BrokenExecutor:
                 crashed.append((i, a))
                 continue
             take(i, outcome)
@@ -540,7 +540,7 @@ def _collect_pool(futs: dict[Future, tuple], take) -> None:
             retry = retry or _pool(1)
             try:
                 outcome = retry.submit(parse_task, *a).result()
-            except BrokenProcessPool:
+            except BrokenExecutor:
                 retry.shutdown(wait=True)
                 retry = None
                 outcome = ("bad", "the worker parsing it died twice (out of memory or killed)")
@@ -622,7 +622,7 @@ def submit_tasks(fn, args: list[tuple], again=None):
         state.pool = _pool(state.settings.jobs)
     try:
         first = [state.pool.submit(*_task(fn, a)) for a in args]
-    except BrokenProcessPool:
+    except BrokenExecutor:
         first = None
 
     def gather() -> list:
@@ -634,7 +634,7 @@ def submit_tasks(fn, args: list[tuple], again=None):
                         state.pool = _pool(state.settings.jobs)
                     futs = [state.pool.submit(*_task(fn, a)) for a in (again() if again is not None else args)]
                 return [f.result() for f in futs]
-            except BrokenProcessPool:
+            except BrokenExecutor:
                 state.pool.shutdown(wait=True, cancel_futures=True)
                 state.pool = None
                 futs = None

@@ -595,7 +595,7 @@ def start_list_bodies(doc: dict):
     function that waits and returns {key: a function giving that list's body in pieces} (what
     json_report.pieces takes; a list whose task failed is left out: written here as before).
     None where there is no local pool or no such list."""
-    from concurrent.futures import BrokenExecutor as BrokenProcessPool  # (the pool module is not imported)
+    from concurrent.futures import BrokenExecutor  # a broken pool's error (the pool module not imported)
 
     from . import executors
     from .document.packed import PackedRows
@@ -613,7 +613,7 @@ def start_list_bodies(doc: dict):
     try:
         futs = [(k, path, state.pool.submit(*executors._task(list_body_file, (src, path))))
                 for (k, src), path in zip(todo, paths, strict=True)]
-    except (BrokenProcessPool, RuntimeError):
+    except (BrokenExecutor, RuntimeError):
         return None
 
     def take() -> dict:

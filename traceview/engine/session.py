@@ -102,7 +102,7 @@ class Session:
         if disabled_optimizers:
             self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
         if threads != self.threads:
-            self.con.execute(f"SET threads = {int(threads)}")
+            self.con.execute(f"SET threads = {threads}")
         try:
             self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
         finally:

@@ -75,14 +75,14 @@ def parse_header(name: str, text: str) -> Step:
     scope = fields["scope"][0]
     if scope not in SCOPES:
         raise StepError(f"sql/{name}.sql: scope {scope!r} is not one of {', '.join(SCOPES)}")
+    if any(t != PARALLEL for t in fields.get("threads", [])):
+        raise StepError(f"sql/{name}.sql: threads {fields['threads']!r}: the only value is {PARALLEL!r}")
     step = Step(name=name, scope=scope,
                 requires=_names(",".join(fields["requires"])),
                 params=_names(",".join(fields.get("params", []))),
                 produces=_names(",".join(fields["produces"])), sql=text,
                 disabled_optimizers=_names(",".join(fields.get("disabled_optimizers", []))),
-                parallel=fields.get("threads", [""])[-1] == PARALLEL)
-    if any(t != PARALLEL for t in fields.get("threads", [])):
-        raise StepError(f"sql/{name}.sql: threads {fields['threads']!r}: the only value is {PARALLEL!r}")
+                parallel="threads" in fields)
     bad = [o for o in step.disabled_optimizers if not _OPTIMIZER.match(o)]
     if bad:
         raise StepError(f"sql/{name}.sql: {', '.join(map(repr, bad))} is not an optimizer name")

@@ -26,8 +26,8 @@ coll_ranges AS (
 -- nested/overlapping collective ranges merged into disjoint islands per thread (interval_union),
 -- so that one ASOF join (latest island starting at or before the launch) finds the only
 -- candidate; an island is named by its earliest range (each range found in its island by the same
--- kind of ASOF join: the islands of a thread are disjoint); of ranges starting together, the first read
--- (the lower id)
+-- kind of ASOF join: the islands of a thread are disjoint); of ranges starting together, the one
+-- with the lower id
 islands AS (
     SELECT u.grp.rank AS rank, u.grp.tid AS tid, u.s, u.e, arg_min(c.name, (c.s, c.id)) AS name
     FROM coll_ranges c

@@ -34,6 +34,8 @@ import tempfile
 import time
 from pathlib import Path
 
+import bytecode  # type: ignore[import-not-found]
+
 ROOT = Path(__file__).resolve().parents[1]
 CORPUS = ROOT.parent / "shared" / "traces" / "nsys"
 SCALED = ("CUPTI_ACTIVITY_KIND_KERNEL", "CUPTI_ACTIVITY_KIND_MEMCPY", "CUPTI_ACTIVITY_KIND_MEMSET",
@@ -232,6 +234,7 @@ def main() -> None:
     ap.add_argument("--vs-read-once", metavar="SCALES",
                     help="comma-separated scales (e.g. 1,100): analyze vs the read-once floor, interleaved")
     args = ap.parse_args()
+    print(bytecode.prepare(sys.executable))
     if args.vs_read_once:
         src = args.file or CORPUS / "h100_2gpu_train_a2a_2026.2.sqlite"
         with tempfile.TemporaryDirectory(prefix="bench-nsys-") as tmp:

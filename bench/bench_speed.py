@@ -46,6 +46,7 @@ ROOT = HERE.parent
 TRACES = ROOT.parent / "shared" / "traces"
 sys.path.insert(0, str(HERE))
 import bench_nsys  # type: ignore[import-not-found]  # noqa: E402
+import bytecode  # type: ignore[import-not-found]  # noqa: E402
 import replicate  # type: ignore[import-not-found]  # noqa: E402
 
 FLOOR_KINETO = r"""
@@ -254,6 +255,7 @@ def main() -> None:
     with open(tv, "rb") as fh:
         first = fh.readline().decode(errors="replace")
     interp = first[2:].strip() if first.startswith("#!") and " " not in first[2:].strip() else sys.executable
+    print(bytecode.prepare(interp))
     help_all = interleaved({"help": [tv, "--help"],
                             "rendered": ["env", f"TRACEVIEW_CACHE_DIR={blocker}/x", tv, "--help"],
                             "python": [interp, "-c", "pass"]}, n_help)

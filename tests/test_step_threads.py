@@ -1,8 +1,9 @@
 """Steps declared `threads: all` (engine/steps.py) run on every core of a run's only process, and
 their tables are the same on one thread and on two, row by row (values and order): every such
 step is built on real traces with one and with two threads and the tables are compared. The
-session runs such a step on `step_threads` threads and every other step, before and after it, on
-one; the header takes only `all`; a run that analyzes its job in its own process gives the session
+session runs such a step on `step_threads` threads where one of its inputs holds at least
+`parallel_min_rows` rows, and every other step, before and after it, on one; the header takes only
+`all`; a run that analyzes its job in its own process gives the session
 --jobs threads (the cores by default), and a mapped job's parent keeps one."""
 import pyarrow as pa
 import pytest
@@ -12,7 +13,7 @@ from traceview import executors, runs
 from traceview.document.assemble import assemble
 from traceview.document.options import AnalyzeOptions
 from traceview.engine import steps
-from traceview.engine.session import Session
+from traceview.engine.session import PARALLEL_MIN_ROWS, Session
 from traceview.load import load
 
 FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
@@ -41,6 +42,7 @@ class _Kept(Session):
 def _tables(profile, threads: int) -> dict[str, pa.Table]:
     s = _Kept(profile)
     s.step_threads = threads
+    s.parallel_min_rows = 0   # every declared step on `threads`, however few rows these traces hold
     assemble(profile, session=s)
     return s.kept
 
@@ -83,6 +85,50 @@ def test_session_runs_only_parallel_steps_on_step_threads():
         s.materialize_sql(step.name, step.sql, {}, step.disabled_optimizers, step.parallel)
         assert s.rows(f"SELECT n FROM {name}") == [{"n": want}]
         assert s.rows("SELECT current_setting('threads')::BIGINT AS n") == [{"n": 1}]   # back to one
+
+
+class _Spy(Session):
+    """A session that notes whether each step it materializes runs on step_threads."""
+    def __init__(self, profile):
+        super().__init__(profile)
+        self.parallel: dict[str, bool] = {}
+
+    def materialize_sql(self, name, sql, params, disabled_optimizers=(), parallel=False):
+        self.parallel[name] = parallel
+        super().materialize_sql(name, sql, params, disabled_optimizers, parallel)
+
+
+def test_declared_steps_get_step_threads_only_where_an_input_is_large():
+    profile = load([str(FIXTURE)])
+    big = max(profile.gpu_activities.num_rows, profile.cpu_ranges.num_rows)
+    assert big < PARALLEL_MIN_ROWS                      # the fixture is small: every step on one thread
+    s = _Spy(profile)
+    s.step_threads = 2
+    assemble(profile, session=s)
+    assert set(PARALLEL) <= set(s.parallel) and not any(s.parallel.values())
+    s = _Spy(profile)                                   # a threshold the CPU ranges reach, not the GPU activities
+    s.step_threads = 2
+    s.parallel_min_rows = big
+    assemble(profile, session=s)
+    on = {n for n, p in s.parallel.items() if p}
+    assert on and on <= set(PARALLEL)
+    assert {"range_tags", "step_source_rank"} <= on     # they read cpu_ranges
+    assert "step_windows" not in on                     # gpu_activities, step_ranges, activity_origin: fewer rows
+    assert s.rows_in("cpu_ranges") == profile.cpu_ranges.num_rows
+    assert s.rows_in("activity_origin") == s.rows("SELECT count(*) AS n FROM activity_origin")[0]["n"]
+
+
+def test_worth_threads_threshold():
+    s = Session()
+    s.step_threads = 2
+    s.register("t", pa.table({"x": pa.array(range(10))}))
+    s.parallel_min_rows = 10
+    assert s.worth_threads(("t",)) and s.worth_threads(("unknown", "t"))
+    s.parallel_min_rows = 11
+    assert not s.worth_threads(("t",)) and not s.worth_threads(("unknown",))
+    s.parallel_min_rows = 0
+    s.step_threads = 1                                  # one thread to give: never
+    assert not s.worth_threads(("t",))
 
 
 def test_threads_header_takes_only_all():

@@ -21,6 +21,15 @@ def _macros() -> list[str]:
 
 
 ALLOCATOR_SETTINGS = ("SET allocator_flush_threshold = '32MB'", "SET allocator_background_threads = true")
+# A step declared `threads: all` gets `step_threads` only where one of the tables it reads holds at
+# least this many rows: two of DuckDB's row groups (122,880 rows each), which is where a scan is
+# split between threads at all. Below, a second thread only costs: each change of the thread count
+# starts DuckDB's workers afresh, and a new worker's first allocations fault their pages in. Measured
+# in one process, the same profile's `assemble` alternating one and two threads for every declared
+# step (medians): nsys h100_2gpu_train_a2a (5,299 GPU activities) 0.43 -> 0.55 s and
+# hta_df_index_resolver (22,290) 0.73 -> 0.92 s slower on two; overlap x34 (250,920 activities,
+# 1,017,654 CPU ranges) 6.68 -> 6.55 s faster.
+PARALLEL_MIN_ROWS = 2 * 122_880
 
 
 class Session:
@@ -40,6 +49,8 @@ class Session:
         # the same on any number. A run that analyzes its job in this process gives it --jobs (the
         # cores by default: runs.run_job); a mapped job's sessions keep one (the workers use the cores).
         self.step_threads = self.threads
+        self.parallel_min_rows = PARALLEL_MIN_ROWS   # (tests set 0: every declared step on step_threads)
+        self._rows: dict[str, int] = {}   # rows of the tables materialized or registered here
         # Memory a query freed goes back to the system when it is done (the temp tables stay):
         # without these, the allocator kept the peak of every large query (measured on a 644 MiB
         # Kineto trace: the process peak 1,019 MiB -> 942 MiB, the same CPU time).
@@ -87,6 +98,24 @@ class Session:
         quarter of DESCRIBE's cost, paid once per step built)."""
         return list(self.con.table(name).columns)
 
+    def rows_in(self, name: str) -> int | None:
+        """The rows of table `name` as this session holds it (a step's table, a registered one, or
+        the profile's), without a query; None where the session does not know (a mapped job's
+        tables, kept by its workers)."""
+        if name in self._rows:
+            return self._rows[name]
+        if self.profile is not None and name in schema.TABLES and name not in self._registered:
+            table = getattr(self.profile, name, None)
+            return table.num_rows if isinstance(table, pa.Table) else None
+        return None
+
+    def worth_threads(self, names) -> bool:
+        """Whether a step declared `threads: all` that reads the tables `names` runs on `step_threads`:
+        where it has more than one and one of the tables holds `parallel_min_rows` rows or more."""
+        if self.step_threads <= self.threads:
+            return False
+        return any((self.rows_in(n) or 0) >= self.parallel_min_rows for n in names)
+
     def _replace(self, name: str) -> None:
         if name in self._registered:
             self.con.unregister(name)
@@ -104,7 +133,8 @@ class Session:
         if threads != self.threads:
             self.con.execute(f"SET threads = {threads}")
         try:
-            self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None)
+            got = self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None).fetchone()
+            self._rows[name] = int(got[0]) if got else 0
         finally:
             if threads != self.threads:
                 self.con.execute(f"SET threads = {self.threads}")
@@ -123,6 +153,7 @@ class Session:
             raise KeyError(name)
         self.con.execute(f"DROP TABLE IF EXISTS {name}")
         self._views.discard(name)
+        self._rows.pop(name, None)
         self.freed.add(name)
 
     def materialize_arrow(self, name: str, table: pa.Table | pa.RecordBatchReader) -> None:
@@ -131,7 +162,8 @@ class Session:
         lets each batch go once DuckDB has copied it)."""
         self._replace(name)
         self.con.register("__step_result", table)
-        self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM __step_result")
+        got = self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM __step_result").fetchone()
+        self._rows[name] = int(got[0]) if got else 0
         self.con.unregister("__step_result")
         self._views.add(name)
 
@@ -150,6 +182,7 @@ class Session:
             self._views.discard(name)
         self.con.register(name, table)
         self._registered.add(name)
+        self._rows[name] = table.num_rows
 
     def sql(self, sql: str, **params) -> pa.Table:
         params = {k: v for k, v in params.items() if f"${k}" in sql}

@@ -30,7 +30,8 @@ _HEADER = re.compile(r"^--\s*(step|scope|requires|params|produces|disabled_optim
 # ties, and a final ORDER BY on a key (without one, threads interleave the rows of an input held in
 # several Arrow chunks even where the plan keeps insertion order: seen on 8 ranks of DLRM).
 # tests/test_step_threads.py builds every such step on one and on two threads and compares the
-# tables row by row. Without it, a step runs on one thread.
+# tables row by row. Without it, a step runs on one thread; with it, on more only where one of its
+# inputs is large (Session.worth_threads).
 PARALLEL = "all"
 _OPTIMIZER = re.compile(r"^[a-z_]+$")   # a DuckDB optimizer's name (the SET statement quotes it)
 

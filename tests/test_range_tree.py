@@ -5,7 +5,7 @@ import random
 
 import pyarrow as pa
 
-from traceview.analysis.range_tree import context, context_batches, stream
+from traceview.analysis.range_tree import context, context_batches
 
 
 def _walk(rows: dict[int, dict]) -> dict[int, tuple]:
@@ -107,12 +107,3 @@ def test_batches_of_any_size_give_the_same_rows():
                 for r in got} == want
 
 
-def test_the_stream_lets_each_batch_go_once_read():
-    rows = _forest(random.Random(3), 50, dense=True)
-    batches = context_batches(pa.Table.from_pylist(rows, schema=_TYPES), rows=10)
-    n = sum(b.num_rows for b in batches)
-    reader = stream(batches)
-    first = reader.read_next_batch()
-    assert len(batches) == 4 and first.num_rows + sum(b.num_rows for b in batches) == n
-    rest = reader.read_all()
-    assert batches == [] and first.num_rows + rest.num_rows == n

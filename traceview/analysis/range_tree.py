@@ -70,8 +70,7 @@ BATCH_ROWS = 1 << 18   # input rows per record batch of the result
 
 def context_batches(tags: pa.Table, rows: int = BATCH_ROWS) -> list[pa.RecordBatch]:
     """`context`'s rows as record batches (in row order), each gathered straight from the inputs
-    into its own buffers: no whole unfiltered result is made, and a batch can be freed while the
-    others are held (`stream`)."""
+    into its own buffers: no whole unfiltered result is made."""
     ids = tags.column("id").combine_chunks()
     n = len(ids)
     pid = tags.column("parent_id").combine_chunks()
@@ -114,26 +113,12 @@ def context_batches(tags: pa.Table, rows: int = BATCH_ROWS) -> list[pa.RecordBat
     return batches
 
 
-def stream(batches: list[pa.RecordBatch]) -> pa.RecordBatchReader:
-    """A reader over `batches` (which it takes: the list is emptied as it is read) that lets each
-    batch go once read: DuckDB's copy of a step's result then grows while the Arrow one shrinks,
-    instead of both being held whole."""
-    schema = batches[0].schema
-
-    def gen():
-        pool = pa.default_memory_pool()
-        while batches:
-            yield batches.pop(0)
-            pool.release_unused()
-    return pa.RecordBatchReader.from_batches(schema, gen())
-
-
 @python_step("range_context_raw", scope="rank", requires=("range_tags",), params=_RULES, produces=PRODUCES)
-def range_context_raw(session: Session, params: dict) -> pa.RecordBatchReader:
-    """range_tags' ranges with what they inherit along parent_id (`context`), handed to DuckDB
-    a batch at a time (`stream`). The rounds' arrays go back to the system before the engine
-    copies the result into DuckDB (Arrow's pool keeps freed blocks otherwise: +280 MB of peak at
-    x100 of the a2a export, measured)."""
-    out = stream(context_batches(session.sql("SELECT * FROM range_tags")))
+def range_context_raw(session: Session, params: dict) -> pa.Table:
+    """range_tags' ranges with what they inherit along parent_id (`context`), kept as Arrow (the
+    session's queries read it in place). The rounds' arrays go back to the system before the
+    next step allocates (Arrow's pool keeps freed blocks otherwise: +280 MB of peak at x100 of the
+    a2a export, measured)."""
+    out = pa.Table.from_batches(context_batches(session.sql("SELECT * FROM range_tags")))
     pa.default_memory_pool().release_unused()
     return out

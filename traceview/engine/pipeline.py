@@ -1,7 +1,8 @@
 """`build(session, targets, params)`: materialize what the targets need, in dependency order, each
 step once per session, and check that each produced exactly the columns it declares.
 
-A step's result is a DuckDB temp table of the step's name. Building a step that the session already
+A step's result is a DuckDB temp table of the step's name (a Python step's Arrow table is
+registered under that name instead, read in place). Building a step that the session already
 holds is free when its parameters are the same and an error when they differ (a session answers one
 question; ask another in another session); a later `build` may leave out the parameters of
 steps already built. Scope is enforced: a per-rank step may require canonical
@@ -106,7 +107,7 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
             session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers, parallel)
         elif step.run is not None:
             session.materialize_arrow(step.name, step.run(session, own))
-            pa.default_memory_pool().release_unused()    # the Arrow result, copied into DuckDB
+            pa.default_memory_pool().release_unused()    # what the step freed (its arrays on the way)
         else:
             raise StepError(f"step {step.name} has neither SQL nor a Python function")
         got = session.columns(step.name)

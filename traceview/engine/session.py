@@ -149,7 +149,7 @@ class Session:
         return name in self._views
 
     def drop(self, name: str) -> None:
-        """Free the temp table of step `name` (built here; engine/pipeline.py after its last use):
+        """Free the table of step `name` (built here; engine/pipeline.py after its last use):
         it stays counted as built (its consumers are), but is no longer queryable."""
         if name not in self._views:
             raise KeyError(name)

@@ -8,7 +8,6 @@ from traceview.engine.pipeline import build
 from traceview.engine.session import Session
 from traceview.engine.steps import python_step
 
-
 # the tables a session still holds: temp tables, and views (a Python step's Arrow table is registered as one)
 _LEFT = ("SELECT table_name AS name FROM duckdb_tables() "
          "UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal")

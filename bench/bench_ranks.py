@@ -27,6 +27,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from fixtures import moe_job  # noqa: E402
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bytecode  # type: ignore[import-not-found]  # noqa: E402
+
 DLRM = ROOT.parent / "shared" / "traces" / "kineto" / "dlrm_8rank_v100"
 
 # Every process's CPU seconds once the command is done: this one's, its reaped children's (a pool of
@@ -213,16 +216,12 @@ def split(path: Path, work: Path, jobs: int) -> dict:
 PYTHON = sys.executable           # --ab: the interpreter (a checkout's venv) each run uses in turn
 WORK: Path | None = None          # the runs' working directory (not a checkout: '' on sys.path would
                                   # import that checkout's traceview before the interpreter's own)
-BYTECODE: Path | None = None      # --bytecode-cache: compiled modules kept here between runs
 
 
 def _env() -> dict:
     import os
     env = {**os.environ, "TRACEVIEW_BENCH_STATS": "1"}
     env.pop("PYTHONPATH", None)
-    if BYTECODE is not None:      # as an installed traceview runs: its modules compiled once, not per run
-        env.pop("PYTHONDONTWRITEBYTECODE", None)
-        env["PYTHONPYCACHEPREFIX"] = str(BYTECODE)
     return env
 
 
@@ -369,16 +368,18 @@ def main() -> None:
                     help="only first runs, --jobs 1 and 2, with each interpreter in turn (a checkout's venv, "
                          "e.g. /work/venvs/base/bin/python: its traceview; A/B, interleaved)")
     ap.add_argument("--bytecode-cache", action="store_true",
-                    help="keep the compiled modules between runs (in the work folder), as an installed "
-                         "traceview has them, even where PYTHONDONTWRITEBYTECODE is set")
+                    help="compile traceview's modules before the runs and let the runs keep them (each "
+                         "--ab interpreter's too), as an installed traceview has them, even where "
+                         "PYTHONDONTWRITEBYTECODE is set (bench/bytecode.py)")
     ap.add_argument("--rounds", type=int, default=3, help="--ab: rounds over the interpreters (with --split too)")
     a = ap.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="bench-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
-    global WORK, BYTECODE
+    global WORK
     WORK = work.resolve()
-    if a.bytecode_cache:
-        BYTECODE = WORK / "pycache"
+    if a.bytecode_cache:   # as an installed traceview runs: its modules compiled once, not per run
+        for interp in dict.fromkeys([sys.executable, *(str(t.absolute()) for t in a.ab or [])]):
+            print(bytecode.prepare(interp))
     elif os.environ.get("PYTHONDONTWRITEBYTECODE"):
         print("note: PYTHONDONTWRITEBYTECODE is set: every run compiles traceview's modules again "
               "(--bytecode-cache keeps them, as an installed traceview has them)")

@@ -119,6 +119,6 @@ def range_context_raw(session: Session, params: dict) -> pa.Table:
     session's queries read it in place). The rounds' arrays go back to the system before the
     next step allocates (Arrow's pool keeps freed blocks otherwise: +280 MB of peak at x100 of the
     a2a export, measured)."""
-    out = pa.Table.from_batches(context_batches(session.sql("SELECT * FROM range_tags")))
+    out = context(session.sql("SELECT * FROM range_tags"))
     pa.default_memory_pool().release_unused()
     return out

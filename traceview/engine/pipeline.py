@@ -102,8 +102,7 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
                 raise StepError(f"step {step.name} needs parameter {p!r}")
             own[p] = params[p]
         if step.sql is not None:
-            worth = getattr(session, "worth_threads", None)
-            parallel = step.parallel and (worth is None or worth(step.requires))
+            parallel = step.parallel and session.worth_threads(step.requires)
             session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers, parallel)
         elif step.run is not None:
             session.materialize_arrow(step.name, step.run(session, own))

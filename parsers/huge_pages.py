@@ -8,9 +8,15 @@ CPU samples of an analysis (`perf`: `clear_page_erms` under `do_huge_pmd_anonymo
 with pages of 4 KiB; the command's system time fell ~2.1 -> ~1.4 s and its peak RSS ~895 -> ~860 MB
 (8 interleaved pairs). A job of many small ranks is the other way round (fewer, larger faults for the
 little memory it uses: ~0.1 s more CPU on the 64-rank generated job without them), so only a process
-that reads a trace of at least `MIN_TEXT` of JSON turns them off, for itself, from then on
-(`prctl(PR_SET_THP_DISABLE)`, Linux; it applies to the mappings it already has too). A user's own
-`MIMALLOC_ALLOW_THP` (mimalloc's switch, read as pyarrow loads) is left to decide.
+that reads a trace of at least `MIN_TEXT` of JSON, or an Nsight Systems SQLite export of at least
+`MIN_EXPORT`, turns them off, for itself, from then on (`prctl(PR_SET_THP_DISABLE)`, Linux; it
+applies to the mappings it already has too). A user's own `MIMALLOC_ALLOW_THP` (mimalloc's switch,
+read as pyarrow loads) is left to decide.
+
+nsys (h100_2gpu_train_a2a repeated, whole-process `analyze`, huge pages on / off interleaved, medians):
+x100 (230 MiB) 10.45 -> 9.60 s wall, 14.5 -> 13.3 s CPU, peak 1,201 -> 1,152 MiB (4 pairs; `perf`:
+`clear_page_erms` 10 % of the samples, 8 % under `folio_zero_user`); x60 (138 MiB) 6.07 -> 5.55 s;
+x30 (69 MiB), x10 and x1: no difference beyond the noise (5 pairs each).
 """
 from __future__ import annotations
 
@@ -18,6 +24,7 @@ import os
 import sys
 
 MIN_TEXT = 64 << 20  # JSON text (estimated, kineto_helper._estimated_text) from which they are turned off
+MIN_EXPORT = 100 << 20  # the size of an nsys SQLite export from which they are turned off
 _PR_SET_THP_DISABLE = 41
 _done: list[bool] = []  # once per process: [whether they were turned off]
 

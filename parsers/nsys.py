@@ -30,7 +30,7 @@ from traceview import schema
 from traceview.errors import TraceError
 from traceview.profile import Profile
 
-from . import nsys_export, nsys_nesting
+from . import huge_pages, nsys_export, nsys_nesting
 
 REPORT_SUFFIXES = (".nsys-rep", ".qdrep")
 NO_KERNELS = ("no CUDA kernel records (capture with `nsys profile -t cuda`; note that an Nsight Systems "
@@ -129,6 +129,8 @@ def _read_db(db: Path, path: Path) -> Profile:
         raise TraceError(path, "no such file")
     if not nsys_export.is_sqlite(db):
         raise TraceError(path, "not an SQLite file (expected an Nsight Systems SQLite export or .nsys-rep report)")
+    if db.stat().st_size >= huge_pages.MIN_EXPORT:
+        huge_pages.turn_off()   # a large export: the reuse of freed memory costs less in small pages
     try:
         src = nsys_export.Export(db, path)
     except (nsys_export.adbc_driver_manager.Error, OSError) as e:

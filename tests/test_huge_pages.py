@@ -1,5 +1,6 @@
-"""huge_pages: a process that reads a large Kineto trace turns transparent huge pages off for itself
-(from then on); one that reads only small traces keeps them; a user's own MIMALLOC_ALLOW_THP decides.
+"""huge_pages: a process that reads a large Kineto trace or nsys export turns transparent huge pages
+off for itself (from then on); one that reads only small traces keeps them; a user's own
+MIMALLOC_ALLOW_THP decides.
 Checked where the kernel tells: the process's `THP_enabled` in /proc/self/status (Linux), read in a
 fresh interpreter (its inherited flag cleared first) after the read."""
 from __future__ import annotations
@@ -10,6 +11,7 @@ import subprocess
 import sys
 
 import pytest
+from helpers import TRACES
 
 _STATUS = "/proc/self/status"
 
@@ -28,8 +30,12 @@ def thp():
 ul = ctypes.c_ulong
 assert ctypes.CDLL(None, use_errno=True).prctl(41, ul(0), ul(0), ul(0), ul(0)) == 0
 before = thp()
-huge_pages.MIN_TEXT = int(sys.argv[2])
-kineto.read(Path(sys.argv[1]))
+huge_pages.MIN_TEXT = huge_pages.MIN_EXPORT = int(sys.argv[2])
+if sys.argv[1].endswith(".sqlite"):
+    from traceview.parsers import nsys
+    nsys.read(Path(sys.argv[1]))
+else:
+    kineto.read(Path(sys.argv[1]))
 print(before, thp())
 """
 
@@ -61,6 +67,16 @@ def test_a_large_trace_turns_them_off(tmp_path):
 def test_a_small_trace_keeps_them(tmp_path):
     f = _trace(tmp_path)
     assert _run(f, f.stat().st_size + 1) == ["1", "1"]          # smaller than the threshold: left alone
+
+
+NSYS = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
+
+
+@pytest.mark.skipif(not NSYS.is_file(), reason=f"{NSYS} not present")
+@pytest.mark.parametrize(("over", "state"), [(0, "0"), (1, "1")])
+def test_an_nsys_export_by_its_size(over, state):
+    # at its own size it counts as large (off after the read); one byte more, it is left alone
+    assert _run(NSYS, NSYS.stat().st_size + over) == ["1", state]
 
 
 def test_a_users_own_setting_is_kept(tmp_path):

@@ -26,7 +26,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceview import schema
+from traceview import duck, schema
 from traceview.errors import TraceError
 from traceview.profile import Profile
 
@@ -129,7 +129,8 @@ def _read_db(db: Path, path: Path) -> Profile:
         raise TraceError(path, "no such file")
     if not nsys_export.is_sqlite(db):
         raise TraceError(path, "not an SQLite file (expected an Nsight Systems SQLite export or .nsys-rep report)")
-    if db.stat().st_size >= huge_pages.MIN_EXPORT:
+    size = db.stat().st_size
+    if size >= huge_pages.MIN_EXPORT:
         huge_pages.turn_off()   # a large export: the reuse of freed memory costs less in small pages
     try:
         src = nsys_export.Export(db, path)
@@ -137,7 +138,7 @@ def _read_db(db: Path, path: Path) -> Profile:
         raise TraceError(path, f"cannot open the SQLite file: {_line(e)}") from None
     reader = None
     try:
-        reader = _Reader(src, path)
+        reader = _Reader(src, path, size)
         return reader.run()
     except TraceError:
         raise
@@ -145,7 +146,7 @@ def _read_db(db: Path, path: Path) -> Profile:
         raise TraceError(path, f"cannot read this Nsight Systems export: {_line(e)}") from None
     finally:
         if reader is not None:
-            reader.db.close()  # its temp tables go now, before the analysis allocates
+            reader.close()  # its temp tables go now, before the analysis allocates
         src.close()
 
 
@@ -153,20 +154,40 @@ def _line(e: Exception) -> str:
     return (str(e).strip().splitlines() or [type(e).__name__])[0][:300]
 
 
+# An export from which the parse's queries run on every core (DuckDB's default threads) rather than
+# on the threads the thread's database was given (the analysis session's one; traceview/duck.py):
+# h100_2gpu_train_a2a repeated, whole-process analyze, interleaved pairs (paired medians): x1 19 ms
+# faster on one thread (12 pairs), x10 and x30 within the noise (6 and 4 pairs), x100 0.25 s slower
+# on one (3 pairs). The sorts of the GPU activities are split between threads from two of DuckDB's
+# row groups (245,760 rows), about x46 of that export (106 MiB).
+PARALLEL_MIN_BYTES = 64 << 20
+
 _GPU = {"start_ns": "start TIME", "end_ns": "end TIME", "device": "deviceId", "stream": "streamId",
         "correlation": "correlationId", "gpid": "globalPid"}
 _NEED_GPU = ("start", "end", "globalPid")  # a table without them cannot be placed on a timeline
 
 
 class _Reader:
-    def __init__(self, src: nsys_export.Export, path: Path):
+    def __init__(self, src: nsys_export.Export, path: Path, size: int = 0):
         self.src, self.path = src, path
         self.warnings: list[str] = []
-        self.db = duckdb.connect()
+        # a connection onto the thread's database (the analysis session's, where there is one:
+        # traceview/duck.py); a large export is parsed on DuckDB's default threads (every core),
+        # and close() gives back the threads it found (a setting of the database, not the connection)
+        self.db = duck.connect()
+        self.threads = int(self.db.execute("SELECT current_setting('threads')").fetchone()[0])
+        if size >= PARALLEL_MIN_BYTES:
+            self.db.execute("RESET threads")
         self.db.execute("SET enable_progress_bar = false")  # a long query writes nothing on stderr
         self.registered: set[str] = set()
         self.views: set[str] = set()  # numbered(): a view over a sorted table
         self.devices: dict = {}  # pid -> its most used GPU (run(), for meta())
+
+    def close(self) -> None:
+        try:
+            self.db.execute(f"SET threads = {self.threads}")
+        finally:
+            self.db.close()
 
     def warn(self, msg: str) -> None:
         self.warnings.append(f"{self.path}: {msg}")

@@ -1,16 +1,53 @@
-"""One `analyze` builds each step once and opens one DuckDB connection (the CLI's path: options
-checked, rules loaded, trace loaded, every section, on h200_moe/overlap and the 8-rank DLRM job)."""
+"""One `analyze` builds each step once and opens one DuckDB connection onto one database (the
+CLI's path: options checked, rules loaded, trace loaded, every section, on h200_moe/overlap and the
+8-rank DLRM job; an nsys export adds the parser's connection onto the same database)."""
 import inspect
+import threading
 
 import duckdb
 import pytest
 from helpers import TRACES
 
+from traceview import duck
 from traceview.engine import steps
+from traceview.parsers import nsys
 from traceview.runs import AnalyzeOptions, run_job
 
 CASES = {"h200_moe_overlap": [TRACES / "kineto" / "h200_moe" / "overlap.json.gz"],
          "dlrm_8rank": sorted((TRACES / "kineto" / "dlrm_8rank_v100").glob("*.json*"))}
+
+
+def _counted(monkeypatch) -> tuple[list, list]:
+    """The databases (duckdb.connect) and the connections onto the process's one (duck.connect)
+    opened from now on, by the file that opened each; the process's database made afresh."""
+    opened, connections = [], []
+    real, real_cursor = duckdb.connect, duck.connect
+
+    def counting(*a, **k):
+        opened.append(inspect.stack()[1].filename)
+        return real(*a, **k)
+
+    def counting_cursor():
+        connections.append(inspect.stack()[1].filename)
+        return real_cursor()
+    monkeypatch.setattr(duckdb, "connect", counting)
+    monkeypatch.setattr(duck, "connect", counting_cursor)
+    monkeypatch.setattr(duck, "_local", threading.local())
+    return opened, connections
+
+
+def test_an_nsys_export_one_database(monkeypatch):
+    path = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
+    if not path.exists():
+        pytest.skip("the shared corpus is not beside the checkout")
+    opened, connections = _counted(monkeypatch)
+    monkeypatch.setattr(nsys, "PARALLEL_MIN_BYTES", 0)    # parsed as a large export: on every core
+    doc, session = run_job([str(path)], AnalyzeOptions())
+    assert doc["steps"]
+    assert len(opened) == 1, opened                # the parser's connection is onto the session's database
+    assert [c.rsplit("/", 2)[-2:] for c in connections] == [["engine", "session.py"], ["parsers", "nsys.py"]]
+    # the session's single thread is back once the parse is done (a machine of one core cannot tell)
+    assert session.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -18,15 +55,10 @@ def test_each_step_once_and_one_connection(case, monkeypatch):
     paths = CASES[case]
     if not paths or not all(p.exists() for p in paths):
         pytest.skip("the shared corpus is not beside the checkout")
-    opened = []
-    real = duckdb.connect
-
-    def counting(*a, **k):
-        opened.append(inspect.stack()[1].filename)
-        return real(*a, **k)
-    monkeypatch.setattr(duckdb, "connect", counting)
+    opened, connections = _counted(monkeypatch)
     doc, session = run_job([str(p) for p in paths], AnalyzeOptions())
-    assert len(opened) == 1, opened
+    assert len(opened) == 1, opened               # one database ...
+    assert len(connections) == 1, connections     # ... and one connection onto it: the session's
     assert doc["steps"] and doc["critical_path"]
     assert session.build_counts and set(session.build_counts.values()) == {1}, session.build_counts
     # what the report reads was built through the engine, each step once

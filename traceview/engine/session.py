@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from importlib import resources
 
-import duckdb
 import pyarrow as pa
 
-from .. import schema
+from .. import duck, schema
 from ..profile import Profile
 
 
@@ -40,7 +39,7 @@ class Session:
 
     def __init__(self, profile: Profile | None = None, threads: int = 1):
         self.profile: Profile | None = None
-        self.con = duckdb.connect(":memory:")
+        self.con = duck.connect()   # onto the thread's database (traceview/duck.py)
         # One thread by default: floating-point sums then run in one order, so the same input
         # gives byte-identical reports (and on traces of this size it is not slower: measured).
         self.threads = max(1, int(threads))

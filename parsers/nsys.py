@@ -175,8 +175,9 @@ class _Reader:
         # traceview/duck.py); a large export is parsed on DuckDB's default threads (every core),
         # and close() gives back the threads it found (a setting of the database, not the connection)
         self.db = duck.connect()
-        self.threads = int(self.db.execute("SELECT current_setting('threads')").fetchone()[0])
+        self.threads = None   # the threads found, where they were changed
         if size >= PARALLEL_MIN_BYTES:
+            self.threads = int(self.db.execute("SELECT current_setting('threads')").fetchone()[0])
             self.db.execute("RESET threads")
         self.db.execute("SET enable_progress_bar = false")  # a long query writes nothing on stderr
         self.registered: set[str] = set()
@@ -184,10 +185,15 @@ class _Reader:
         self.devices: dict = {}  # pid -> its most used GPU (run(), for meta())
 
     def close(self) -> None:
-        try:
-            self.db.execute(f"SET threads = {self.threads}")
-        finally:
-            self.db.close()
+        """The connection closed (its temp tables go) and the threads found given back, on a fresh
+        connection (this one may have stopped in the middle of a query that failed)."""
+        self.db.close()
+        if self.threads is not None:
+            other = duck.connect()     # onto the same database: this thread's
+            try:
+                other.execute(f"SET threads = {self.threads}")
+            finally:
+                other.close()
 
     def warn(self, msg: str) -> None:
         self.warnings.append(f"{self.path}: {msg}")

@@ -2,6 +2,7 @@
 CLI's path: options checked, rules loaded, trace loaded, every section, on h200_moe/overlap and the
 8-rank DLRM job; an nsys export adds the parser's connection onto the same database)."""
 import inspect
+import sqlite3
 import threading
 
 import duckdb
@@ -10,6 +11,7 @@ from helpers import TRACES
 
 from traceview import duck
 from traceview.engine import steps
+from traceview.errors import TraceError
 from traceview.parsers import nsys
 from traceview.runs import AnalyzeOptions, run_job
 
@@ -18,8 +20,8 @@ CASES = {"h200_moe_overlap": [TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
 
 
 def _counted(monkeypatch) -> tuple[list, list]:
-    """The databases (duckdb.connect) and the connections onto the process's one (duck.connect)
-    opened from now on, by the file that opened each; the process's database made afresh."""
+    """The databases (duckdb.connect) and the connections onto the thread's one (duck.connect)
+    opened from now on, by the file that opened each; the thread's database made afresh."""
     opened, connections = [], []
     real, real_cursor = duckdb.connect, duck.connect
 
@@ -45,9 +47,26 @@ def test_an_nsys_export_one_database(monkeypatch):
     doc, session = run_job([str(path)], AnalyzeOptions())
     assert doc["steps"]
     assert len(opened) == 1, opened                # the parser's connection is onto the session's database
-    assert [c.rsplit("/", 2)[-2:] for c in connections] == [["engine", "session.py"], ["parsers", "nsys.py"]]
+    # the session's, the parser's, and the one the parser gives the threads back on
+    assert [c.rsplit("/", 2)[-2:] for c in connections] == [["engine", "session.py"]] + [["parsers", "nsys.py"]] * 2
     # the session's single thread is back once the parse is done (a machine of one core cannot tell)
     assert session.con.execute("SELECT current_setting('threads')").fetchone()[0] == 1
+
+
+def test_a_failed_parse_gives_the_threads_back(monkeypatch, tmp_path):
+    # an SQLite file with only StringIds: the parse fails inside the reader (no kernel records)
+    db = tmp_path / "no_kernels.sqlite"
+    con = sqlite3.connect(db)
+    con.execute("CREATE TABLE StringIds (id INTEGER PRIMARY KEY, value TEXT)")
+    con.commit()
+    con.close()
+    monkeypatch.setattr(duck, "_local", threading.local())
+    monkeypatch.setattr(nsys, "PARALLEL_MIN_BYTES", 0)
+    mine = duck.connect()
+    mine.execute("SET threads = 1")
+    with pytest.raises(TraceError, match="no CUDA kernel records"):
+        nsys.read(db)
+    assert mine.execute("SELECT current_setting('threads')").fetchone()[0] == 1
 
 
 @pytest.mark.parametrize("case", sorted(CASES))

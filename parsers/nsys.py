@@ -175,9 +175,9 @@ class _Reader:
         # traceview/duck.py); a large export is parsed on DuckDB's default threads (every core),
         # and close() gives back the threads it found (a setting of the database, not the connection)
         self.db = duck.connect()
-        self.threads = None   # the threads found, where they were changed
+        self.threads: int | None = None   # the threads found, where they were changed
         if size >= PARALLEL_MIN_BYTES:
-            self.threads = int(self.db.execute("SELECT current_setting('threads')").fetchone()[0])
+            self.threads = int(self.one("SELECT current_setting('threads')")[0])
             self.db.execute("RESET threads")
         self.db.execute("SET enable_progress_bar = false")  # a long query writes nothing on stderr
         self.registered: set[str] = set()

@@ -200,15 +200,19 @@ def test_achieved_tflops_per_group(prof):
 
 
 def test_analyze_counts_flops_in_its_own_session_once(prof, monkeypatch):
-    """The FLOPs are steps of the analysis session: one analyze opens one DuckDB connection (the
+    """The FLOPs are steps of the analysis session: one analyze opens one DuckDB database (the
     session's) and builds each FLOPs step once."""
+    import threading
+
     import duckdb
 
+    from traceview import duck
     from traceview.document.assemble import assemble
     from traceview.engine.session import Session
     opened = []
     real = duckdb.connect
     monkeypatch.setattr(duckdb, "connect", lambda *a, **k: opened.append(a) or real(*a, **k))
+    monkeypatch.setattr(duck, "_local", threading.local())   # the thread's database made afresh (traceview/duck.py)
     s = Session(prof)
     doc = assemble(prof, session=s)
     assert len(opened) == 1

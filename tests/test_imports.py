@@ -104,6 +104,7 @@ LAYER_OF: dict[str, str] = {
     "traceview.document.packed": "base",      # rows held packed (msgpack chunks): made by metrics, read by all
     "traceview.plain_data": "base",           # what a document holds (types, floats): JSON writer and store
     "traceview.later": "base",                # a call on a thread of its own: the parsers and the critical path
+    "traceview.duck": "base",                 # the thread's DuckDB database: the session's and the nsys parser's
 }
 
 # Edge: (importer, imported, how): how is "module" (runs on import) or "lazy" (inside a function).

@@ -74,7 +74,7 @@ def test_analyze_frees_the_layer_intermediates():
         pytest.skip("the shared corpus is not beside the checkout")
     from traceview.runs import AnalyzeOptions, run_job
     doc, session = run_job([str(path)], AnalyzeOptions())
-    assert session.freed == {"range_tags", "range_context_raw", "layer_heads", "layer_blocks"}
+    assert session.freed == {"name_tags", "range_context_raw", "layer_heads", "layer_blocks"}
     left = {r["name"] for r in session.rows(_LEFT)}
     assert not left & session.freed and {"range_context", "activity_attribution"} <= left
 
@@ -114,7 +114,7 @@ def test_analyze_lets_the_sections_tables_go_before_the_walk(monkeypatch):
 
 
 def test_layer_intermediates_are_gone_before_the_attribution_query():
-    # layers.prepare builds in three calls: range_tags is dropped before the layer heads are
+    # layers.prepare builds in three calls: name_tags is dropped before the layer heads are
     # made and range_context_raw before activity_attribution runs (its largest neighbour)
     path = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"
     if not path.exists():
@@ -132,7 +132,7 @@ def test_layer_intermediates_are_gone_before_the_attribution_query():
         orig(name, sql, params, disabled_optimizers, parallel)
     s.materialize_sql = spy
     layers.prepare(s, Rules())
-    assert "range_tags" not in held["layer_heads"] and "range_tags" not in held["range_context"]
+    assert "name_tags" not in held["layer_heads"] and "name_tags" not in held["range_context"]
     assert held["activity_attribution"] == set()
     assert s.rows("SELECT count(*) AS n FROM activity_attribution")[0]["n"] == \
         s.rows("SELECT count(*) AS n FROM gpu_activities")[0]["n"]

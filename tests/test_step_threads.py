@@ -112,7 +112,7 @@ def test_declared_steps_get_step_threads_only_where_an_input_is_large():
     assemble(profile, session=s)
     on = {n for n, p in s.parallel.items() if p}
     assert on and on <= set(PARALLEL)
-    assert {"range_tags", "step_source_rank"} <= on     # they read cpu_ranges
+    assert {"name_tags", "step_source_rank"} <= on      # they read cpu_ranges
     assert "step_windows" not in on                     # gpu_activities, step_ranges, activity_origin: fewer rows
     assert s.rows_in("cpu_ranges") == profile.cpu_ranges.num_rows
     assert s.rows_in("activity_origin") == s.rows("SELECT count(*) AS n FROM activity_origin")[0]["n"]

@@ -169,24 +169,70 @@ def test_range_context_raw_tags_from_the_first_matching_rule():
     assert {r["rank"] for r in got.values()} == {0} and {r["tid"] for r in got.values()} == {1}
 
 
-def test_range_tags_name_own_tags_only():
-    got = {r["id"]: r for r in run_step("range_tags", _ctx_profile(), params=RULES)}
-    cols = ("parent_id", "layer", "stage", "phase", "bwd_node")
+def test_name_tags_tag_each_distinct_name_once():
+    got = {r["name"]: r for r in run_step("name_tags", _ctx_profile(), params=RULES)}
+    cols = ("frame_only", "layer", "stage", "phase", "bwd_name")
     want = {
-        1: (None, 2, "experts", None, False),
-        2: (1, None, "dispatch", None, False),       # nothing inherited here: range_context_raw does that
-        3: (2, None, None, None, False),             # an op names nothing
-        5: (None, None, "dispatch", "forward", False),
-        6: (5, None, None, None, True),              # seq + evaluate_function: a backward node
-        7: (None, None, None, None, False),          # a with_stack frame names no stage
-        8: (None, None, "dispatch", None, False),    # ... except Megatron's token dispatcher
-        9: (None, 3, "dispatch", None, False),
-        10: (None, None, None, None, False),
-        11: (None, None, None, "backward", False),
-        12: (11, None, "attention", None, False),    # the phase is its parent's (inherited later)
-        13: (None, None, None, None, False),         # an op without seq is no backward node
+        "layer_2/moe": (False, 2, "experts", None, False),        # layer rule 1 -> 2; `moe` -> experts
+        "dispatch": (False, None, "dispatch", None, False),
+        "aten::mm": (False, None, None, None, False),              # no rule matches
+        "dispatch(F)": (False, None, "dispatch", "forward", False),
+        "autograd::engine::evaluate_function: MmBackward0": (False, None, None, None, True),
+        "model.py(12): dispatch": (True, None, "dispatch", None, False),   # a frame: its function's stage,
+        "moe/token_dispatcher.py(40): dispatch": (False, None, "dispatch", None, False),  # kept only here
+        "layer_3/dispatch/moe": (False, 3, "dispatch", None, False),       # the first stage rule wins
+        "blkX": (False, None, None, None, False),                  # layer rule 2 matched: no number
+        "backward": (False, None, None, "backward", False),        # phase rules read the name
+        "attn": (False, None, "attention", None, False),
+        "aten::topk": (False, None, None, None, False),
     }
-    assert {i: tuple(got[i][c] for c in cols) for i in got} == want
+    assert {n: tuple(got[n][c] for c in cols) for n in got} == want
+
+
+# what each range of _ctx_profile names by itself: (parent_id, layer, stage, phase, bwd_node)
+_OWN_TAGS = {
+    1: (None, 2, "experts", None, False),
+    2: (1, None, "dispatch", None, False),       # nothing inherited here: range_context_raw does that
+    3: (2, None, None, None, False),             # an op names nothing
+    5: (None, None, "dispatch", "forward", False),
+    6: (5, None, None, None, True),              # seq + evaluate_function: a backward node (an op: no stage)
+    7: (None, None, None, None, False),          # a with_stack frame names no stage
+    8: (None, None, "dispatch", None, False),    # ... except Megatron's token dispatcher
+    9: (None, 3, "dispatch", None, False),
+    10: (None, None, None, None, False),
+    11: (None, None, None, "backward", False),
+    12: (11, None, "attention", None, False),    # the phase is its parent's (inherited later)
+    13: (None, None, None, None, False),         # an op without seq is no backward node
+}
+
+
+def _own_tags(session) -> dict:
+    from traceview.analysis import range_tree
+    from traceview.engine.pipeline import build
+    build(session, ["name_tags"], RULES)
+    got = range_tree.tags(range_tree._ranges(session), session.sql("SELECT * FROM name_tags")).to_pylist()
+    cols = ("parent_id", "layer", "stage", "phase", "bwd_node")
+    return {r["id"]: tuple(r[c] for c in cols) for r in got}, [r["id"] for r in got]
+
+
+def test_ranges_take_their_names_tags_in_id_order():
+    """The profile's own table, read in place (its name and kind dictionary-coded)."""
+    from steps_golden import session_for
+    profile = _ctx_profile()
+    assert pa.types.is_dictionary(profile.cpu_ranges.schema.field("name").type)
+    got, order = _own_tags(session_for(profile))
+    assert got == _OWN_TAGS and order == sorted(order)
+
+
+def test_ranges_out_of_id_order_and_plain_strings_take_the_same_tags():
+    """cpu_ranges given as a plain table (strings, not dictionaries) with its rows reversed: read
+    through a query in id order."""
+    from steps_golden import session_for
+    rows = _ctx_profile().cpu_ranges.to_pylist()[::-1]
+    fields = [f.with_type(pa.string()) if pa.types.is_dictionary(f.type) else f
+              for f in _ctx_profile().cpu_ranges.schema]
+    got, order = _own_tags(session_for(make_profile(), {"cpu_ranges": pa.Table.from_pylist(rows, pa.schema(fields))}))
+    assert got == _OWN_TAGS and order == sorted(order)
 
 
 def test_range_context_raw_without_rules_tags_nothing():

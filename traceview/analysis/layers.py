@@ -79,7 +79,7 @@ def prepare(session: Session, rules: Rules) -> None:
     activity_attribution (after breakdown.prepare, which chose the step rule).
 
     Built in three calls: each `build` first drops the intermediates whose consumers are all
-    built (engine/pipeline.free_transient), so range_tags is gone before the layer heads and
+    built (engine/pipeline.free_transient), so name_tags is gone before the layer heads and
     range_context are made, and range_context_raw (a copy of every CPU range's context) before
     activity_attribution, the largest query of the analysis, runs beside it."""
     params = rule_params(rules)

@@ -20,7 +20,7 @@ from .steps import Step, StepError, all_steps, lookup
 # Steps whose tables only other steps read (no analysis, report or API user queries them): dropped
 # once every step that requires them is built in the session, at the next `build` (a caller still
 # reads what one `build` returned, as a mapped job's worker does).
-TRANSIENT = frozenset({"range_tags", "range_context_raw", "layer_heads", "layer_blocks"})
+TRANSIENT = frozenset({"name_tags", "range_context_raw", "layer_heads", "layer_blocks"})
 
 
 def plan(targets: Iterable[str], given: Iterable[str] = ()) -> list[Step]:

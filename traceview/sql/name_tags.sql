@@ -1,29 +1,33 @@
--- step: range_tags
+-- step: name_tags
 -- scope: rank
 -- requires: cpu_ranges
 -- params: layer_regexes, stage_regexes, stage_names, phase_regexes, phase_names
--- produces: id, rank, tid, parent_id, layer, stage, phase, bwd_node
+-- produces: rank, name, frame_only, layer, stage, phase, bwd_name
 -- threads: all
--- range_tags: what every CPU range names by itself (before inheritance from its ancestors, which
--- range_context_raw adds: traceview/analysis/range_tree.py): the layer, stage and phase, and
--- `bwd_node`: it is a backward node (an autograd `evaluate_function` / `*Backward` range with a
--- sequence number).
+-- name_tags: what each distinct CPU range name (of each rank) names by itself (before inheritance from a
+-- range's ancestors, which range_context_raw adds: traceview/analysis/range_tree.py, where these
+-- tags are given to the ranges by name, in their row order): the layer, stage and phase, whether
+-- it is a `with_stack` frame that names no layer or stage (`frame_only`), and `bwd_name`: it is
+-- the name of a backward node (an autograd `evaluate_function` / `*Backward` range; a range of
+-- that name with a sequence number is one).
 -- The tags come from the attribution rules (traceview/config.py), given as lists: the first rule
 -- (in list order) whose regex matches names the layer (its first group, as a number), the stage
 -- ($stage_names[i]) or the phase ($phase_names[i]). Layer and stage rules read `tname`: the name,
 -- or for a `with_stack` frame (`path/file.py(12): fn`) the function name alone; they apply to
--- annotations, NVTX and module ranges only: framework ops (aten::topk, MmBackward0, ...) and
--- `with_stack` frames name no layer or stage (`_must_dispatch_in_python` names no stage), except
--- Megatron's MoE token dispatcher, whose methods are the only record of dispatch / combine.
--- The rules' regexes are matched against the distinct names only (a regex that is not a constant
--- is compiled per row), and the tags joined to the ranges by name.
-WITH names AS (  -- the distinct names, each matched once
+-- annotations, NVTX and module ranges only (range_context_raw drops them from framework ops:
+-- aten::topk, MmBackward0, ...); `with_stack` frames name no layer or stage
+-- (`_must_dispatch_in_python` names no stage), except Megatron's MoE token dispatcher, whose
+-- methods are the only record of dispatch / combine.
+-- The rules' regexes are matched against the distinct names only, once for all ranks (a regex
+-- that is not a constant is compiled per row): a trace of a million ranges has a few hundred names.
+WITH rank_names AS (SELECT DISTINCT rank, name FROM cpu_ranges),
+names AS (  -- the distinct names, each matched once
     SELECT name, tname, regexp_matches(name, '\.py\(\d+\): ') AS frame,
            regexp_matches(name, 'moe/token_dispatcher\.py\(\d+\): ') AS dispatcher,
            (name LIKE 'autograd::engine::evaluate_function%' OR regexp_matches(name, 'Backward[0-9]*$')) AS bwd_name
     FROM (SELECT name, CASE WHEN regexp_matches(name, '\.py\(\d+\): ')
                             THEN regexp_extract(name, '\.py\(\d+\): (.*)$', 1) ELSE name END AS tname
-          FROM (SELECT DISTINCT name FROM cpu_ranges))
+          FROM (SELECT DISTINCT name FROM rank_names))
 ),
 layer_rx AS (
     SELECT i, CAST($layer_regexes AS VARCHAR[])[i] AS rx FROM range(1, len(CAST($layer_regexes AS VARCHAR[])) + 1) t(i)
@@ -53,12 +57,7 @@ tag_of AS (     -- per name: (layer, stage) as an annotation names them, the pha
     LEFT JOIN stage_of s ON s.name = n.name
     LEFT JOIN phase_of p ON p.name = n.name
 )
-SELECT t.id, t.rank, t.tid, t.parent_id,
-       CAST(CASE WHEN coalesce(t.kind = 'op', false) OR coalesce(g.frame_only, false) THEN NULL ELSE g.layer END
-            AS INTEGER) AS layer,
-       CAST(CASE WHEN coalesce(t.kind = 'op', false) OR coalesce(g.frame_only, false) THEN NULL ELSE g.stage END
-            AS VARCHAR) AS stage,
-       CAST(g.phase AS VARCHAR) AS phase,
-       (t.seq IS NOT NULL AND g.bwd_name) AS bwd_node
-FROM cpu_ranges t LEFT JOIN tag_of g ON g.name = t.name
-ORDER BY t.id
+SELECT r.rank, t.name, t.frame_only, CAST(t.layer AS INTEGER) AS layer, CAST(t.stage AS VARCHAR) AS stage,
+       CAST(t.phase AS VARCHAR) AS phase, t.bwd_name
+FROM rank_names r JOIN tag_of t ON t.name = r.name
+ORDER BY r.rank, t.name

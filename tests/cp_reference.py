@@ -81,6 +81,9 @@ def split(pieces, segs: Segments, acts: Acts, comm: dict) -> Path:
         add(a, b, cat, exposed, ck)
 
     st, se, sc, sm, sx = segs.t.tolist(), segs.e.tolist(), segs.c.tolist(), segs.m.tolist(), segs.x.tolist()
+    if any(map(int.__ge__, st, se)):   # an empty segment covers nothing (as in cp_split): no cut there
+        full = [q for q in range(len(st)) if se[q] > st[q]]
+        st, se, sc, sm, sx = ([col[q] for q in full] for col in (st, se, sc, sm, sx))
     nseg, j = len(st), 0
     src = ((a, b, -1 if k is None else k, c, y)
            for a, b, k, c, y in (pieces.tuples() if hasattr(pieces, "tuples") else pieces))

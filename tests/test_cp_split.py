@@ -74,3 +74,21 @@ def test_a_collective_by_hand():
     comp = cp.composition(path, 0, 10)
     assert (comp["all_to_all_ns"], comp["compute_ns"], comp["peer_wait_ns"], comp["imbalance_ns"],
             comp["overlapped_comm_ns"]) == (8, 2, 3, 2, 2)
+
+
+@pytest.mark.parametrize("split", [cp_split.split, cp_rows.split, ref.split], ids=["whole-column", "rows", "reference"])
+def test_an_empty_segment_cuts_no_collective(split):
+    """Found by the property tests: an all-to-all 0-2 on the path (split sizes max/mean 2, no peer
+    wait) where no segment covers it but an empty one at 1. An empty segment covers nothing, so the
+    collective is not cut there: half of its 2 ns is imbalance (0-1), the rest exposed (1-2). Cut at
+    1, each 1 ns half would round to 0 (half to even) and the imbalance would vanish."""
+    acts = cp.Acts()
+    acts.id, acts.cls = array("q", [1]), ["comm"]
+    acts.start, acts.end = array("q", [0]), array("q", [0])
+    comm = {1: {"kind": "all_to_all", "wait_until": None, "imbalance": {"max_over_mean": 2.0}}}
+    segs = cp.Segments(None, tuple(array("q", [v]) for v in (1, 1, 0, 0, 0)), 0, 1)
+    path = split([(0, 2, 0, None, None)], segs, acts, comm)
+    assert list(zip(path.start, path.end, path.category, path.cause, strict=True)) == [
+        (0, 1, "all_to_all_ns", "imbalance"), (1, 2, "all_to_all_ns", "exposed_a2a")]
+    comp = (cp.composition if split is not ref.split else ref.composition)(path, 0, 2)
+    assert (comp["all_to_all_ns"], comp["imbalance_ns"], comp["window_ns"]) == (2, 1, 2)

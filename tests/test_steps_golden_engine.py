@@ -206,7 +206,7 @@ _OWN_TAGS = {
 }
 
 
-def _own_tags(session) -> dict:
+def _own_tags(session) -> tuple[dict, list]:
     from traceview.analysis import range_tree
     from traceview.engine.pipeline import build
     build(session, ["name_tags"], RULES)

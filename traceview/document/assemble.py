@@ -12,7 +12,10 @@ from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
 from ..engine.session import Session
 from ..engine.steps import all_steps
-from ..flops import steps as _flops_steps  # noqa: F401  (declares the FLOPs Python steps prefetched below)
+from ..flops import (
+    early as flops_early,
+    steps as _flops_steps,  # noqa: F401  (declares the FLOPs Python steps prefetched below)
+)
 from ..profile import Profile
 from .options import AnalyzeOptions
 from .types import ReportDocument
@@ -74,6 +77,10 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
     _release(session)
+    # the FLOPs steps that read only the profile's tables, built on a thread while the layers and
+    # the critical paths are computed here, mostly on one core (where a second core is given and
+    # the trace is large: flops/early.py)
+    early = flops_early.start(session, tokens=opts.tokens_per_step is None)
     layers.prepare(session, rules)
     if not keep_tables:
         _let_go(session)
@@ -117,6 +124,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     if opts.step_regex and info["whole_trace"] and not opts.whole_trace:
         doc["warnings"].append(f"--step-regex '{opts.step_regex}' matched no step range with GPU work: "
                                "the whole trace is one window per rank")
+    if early is not None:
+        early.adopt(session)
     fl = doc["flops"] = flops_sections(session, doc, model=opts.model, model_config=opts.model_config,
                                        tokens_per_step=opts.tokens_per_step, peak_tflops=opts.peak_tflops,
                                        dtype=opts.dtype)

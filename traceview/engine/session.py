@@ -206,6 +206,11 @@ class Session:
     def table(self, name: str) -> pa.Table:
         return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
 
+    def arrow(self, name: str) -> pa.Table:
+        """Table `name` as Arrow: a Python step's table as it is kept (no copy), else `table`."""
+        kept = self._arrow.get(name)
+        return kept if kept is not None else self.table(name)
+
     def rows(self, sql: str, **params) -> list[dict]:
         """The rows as dicts; equal strings are one object (a name repeated over a large job's rows
         is held once, not once per row)."""

@@ -1,0 +1,102 @@
+"""The FLOPs steps built early on a thread (traceview/flops/early.py): the same document as when the
+analysis session builds them itself, the tables taken as built (the session never builds them), an
+error of the early build raised where the FLOPs section would meet it, and no thread where it does
+not pay (one core given, a small trace, a mapped job)."""
+import pytest
+from helpers import ROOT, TRACES
+
+from traceview.document.assemble import assemble
+from traceview.engine import steps
+from traceview.engine.pipeline import plan
+from traceview.engine.session import Session
+from traceview.flops import early
+from traceview.load import load
+from traceview.reports import json_report
+
+FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
+NSYS = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
+EARLY = {"flops_shaped_ops", "flops_shapes", "flops_ops", "flops_kernels", "flops_kernel_info",
+         "flops_op_kernels", "flops_embedding_tokens"}
+
+
+class _Spy(Session):
+    """A session that notes the steps it builds itself and the early tables it adopts."""
+    def __init__(self, profile, step_threads: int, min_rows: int):
+        super().__init__(profile)
+        self.step_threads = step_threads
+        self.parallel_min_rows = min_rows
+        self.made: list[str] = []
+        self.adopted: list[str] = []
+
+    def materialize_sql(self, name, *a, **k):
+        self.made.append(name)
+        super().materialize_sql(name, *a, **k)
+
+    def materialize_arrow(self, name, table):
+        self.made.append(name)
+        super().materialize_arrow(name, table)
+
+    def adopt(self, name, table, params):
+        self.adopted.append(name)
+        super().adopt(name, table, params)
+
+
+def _doc(profile, step_threads, min_rows):
+    s = _Spy(profile, step_threads, min_rows)
+    return json_report.render_bytes(assemble(profile, session=s)), s
+
+
+def test_the_early_steps_read_only_the_profile_and_take_no_parameters():
+    # built on the thread with no parameters: a step needing one (or a step table) would fail there
+    names = {s.name for s in plan((early.SHAPED,) + early.TARGETS + (early.TOKENS,))}
+    assert names == EARLY
+    for name in names:
+        step = steps.lookup(name)
+        assert step.params == () and step.scope == "rank", name
+
+
+def test_same_document_with_the_flops_steps_built_early():
+    profile = load([str(FIXTURE)])
+    assert profile.cpu_ranges.num_rows > 1000
+    off, s_off = _doc(profile, 2, 10 ** 9)          # too few CPU ranges: no thread
+    on, s_on = _doc(profile, 2, 1000)               # a threshold the fixture reaches
+    assert s_off.adopted == [] and EARLY <= set(s_off.made)
+    assert set(s_on.adopted) == EARLY and not EARLY & set(s_on.made)   # taken, never built here
+    assert on == off
+    assert b'"trace_flops_per_step":null' not in on.replace(b" ", b"")   # the FLOPs came from the trace
+
+
+def test_no_shapes_only_the_count_is_taken():
+    if not NSYS.exists():
+        pytest.skip("the shared corpus is not beside the checkout")
+    profile = load([str(NSYS)])
+    off, _ = _doc(profile, 2, 10 ** 9)
+    on, s_on = _doc(profile, 2, 1)
+    assert s_on.adopted == ["flops_shaped_ops"]     # no op records its shapes: nothing more is built
+    assert on == off
+
+
+def test_no_thread_where_it_does_not_pay():
+    profile = load([str(FIXTURE)])
+    assert early.start(_Spy(profile, 1, 0), tokens=True) is None          # one core given
+    assert early.start(_Spy(profile, 2, 10 ** 9), tokens=True) is None    # a small trace
+    got = early.start(_Spy(profile, 2, 0), tokens=False)
+    assert got is not None and "flops_embedding_tokens" not in got.later.result()
+
+    class Remote:   # a mapped job: its workers build the per-rank steps
+        pass
+    profile.remote = Remote()
+    try:
+        assert early.start(_Spy(profile, 2, 0), tokens=True) is None
+    finally:
+        profile.remote = None
+
+
+def test_an_error_of_the_early_build_is_raised_by_the_analysis(monkeypatch):
+    profile = load([str(FIXTURE)])
+
+    def fail(*a):
+        raise RuntimeError("early build failed")
+    monkeypatch.setattr(early, "_build", fail)
+    with pytest.raises(RuntimeError, match="early build failed"):
+        assemble(profile, session=_Spy(profile, 2, 0))

@@ -22,8 +22,10 @@ over every process, shared library pages once per process, plus what it put in /
 every 20 ms): work split over processes is
 charged in full.
 
-Each command runs --repeat times, interleaved (A B C A B C ...); the medians are printed with the ratios
-and the microseconds per GPU activity, then the targets side by side (issue "Done when").
+Each command runs --repeat times, interleaved (A B C A B C ...), every Kineto factor's commands in one
+round (the cost per GPU activity compares factors: a host drifting in speed over the run weighs on all
+alike); the medians are printed with the ratios and the microseconds per GPU activity, then the targets
+side by side (issue "Done when").
 
     python bench/bench_speed.py [--factors 5,10,25,34,50] [--target 34] [--hta-factors 34] [--nsys-scales 1,100]
                                 [--hta-python PY] [--repeat 3]
@@ -40,6 +42,7 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Hashable, TypeVar
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -48,6 +51,8 @@ sys.path.insert(0, str(HERE))
 import bench_nsys  # type: ignore[import-not-found]  # noqa: E402
 import bytecode  # type: ignore[import-not-found]  # noqa: E402
 import replicate  # type: ignore[import-not-found]  # noqa: E402
+
+K = TypeVar("K", bound=Hashable)
 
 FLOOR_KINETO = r"""
 import sys, msgspec
@@ -156,12 +161,12 @@ def measure(cmd: list[str]) -> dict:
             "mem": max(rss, peak[0]), "rc": os.waitstatus_to_exitcode(status), "err": err[-1][:160] if err else ""}
 
 
-def interleaved(cmds: dict[str, list[str]], repeat: int) -> dict[str, dict]:
-    runs: dict[str, list[dict]] = {k: [] for k in cmds}
+def interleaved(cmds: dict[K, list[str]], repeat: int) -> dict[K, dict]:
+    runs: dict[K, list[dict]] = {k: [] for k in cmds}
     for _ in range(repeat):
         for k, c in cmds.items():
             runs[k].append(measure(c))
-    out = {}
+    out: dict[K, dict] = {}
     for k, rs in runs.items():
         ok = [r for r in rs if r["rc"] == 0]
         if not ok:
@@ -267,28 +272,37 @@ def main() -> None:
         r = help_all[k]
         print(f"{label}: wall {r.get('wall', nan):.3f} s, cpu {r.get('cpu', nan):.3f} s")
     print(f"  (medians of {n_help}; wall is cpu plus waiting for a core on a busy machine)")
-    for f in [int(x) for x in args.factors.split(",") if x]:
-        path = work / f"overlap_x{f}.json.gz"
-        counts = replicate.replicate(src, f, path) if not path.exists() else None
-        if counts is None:
-            counts = {"gpu_activities": 7380 * f}
-        cmds = {"traceview": [tv, "analyze", str(path), "--no-store", "-f", "json", "-o", os.devnull],
-                "parse": [sys.executable, "-c", PARSE_KINETO, str(path)],
-                "floor": [sys.executable, "-c", FLOOR_KINETO, str(path)]}
+    # Every factor's commands run in one interleaved round (x5's, x10's, ... then again): the cost per
+    # GPU activity compares the factors, and a host whose speed drifts over the run (it does, by a
+    # third) then weighs on every factor alike instead of on the factors measured last.
+    factors = [int(x) for x in args.factors.split(",") if x]
+    paths: dict[int, Path] = {}
+    counts: dict[int, dict] = {}
+    kcmds: dict[tuple[int, str], list[str]] = {}
+    for f in factors:
+        path = paths[f] = work / f"overlap_x{f}.json.gz"
+        got = replicate.replicate(src, f, path) if not path.exists() else None
+        counts[f] = got if got is not None else {"gpu_activities": 7380 * f}
+        kcmds[(f, "traceview")] = [tv, "analyze", str(path), "--no-store", "-f", "json", "-o", os.devnull]
+        kcmds[(f, "parse")] = [sys.executable, "-c", PARSE_KINETO, str(path)]
+        kcmds[(f, "floor")] = [sys.executable, "-c", FLOOR_KINETO, str(path)]
         if args.hta_python and f in hta_factors:
-            cmds["hta"] = [args.hta_python, "-c", HTA, str(path)]
-        res = interleaved(cmds, args.repeat)
+            kcmds[(f, "hta")] = [args.hta_python, "-c", HTA, str(path)]
+    every = interleaved(kcmds, args.repeat)
+    for f in factors:
+        path = paths[f]
+        res = {name: r for (g, name), r in every.items() if g == f}
         with replicate.gzip.open(path, "rb") as fh:
             raw_mb = sum(len(b) for b in iter(lambda: fh.read(1 << 24), b"")) / 2**20
-        show(f"kineto h200_moe/overlap x{f}", res, "traceview", counts["gpu_activities"],
+        show(f"kineto h200_moe/overlap x{f}", res, "traceview", counts[f]["gpu_activities"],
              f" ({path.stat().st_size / 2**20:.1f} MiB gz, {raw_mb:.0f} MiB JSON, "
-             f"{counts['gpu_activities']:,} GPU activities)")
+             f"{counts[f]['gpu_activities']:,} GPU activities)")
         if "error" not in res["traceview"]:
             print(f"  traceview memory / decompressed JSON: {res['traceview']['mem'] / raw_mb:.2f}")
         if "error" not in res["parse"]:
             print(f"  parser memory / decompressed JSON: {res['parse']['mem'] / raw_mb:.2f}")
-            summary["per_gpu"][f] = res["traceview"]["wall"] / counts["gpu_activities"] * 1e6
-            summary.setdefault("per_gpu_cpu", {})[f] = res["traceview"]["cpu"] / counts["gpu_activities"] * 1e6
+            summary["per_gpu"][f] = res["traceview"]["wall"] / counts[f]["gpu_activities"] * 1e6
+            summary.setdefault("per_gpu_cpu", {})[f] = res["traceview"]["cpu"] / counts[f]["gpu_activities"] * 1e6
             if f == args.target:
                 summary["target"] = (f, path.stat().st_size / 2**20, raw_mb, res)
     if not args.no_df:

@@ -1,8 +1,8 @@
 """The FLOPs steps that read only the profile's tables (the op shapes and their FLOPs, the counted
 ops, their kernels and the kernels' families, the embedding tokens), built on a thread of their own
-in a session of their own while the analysis session computes the breakdown, the layers and the
-critical paths; the FLOPs section then takes their tables as built (`adopt`) instead of building
-them last, on one core.
+in a session of their own while the analysis session computes the layers and the critical paths;
+the FLOPs section then takes their tables as built (`adopt`) instead of building them last, on one
+core.
 
 Where it runs: a job analyzed in its own process (no mapped workers) whose session was given a
 second core (`step_threads` > 1) and whose CPU ranges are many (at least the session's
@@ -27,8 +27,8 @@ from ..profile import Profile
 from . import steps as _steps  # noqa: F401  (declares the FLOPs Python steps built here)
 
 SHAPED = "flops_shaped_ops"
-# What the FLOPs section builds from the profile's tables alone (and so before the step ranges):
-# with what these need, every step a plan for them holds.
+# The FLOPs section's steps that need nothing but the profile's tables: this one and the steps it
+# requires (flops_shapes, flops_ops, flops_kernels, flops_kernel_info).
 TARGETS = ("flops_op_kernels",)
 TOKENS = "flops_embedding_tokens"    # only where the tokens per step are not given
 

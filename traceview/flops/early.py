@@ -57,9 +57,8 @@ def start(session: Session, tokens: bool) -> Early | None:
     """Start building the early FLOPs steps of the session's profile on a thread, where it pays
     (see the module doc); None where it does not. `tokens`: the embedding tokens are wanted too."""
     profile = session.profile
-    if profile is None or getattr(profile, "remote", None) is not None or session.step_threads <= 1:
-        return None
-    if profile.cpu_ranges.num_rows < max(1, session.parallel_min_rows):
+    if profile is None or getattr(profile, "remote", None) is not None \
+            or not session.worth_threads(("cpu_ranges",)):   # the test of a step declared `threads: all`
         return None
     return Early(profile, tokens)
 

@@ -5,6 +5,7 @@ is never served; nothing is kept for a run that skipped ranks; the document come
 import math
 import os
 import shutil
+import time
 
 import pytest
 from helpers import TRACES
@@ -207,3 +208,49 @@ def test_job_without_a_store_analyzes(tmp_path):
     with executors.configured(executors.RunSettings(store=None, jobs=1)):
         j = open_job([str(DLRM)], {}, lambda p: calls.append(p) or {"budget": {"violations": [1]}}, "json")
     assert calls == [[str(DLRM)]] and j.budget_violated and not j.from_store
+
+
+def test_a_large_report_is_kept_on_a_thread_piece_by_piece(tmp_path, monkeypatch):
+    """Past TEE_THREAD_BYTES the kept copy is written on a thread while the caller writes each piece;
+    the next piece is made only once the thread is done with the one before: pieces that are views
+    of one buffer the maker overwrites (as the JSON writer's memory-mapped bodies are let go) must
+    be kept as they were given, and a slow kept write must not let the caller run ahead."""
+    import hashlib
+    import threading
+
+    from traceview import job_cache
+    monkeypatch.setattr(job_cache, "TEE_THREAD_BYTES", 10)
+    s = store_mod.Store(tmp_path / "s")
+    want = [bytes([65 + i]) * (7 + i) for i in range(12)]      # pieces of different lengths and bytes
+    buf = bytearray(64)
+
+    def made():
+        for piece in want:
+            buf[:len(piece)] = piece
+            yield memoryview(buf)[:len(piece)]
+            buf[:] = b"\0" * len(buf)                          # the maker lets the piece go
+
+    writer = s.kept_writer("k", "json")
+    write, threads = writer.write, set()
+
+    def slow(piece):
+        threads.add(threading.current_thread().name)
+        time.sleep(0.005)
+        write(piece)
+    writer.write = slow
+    kept = []
+    out = b"".join(bytes(p) for p in job_cache._teed(made(), writer, lambda: kept.append(1)))
+    assert out == b"".join(want) and kept == [1]
+    payload, _ = s.get_kept("k", "json")
+    assert payload == b"".join(want)
+    assert hashlib.sha256(payload).hexdigest() == hashlib.sha256(b"".join(want)).hexdigest()
+    assert any(n.startswith("traceview-kept") for n in threads)    # the large part went to the thread
+    assert threading.current_thread().name in threads             # the first 10 bytes were written here
+    # a caller that stops part way keeps nothing and leaves no file behind
+    writer = s.kept_writer("j", "json")
+    pieces = job_cache._teed(made(), writer, lambda: kept.append(2))
+    for _ in range(5):
+        next(pieces)
+    pieces.close()
+    assert s.get_kept("j", "json") is None and kept == [1]
+    assert sorted(p.name for p in (tmp_path / "s" / "jobs").iterdir()) == ["k.json.kept"]

@@ -598,6 +598,9 @@ def _ingest_stream(path: Path) -> tuple:
 
 def _helper(path: Path):
     from . import kineto_helper
+    early = kineto_helper.take(path)  # forked by the command line before its DuckDB threads
+    if early is not None:
+        return early
     if not kineto_helper.wanted(path):
         return None
     try:

@@ -9,7 +9,10 @@ counts) and are added in file order, so the tables are exactly those of a read i
 The helper is used only where it can win: at least two cores usable and one of them idle (the
 load average), a trace large enough to repay starting an interpreter (`MIN_TEXT`, estimated from
 the file), and a parse in the main thread of a main process (a pool worker of a many-rank run
-already has the other cores busy). Setting
+already has the other cores busy). The command line forks it instead (`prestart`), before its
+DuckDB connection starts threads: a child of the command as it is then, with nothing to import and
+no interpreter to start, which repays itself on a smaller trace (`MIN_TEXT_FORKED`) and is ready
+when the parse starts. Setting
 `TRACEVIEW_PARSE_HELPER=0` turns it off, `=1` forces it (tests). Anything that goes wrong with the
 helper (it cannot start, it dies) only costs speed: a batch it did not answer is decoded here. A
 batch the helper's decode refuses comes back as that exception, raised here when the batch's turn
@@ -24,6 +27,7 @@ from pathlib import Path
 
 ENV = "TRACEVIEW_PARSE_HELPER"
 MIN_TEXT = 64 << 20  # JSON text (estimated) below which one process is as fast: start-up ~0.5 s CPU
+MIN_TEXT_FORKED = 16 << 20   # the same for a forked helper (prestart): a fork costs a few ms
 MAX_IN_FLIGHT = 4     # batches handed over and not yet answered (each ~TEXT_BYTES of text)
 
 
@@ -49,7 +53,7 @@ def _cores() -> int:
         return os.cpu_count() or 1
 
 
-def wanted(path: Path) -> bool:
+def wanted(path: Path, min_text: int | None = None) -> bool:
     choice = os.environ.get(ENV, "")
     if choice in ("0", "1"):
         return choice == "1"
@@ -57,7 +61,8 @@ def wanted(path: Path) -> bool:
     if mp.current_process().name != "MainProcess" or threading.current_thread() is not threading.main_thread():
         return False
     cores = _cores()
-    return cores >= 2 and _idle_core(cores) and _estimated_text(path) >= MIN_TEXT
+    return cores >= 2 and _idle_core(cores) and \
+        _estimated_text(path) >= (MIN_TEXT if min_text is None else min_text)
 
 
 _START: tuple[int, int] | None = None   # the machine's CPU times at the command's start (note_start)
@@ -152,11 +157,66 @@ def _folder() -> str:
     return tempfile.mkdtemp(prefix="traceview-parse-", dir=base)
 
 
+class _Forked:
+    """The forked helper's process, waited for and killed as a subprocess.Popen is."""
+
+    def __init__(self, pid: int):
+        self.pid = pid
+
+    def wait(self, timeout: float | None = None) -> None:
+        import time
+        end = None if timeout is None else time.monotonic() + timeout
+        while True:
+            pid, _ = os.waitpid(self.pid, 0 if end is None else os.WNOHANG)
+            if pid:
+                return
+            if time.monotonic() > end:  # type: ignore[operator]
+                raise TimeoutError(f"helper {self.pid} did not end")
+            time.sleep(0.002)
+
+    def kill(self) -> None:
+        import signal
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+def _forked_child(sock, folder: str, text: int) -> None:
+    """The forked helper: it serves batches and exits (os._exit: nothing of the command it was
+    forked from runs here, neither its exit handlers nor its buffered output); it keeps no file of
+    the command open but the standard ones and its socket (a lock the command lets go of is let
+    go). It ends when the command closes its end or exits."""
+    code = 1
+    try:
+        import gc
+        import signal
+        gc.disable()   # as the spawned helper (kineto_helper_serve.main)
+        signal.signal(signal.SIGINT, signal.SIG_IGN)   # Ctrl-C is the command's: it ends the helper
+        fd = sock.detach()
+        os.closerange(3, fd)
+        os.closerange(fd + 1, max(fd + 1, os.sysconf("SC_OPEN_MAX")))
+        from . import huge_pages
+        if text >= huge_pages.MIN_TEXT:   # as the command's parse does for such a trace (kineto.read)
+            huge_pages.turn_off()
+        from multiprocessing.connection import Connection
+
+        from .kineto_helper_serve import _serve
+        _serve(Connection(fd), folder)
+        code = 0
+    except BaseException:  # noqa: BLE001 - the command decodes what was not answered
+        pass
+    finally:
+        os._exit(code)
+
+
 class Helper:
     """The helper process and the batches in flight (oldest first): their texts are files in a
-    private memory-backed folder, and so are the answers; the socket carries only names."""
+    private memory-backed folder, and so are the answers; the socket carries only names.
+    `forked`: a child of this process (prestart: only where forking is safe), else a fresh
+    interpreter."""
 
-    def __init__(self):
+    def __init__(self, forked: bool = False, text: int = 0):
         import json
         import socket
         import subprocess
@@ -164,10 +224,19 @@ class Helper:
         from multiprocessing.connection import Connection
         self.folder = _folder()
         mine, theirs = socket.socketpair()
-        try:  # a fresh interpreter (not a fork: nothing of this process's threads or memory is copied)
-            self.proc = subprocess.Popen(
-                [sys.executable, "-c", _CHILD, json.dumps([p for p in sys.path if p]), str(theirs.fileno()),
-                 self.folder], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+        try:
+            if forked:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                pid = os.fork()
+                if pid == 0:
+                    mine.close()
+                    _forked_child(theirs, self.folder, text)
+                self.proc: subprocess.Popen | _Forked = _Forked(pid)
+            else:  # a fresh interpreter (nothing of this process's threads or memory is copied)
+                self.proc = subprocess.Popen(
+                    [sys.executable, "-c", _CHILD, json.dumps([p for p in sys.path if p]), str(theirs.fileno()),
+                     self.folder], pass_fds=(theirs.fileno(),), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
         except BaseException:
             mine.close()
             self._remove_folder()
@@ -259,3 +328,47 @@ class Helper:
             self.proc.wait()
         self.conn.close()
         self._remove_folder()
+
+
+# -- a helper forked before the parse (the command line) ---------------------------------------
+
+_STARTED: tuple[str, Helper] | None = None   # (the trace's path, its helper), until the parse takes it
+
+
+def prestart(path: Path) -> bool:
+    """Fork the helper of `path`'s parse now, where it is wanted (a trace of MIN_TEXT_FORKED or
+    more) and forking is safe (no thread but the main one: before the run's DuckDB connection);
+    `take` gives it to the parse. True when one was started."""
+    global _STARTED
+    from traceview.forking import fork_safe
+    discard()
+    if os.environ.get(ENV) == "0" or not hasattr(os, "fork") or not wanted(path, MIN_TEXT_FORKED) \
+            or not fork_safe():
+        return False
+    from . import kineto  # noqa: F401 - what the helper runs, imported once, before the fork
+    try:
+        helper = Helper(forked=True, text=_estimated_text(path))
+    except OSError:  # no process can be made here: the parse goes on as without
+        return False
+    _STARTED = (os.path.abspath(path), helper)
+    return True
+
+
+def take(path: Path) -> Helper | None:
+    """The helper prestart forked for `path`, or None (another path's is closed)."""
+    global _STARTED
+    got, _STARTED = _STARTED, None
+    if got is None:
+        return None
+    if got[0] != os.path.abspath(path):
+        got[1].close()
+        return None
+    return got[1]
+
+
+def discard() -> None:
+    """Close a prestarted helper no parse took (the trace came from the store, or an error came first)."""
+    global _STARTED
+    got, _STARTED = _STARTED, None
+    if got is not None:
+        got[1].close()

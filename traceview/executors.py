@@ -451,21 +451,8 @@ def start_pool(files: int, on_start: Callable[[], None] | None = None) -> None:
 
 
 def _fork_safe() -> bool:
-    """Whether this process's only threads are its main one and jemalloc's background thread
-    (jemalloc takes its locks around a fork): read from /proc (False where there is none)."""
-    try:
-        tasks = os.listdir("/proc/self/task")
-        if len(tasks) == 1:
-            return True
-        main = str(os.getpid())
-        for t in tasks:
-            if t != main:
-                with open(f"/proc/self/task/{t}/comm", encoding="utf-8") as f:
-                    if f.read().strip() != "jemalloc_bg_thd":
-                        return False
-        return True
-    except OSError:
-        return False
+    from .forking import fork_safe
+    return fork_safe()
 
 
 def _pool(n: int) -> ProcessPoolExecutor:

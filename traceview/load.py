@@ -34,6 +34,25 @@ def read_one(path: Path, nsys_bin: str | None = None) -> Profile:
     raise TraceError(path, "unknown trace format (expected Kineto .json/.json.gz or Nsight Systems .sqlite/.nsys-rep)")
 
 
+def prestart_parse(path: Path) -> None:
+    """Fork the Kineto parser's helper for `path` now (parsers/kineto_helper.prestart: where the
+    trace is large enough and no thread runs yet); the parse of `path` takes it."""
+    name = path.name.lower()
+    if name.endswith(NSYS_SUFFIXES):
+        return
+    from .parsers import kineto, kineto_helper
+    if name.endswith(KINETO_SUFFIXES) or kineto.sniff(path):
+        kineto_helper.prestart(path)
+
+
+def end_prestarted() -> None:
+    """Close a prestarted helper that no parse took (the trace came from the store, or an error came first)."""
+    import sys
+    helper = sys.modules.get("traceview.parsers.kineto_helper")
+    if helper is not None:
+        helper.discard()
+
+
 _REVERSED = {"gpu_activities": "GPU activities", "cpu_ranges": "CPU ranges", "launches": "API calls",
              "syncs": "sync records"}
 

@@ -64,33 +64,49 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
         from .mapped import open_spare, start_job
         start_pool(len(files), open_spare)
         started = start_job(files, opts.nsys)
-    from .engine.session import Session
-    session = Session()   # its connection checks the patterns before the work
-    if not mapped_job:
-        # the job is analyzed in this process: the steps that may use every core use --jobs of them
-        # (a mapped job's workers have the cores busy; its sessions keep one thread)
-        from .executors import own_threads
-        session.step_threads = own_threads()
-    check_options(opts, session.con)
-    from .budget import load as load_budget
-    from .config import load_rules
-    rules = load_rules(opts.config, session.con)
-    budget = load_budget(opts.budget) if opts.budget is not None else None   # a bad file fails before the work
-    if bad is not None:
-        raise bad
-    if mapped_job:
-        import importlib
-        for m in ANALYSIS_MODULES:
-            importlib.import_module(m)
-    early = None
-    if mapped_job:       # the step rule's candidates: the workers try them while they place the ranks
-        from .analysis.breakdown import step_regexes
-        early = {"step_regexes": step_regexes(opts.step_regex, opts.whole_trace)}
-    profile = _load(paths, files, opts.nsys, mapped_job, started, early)
+    if not mapped_job and bad is None and len(files) == 1:
+        _prestart(files[0])
+    try:
+        from .engine.session import Session
+        session = Session()   # its connection checks the patterns before the work
+        if not mapped_job:
+            # the job is analyzed in this process: the steps that may use every core use --jobs of them
+            # (a mapped job's workers have the cores busy; its sessions keep one thread)
+            from .executors import own_threads
+            session.step_threads = own_threads()
+        check_options(opts, session.con)
+        from .budget import load as load_budget
+        from .config import load_rules
+        rules = load_rules(opts.config, session.con)
+        budget = load_budget(opts.budget) if opts.budget is not None else None   # a bad file fails before the work
+        if bad is not None:
+            raise bad
+        if mapped_job:
+            import importlib
+            for m in ANALYSIS_MODULES:
+                importlib.import_module(m)
+        early = None
+        if mapped_job:       # the step rule's candidates: the workers try them while they place the ranks
+            from .analysis.breakdown import step_regexes
+            early = {"step_regexes": step_regexes(opts.step_regex, opts.whole_trace)}
+        profile = _load(paths, files, opts.nsys, mapped_job, started, early)
+    finally:
+        from .load import end_prestarted
+        end_prestarted()
     from .document.assemble import assemble
     _settle()
     session.attach(profile)
     return assemble(profile, opts, session, rules, budget, keep_tables=keep_tables), session
+
+
+def _prestart(path) -> None:
+    """A single Kineto trace analyzed by the command line: its parser's helper process is forked
+    now, before the DuckDB connection starts threads (parsers/kineto_helper.prestart); not in a
+    library user's process, which keeps the helper the parser starts itself."""
+    from . import cli_common
+    if cli_common.IN_CLI:
+        from .load import prestart_parse
+        prestart_parse(path)
 
 
 def _mappable(files) -> bool:

@@ -1,0 +1,198 @@
+"""The Kineto parser's helper forked by the command line before its DuckDB connection starts threads
+(parsers/kineto_helper.prestart): the tables and the report are exactly those of one process, the
+helper is forked only while no other thread runs, a helper no parse takes is closed, and the child
+keeps none of the command's files open. Each case that forks runs in a fresh interpreter: this
+test process may hold threads (DuckDB connections of other tests), which is exactly when no fork
+may happen."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+from helpers import TRACES
+
+from traceview.parsers import kineto_helper
+
+REAL = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"     # 22 MB of JSON: >= MIN_TEXT_FORKED
+
+_PARSE = """
+import json, os, sys, fcntl
+from pathlib import Path
+from traceview.parsers import kineto, kineto_helper, kineto_stream
+os.environ.pop(kineto_helper.ENV, None)
+kineto_helper._cores = lambda: 2                      # a busy test machine still forks the helper
+kineto_helper._idle_core = lambda cores: True
+kineto_stream.TEXT_BYTES = 1 << 20                    # many batches from a 22 MB text
+path = Path(sys.argv[1])
+lock = open(sys.argv[2], "w")                         # a lock this process holds as it forks
+fcntl.flock(lock, fcntl.LOCK_EX)
+sent = []
+send = kineto_helper.Helper.send
+kineto_helper.Helper.send = lambda self, text: (sent.append(len(text)), send(self, text))[1]
+wants = kineto_helper.Helper.wants
+def ready_first(self):                                # hand batches over once the helper is up
+    if not self.ready and not self.broken:
+        self.conn.poll(60)
+    return wants(self)
+kineto_helper.Helper.wants = ready_first
+started = kineto_helper.prestart(path)
+helper = kineto_helper._STARTED[1] if kineto_helper._STARTED else None
+forked = type(helper.proc).__name__ if helper is not None else None
+if helper is not None:
+    helper.conn.poll(60)                              # the child is up (its files closed before it says so)
+lock.close()                                          # let go: the child must not hold it
+other = open(sys.argv[2], "w")
+try:
+    fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    free = True
+except OSError:
+    free = False
+prof = kineto.read(path)
+out = {"started": started, "forked": forked, "sent": len(sent), "left": kineto_helper._STARTED is not None,
+       "lock_free": free}
+os.environ[kineto_helper.ENV] = "0"
+one = kineto.read(path)
+out["same"] = all(getattr(prof, t).equals(getattr(one, t)) for t in
+                  ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta")) and prof.warnings == one.warnings
+out["rows"] = prof.gpu_activities.num_rows
+print(json.dumps(out))
+"""
+
+
+def _run(code: str, *args, timeout: int = 120) -> dict:
+    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_a_forked_helper_gives_the_tables_of_one_process(tmp_path):
+    got = _run(_PARSE, REAL, tmp_path / "lock")
+    assert got["started"] and got["forked"] == "_Forked"       # a fork, not a fresh interpreter
+    assert got["sent"] >= 5 and not got["left"]               # the parse took it and handed it batches
+    assert got["same"]
+    assert got["lock_free"]                                    # the child closed the inherited lock file
+    # an independent count: the file's events of the routed kinds (a plain JSON decode)
+    from traceview.parsers import bounded_read
+    events = json.loads(bounded_read.read_bytes(REAL))["traceEvents"]
+    assert got["rows"] == sum(1 for e in events if e.get("ph") == "X"
+                              and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+
+
+_CLI = """
+import json, os, sys
+from traceview.parsers import kineto_helper
+kineto_helper._cores = lambda: 2
+kineto_helper._idle_core = lambda cores: True
+took = []
+take = kineto_helper.take
+def taking(path):
+    h = take(path)
+    took.append(None if h is None else type(h.proc).__name__)
+    return h
+kineto_helper.take = taking
+sys.argv = ["traceview", "analyze", *sys.argv[1:]]
+from traceview import launch
+def done(code):
+    print(json.dumps({"rc": code, "took": took, "left": kineto_helper._STARTED is not None}))
+    sys.stdout.flush()
+    os._exit(code)
+launch.exit_now = done
+launch.main()
+"""
+
+
+def test_the_command_forks_the_helper_of_one_trace_and_reports_the_same(tmp_path):
+    forked = _run(_CLI, REAL, "-f", "json", "-o", tmp_path / "a.json", "--no-store")
+    assert forked == {"rc": 0, "took": ["_Forked"], "left": False}
+    p = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(REAL), "-f", "json", "-o",
+                        str(tmp_path / "b.json"), "--no-store"], capture_output=True, text=True, timeout=120,
+                       env={**__import__("os").environ, kineto_helper.ENV: "0"})
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+def test_a_prestarted_helper_no_parse_takes_is_closed(tmp_path):
+    # the trace in the store: nothing parses it, and the helper forked for it ends with the run
+    store = tmp_path / "store"
+    first = _run(_CLI, REAL, "-f", "json", "-o", tmp_path / "a.json", "--store", store)
+    assert first["took"] == ["_Forked"] and not first["left"]
+    again = _run(_CLI, REAL, "-f", "markdown", "-o", tmp_path / "a.md", "--store", store)
+    assert again == {"rc": 0, "took": [], "left": False}
+
+
+def test_no_fork_while_another_thread_runs(monkeypatch):
+    monkeypatch.delenv(kineto_helper.ENV, raising=False)
+    monkeypatch.setattr(kineto_helper, "_cores", lambda: 2)
+    monkeypatch.setattr(kineto_helper, "_idle_core", lambda cores: True)
+    stop = threading.Event()
+    t = threading.Thread(target=stop.wait, name="other")
+    t.start()
+    try:
+        assert not kineto_helper.prestart(REAL) and kineto_helper._STARTED is None
+    finally:
+        stop.set()
+        t.join()
+
+
+def test_take_gives_only_the_path_it_was_forked_for(tmp_path, monkeypatch):
+    closed = []
+
+    class Fake:
+        def close(self):
+            closed.append(self)
+
+    a, b = Fake(), Fake()
+    monkeypatch.setattr(kineto_helper, "_STARTED", (str(REAL.resolve()), a))
+    assert kineto_helper.take(REAL) is a and kineto_helper._STARTED is None and closed == []
+    monkeypatch.setattr(kineto_helper, "_STARTED", (str(REAL.resolve()), b))
+    assert kineto_helper.take(tmp_path / "other.json") is None and closed == [b]
+    monkeypatch.setattr(kineto_helper, "_STARTED", (str(REAL.resolve()), a))
+    kineto_helper.discard()
+    assert closed == [b, a] and kineto_helper._STARTED is None
+
+
+def test_small_traces_are_not_forked_for(tmp_path, monkeypatch):
+    monkeypatch.delenv(kineto_helper.ENV, raising=False)
+    monkeypatch.setattr(kineto_helper, "_cores", lambda: 2)
+    monkeypatch.setattr(kineto_helper, "_idle_core", lambda cores: True)
+    small = tmp_path / "t.json"
+    small.write_text('{"traceEvents": []}')
+    assert not kineto_helper.wanted(small, kineto_helper.MIN_TEXT_FORKED)
+    assert kineto_helper.wanted(REAL, kineto_helper.MIN_TEXT_FORKED)       # 22 MB of text
+    assert not kineto_helper.wanted(REAL)                                  # below the spawned helper's
+    monkeypatch.setenv(kineto_helper.ENV, "0")
+    assert not kineto_helper.prestart(REAL)
+
+
+_ORPHAN = """
+import os, sys
+from pathlib import Path
+from traceview.parsers import kineto_helper
+kineto_helper._cores = lambda: 2
+kineto_helper._idle_core = lambda cores: True
+assert kineto_helper.prestart(Path(sys.argv[1]))
+print(kineto_helper._STARTED[1].proc.pid, flush=True)
+os._exit(0)                                   # gone without closing it
+"""
+
+
+def test_the_forked_helper_ends_when_the_command_is_gone():
+    p = subprocess.run([sys.executable, "-c", _ORPHAN, str(REAL)], capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    pid = int(p.stdout.strip())
+    end = time.monotonic() + 10
+    while time.monotonic() < end:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+        except FileNotFoundError:
+            return
+        if state == "Z":          # ended, not yet reaped by whoever adopted it
+            return
+        time.sleep(0.05)
+    pytest.fail(f"the helper {pid} still runs after its command ended")

@@ -229,6 +229,27 @@ def _run(cmd: list[str]) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, env=_env(), cwd=WORK)
 
 
+# What two cores of this machine give at the moment, beside the runs: a CPU-bound loop of Python in
+# one process alone, then the same in two processes at once. On a machine whose two cores are
+# shared with other guests (this project's: 1.34x to 2.13x over six rounds of one minute), the
+# best --jobs 2 / --jobs 1 ratio there can be is bounded by this, not by traceview.
+_SPIN = "x = 0\nfor i in range(6_000_000):\n    x += i * i\n"
+
+
+def capacity() -> float:
+    """2 x (one loop alone) / (two loops at once): 2.0 where two cores run two processes as fast as
+    one runs one, 1.0 where they run them no faster than one after the other."""
+    cmd = [sys.executable, "-c", _SPIN]
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True)
+    alone = time.perf_counter() - t
+    t = time.perf_counter()
+    procs = [subprocess.Popen(cmd) for _ in range(2)]
+    for pr in procs:
+        pr.wait()
+    return 2 * alone / (time.perf_counter() - t)
+
+
 def ab(path: Path, n: int, work: Path, pythons: list[Path], rounds: int) -> None:
     """--ab: first runs (empty store) with --jobs 1 and --jobs 2 with each interpreter (a
     checkout's venv: its editable traceview) in turn, `rounds` times (interleaved: the machine's
@@ -242,7 +263,10 @@ def ab(path: Path, n: int, work: Path, pythons: list[Path], rounds: int) -> None
         PYTHON = str(py)
         analyze(path, work / "ab-warm.json", "--jobs", "1", "--store", str(work / f"store-ab-warm-{pythons.index(py)}"))
     got: dict[str, list[tuple[float, float, float, float]]] = {str(t): [] for t in pythons}
+    caps = []
     for r in range(rounds):
+        caps.append(capacity())
+        print(f"  round {r + 1}: two cores ran two CPU-bound processes at {caps[-1]:.2f}x one", flush=True)
         for py in pythons:
             PYTHON = str(py)
             one, two = (analyze(path, work / f"ab-{jobs}.json", "--jobs", str(jobs), "--store",
@@ -260,6 +284,8 @@ def ab(path: Path, n: int, work: Path, pythons: list[Path], rounds: int) -> None
               f"{statistics.median(x[0] / x[1] for x in rows):.2f}x "
               f"(rounds {', '.join(f'{x[0] / x[1]:.2f}' for x in rows)}); "
               f"all processes' CPU --jobs 1 {med[2]:.2f} s, --jobs 2 {med[3]:.2f} s")
+    print(f"  the machine's capacity over the rounds (two processes against one, see capacity()): median "
+          f"{statistics.median(caps):.2f}x ({', '.join(f'{c:.2f}' for c in caps)})")
 
 
 def _children_cpu() -> float:
@@ -350,7 +376,8 @@ def ratios(name: str, runs: dict) -> None:
             print(f"  {name:10s} first run / second from the store (--jobs {jobs}): "
                   f"{vs(f'jobs{jobs} first', f'jobs{jobs} store')}")
     if "jobs1 first" in runs and "jobs2 first" in runs:
-        print(f"  {name:10s} --jobs 1 / --jobs 2 (first run): {vs('jobs1 first', 'jobs2 first')}")
+        print(f"  {name:10s} --jobs 1 / --jobs 2 (first run): {vs('jobs1 first', 'jobs2 first')}; "
+              f"the machine ran two CPU-bound processes at {capacity():.2f}x one just after")
 
 
 def main() -> None:

@@ -577,6 +577,26 @@ def _ingest_stream(path: Path) -> tuple:
             got = waiting.popleft()
             add_part(got if got is not None else helper.take(redo), accs, dropped, flows)
 
+    def finish() -> None:
+        """drain(wait=True) once the text has ended, except that while the helper has not answered
+        the oldest of its batches and holds two or more, the newest of them is decoded here instead
+        of waited for (the helper's answer to it is never read): the two processes end together. A
+        batch decoded so whose decode fails raises when its turn comes, as in one process."""
+        while waiting:
+            got = waiting[0]
+            if got is None and helper.pending() >= 2 and not helper.answered():
+                text = helper.steal()
+                last = max(i for i, w in enumerate(waiting) if w is None)
+                try:
+                    waiting[last] = redo(text)
+                except Exception as e:  # noqa: BLE001 - raised in its turn
+                    waiting[last] = _Failed(e)
+                continue
+            waiting.popleft()
+            if type(got) is _Failed:
+                raise got.error
+            add_part(got if got is not None else helper.take(redo), accs, dropped, flows)
+
     try:
         try:
             for item in stream:
@@ -590,10 +610,18 @@ def _ingest_stream(path: Path) -> tuple:
         except BaseException:
             drain(wait=True)  # an earlier batch's error is the one a read in one process gives
             raise
-        drain(wait=True)
+        finish()
     finally:
         helper.close()
     return stream.top, accs, dropped, flows
+
+
+class _Failed:
+    """A batch's decode error, raised when that batch's turn comes (_ingest_stream's finish)."""
+    __slots__ = ("error",)
+
+    def __init__(self, error: Exception):
+        self.error = error
 
 
 def _helper(path: Path):

@@ -248,6 +248,7 @@ class Helper:
         self.broken = False
         self.seq = 0
         self.sent: deque[bytes] = deque()  # texts handed over, kept until answered (redone here if not)
+        self.stolen = 0   # the newest batches handed over, then decoded here instead (steal)
 
     def _remove_folder(self) -> None:
         import shutil
@@ -288,6 +289,16 @@ class Helper:
         except (OSError, ValueError):
             self.broken = True
 
+    def pending(self) -> int:
+        """Batches handed over and not yet taken (nor stolen)."""
+        return len(self.sent)
+
+    def steal(self) -> bytes:
+        """The text of the newest batch handed over and not yet taken, to be decoded by the caller
+        instead: its answer will not be read (the helper is ended without it, see close)."""
+        self.stolen += 1
+        return self.sent.pop()
+
     def answered(self) -> bool:
         """Whether the oldest batch in flight can be taken without waiting."""
         if self.broken:
@@ -316,11 +327,14 @@ class Helper:
         return redo(text)
 
     def close(self) -> None:
-        try:
-            if not self.broken:
-                self.conn.send_bytes(b"")  # the end: the helper exits
-        except (OSError, ValueError):
-            pass
+        if self.stolen and not self.broken:
+            self.proc.kill()  # it may still be decoding a batch taken back from it: not waited for
+        else:
+            try:
+                if not self.broken:
+                    self.conn.send_bytes(b"")  # the end: the helper exits
+            except (OSError, ValueError):
+                pass
         try:
             self.proc.wait(timeout=5)
         except Exception:  # noqa: BLE001 - a helper that does not end is ended

@@ -196,3 +196,98 @@ def test_the_forked_helper_ends_when_the_command_is_gone():
             return
         time.sleep(0.05)
     pytest.fail(f"the helper {pid} still runs after its command ended")
+
+
+_STEAL = """
+import json, os, sys, time
+from pathlib import Path
+from traceview.errors import TraceError
+from traceview.parsers import kineto, kineto_helper, kineto_stream
+os.environ.pop(kineto_helper.ENV, None)
+kineto_helper._cores = lambda: 2
+kineto_helper._idle_core = lambda cores: True
+kineto_helper.MIN_TEXT_FORKED = 1
+kineto_stream.TEXT_BYTES = int(sys.argv[2])
+from traceview.parsers import bounded_read
+bounded_read.CHUNK = int(sys.argv[2])                 # read in pieces of that size: a batch each
+me = os.getpid()
+route = kineto.route_part
+def slow_in_the_helper(evs):                          # the helper (a child) is slow: batches stay in flight
+    if os.getpid() != me:
+        time.sleep(0.05)
+    return route(evs)
+kineto.route_part = slow_in_the_helper
+wants = kineto_helper.Helper.wants
+def ready_first(self):                                # hand batches over once the helper is up
+    if not self.ready and not self.broken:
+        self.conn.poll(60)
+    return wants(self)
+kineto_helper.Helper.wants = ready_first
+kept = []
+close = kineto_helper.Helper.close
+def closing(self):
+    kept.append((self.stolen, self.proc.pid))
+    close(self)
+kineto_helper.Helper.close = closing
+path = Path(sys.argv[1])
+out = {}
+def attempt():
+    try:
+        p = kineto.read(path)
+        return {t: getattr(p, t).to_pydict() for t in ("gpu_activities", "cpu_ranges", "launches")}, p.warnings
+    except TraceError as e:
+        return None, str(e)
+assert kineto_helper.prestart(path)
+two = attempt()
+os.environ[kineto_helper.ENV] = "0"
+one = attempt()
+stolen, pid = kept[0]
+try:
+    os.waitpid(pid, os.WNOHANG)
+    reaped = False
+except ChildProcessError:
+    reaped = True                                     # waited for by close(): no process left behind
+print(json.dumps({"same": one == two, "stolen": stolen, "reaped": reaped, "error": one[0] is None,
+                  "message": one[1] if one[0] is None else None}))
+"""
+
+
+def _trace(tmp_path, n: int, bad: dict | None = None):
+    ev = []
+    for k in range(n):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 2, "ts": 100 * k, "dur": 50,
+                   "args": {"External id": k + 1}})
+        ev.append({"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": 100 * k + 10,
+                   "dur": 20, "args": {"correlation": k + 1, "External id": k + 1, "device": 0, "stream": 7}})
+    for i, e in (bad or {}).items():
+        ev[i] = e
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return f
+
+
+def test_the_last_batches_taken_back_from_a_slow_helper_give_the_tables_of_one_process(tmp_path):
+    f = _trace(tmp_path, 3000)
+    got = _run(_STEAL, f, 16 << 10)
+    assert got["same"] and not got["error"]
+    assert got["stolen"] >= 1 and got["reaped"]      # batches were taken back; the helper was ended
+
+
+def _bad_ts(ts: str) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": "k", "ts": ts, "dur": 1, "args": {"correlation": 1}}
+
+
+@pytest.mark.parametrize("bad,msg", [
+    # the last event's ts is text: a batch decoded here after it was taken back from the helper
+    ({5999: _bad_ts("abc")}, "event fields of the wrong type.*abc"),
+    # two bad events in the last batches, the later one in a batch taken back: the earlier is said, as in one
+    # process (its message names its own value)
+    ({5700: _bad_ts("early"), 5999: _bad_ts("late")}, "event fields of the wrong type.*early"),
+    # an event that is not an object: the whole read's message, naming the first such index
+    ({4000: 5, 5998: 5}, r"\$\.traceEvents\[4000\]"),
+])
+def test_a_batch_taken_back_that_fails_says_the_error_of_one_process(tmp_path, bad, msg):
+    import re
+    f = _trace(tmp_path, 3000, bad)
+    got = _run(_STEAL, f, 16 << 10)
+    assert got["same"] and got["error"] and re.search(msg, got["message"]), got

@@ -63,10 +63,10 @@ print(json.dumps(out))
 """
 
 
-def _run(code: str, *args, timeout: int = 120) -> dict:
+def _run(code: str, *args, timeout: int = 120, rc: int = 0) -> dict:
     p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
                        timeout=timeout)
-    assert p.returncode == 0, p.stderr
+    assert p.returncode == rc, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
 
@@ -88,17 +88,30 @@ import json, os, sys
 from traceview.parsers import kineto_helper
 kineto_helper._cores = lambda: 2
 kineto_helper._idle_core = lambda cores: True
-took = []
+took, made = [], []
 take = kineto_helper.take
 def taking(path):
     h = take(path)
     took.append(None if h is None else type(h.proc).__name__)
     return h
 kineto_helper.take = taking
+init = kineto_helper.Helper.__init__
+def making(self, forked=False, text=0):
+    init(self, forked, text)
+    if forked:
+        made.append(self.proc.pid)
+kineto_helper.Helper.__init__ = making
 sys.argv = ["traceview", "analyze", *sys.argv[1:]]
 from traceview import launch
 def done(code):
-    print(json.dumps({"rc": code, "took": took, "left": kineto_helper._STARTED is not None}))
+    gone = []
+    for pid in made:
+        try:
+            gone.append(os.waitpid(pid, os.WNOHANG)[0] == pid)
+        except ChildProcessError:
+            gone.append(True)                        # waited for already (closed)
+    print(json.dumps({"rc": code, "took": took, "left": kineto_helper._STARTED is not None, "forked": len(made),
+                      "gone": all(gone)}))
     sys.stdout.flush()
     os._exit(code)
 launch.exit_now = done
@@ -108,7 +121,7 @@ launch.main()
 
 def test_the_command_forks_the_helper_of_one_trace_and_reports_the_same(tmp_path):
     forked = _run(_CLI, REAL, "-f", "json", "-o", tmp_path / "a.json", "--no-store")
-    assert forked == {"rc": 0, "took": ["_Forked"], "left": False}
+    assert forked == {"rc": 0, "took": ["_Forked"], "left": False, "forked": 1, "gone": True}
     p = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(REAL), "-f", "json", "-o",
                         str(tmp_path / "b.json"), "--no-store"], capture_output=True, text=True, timeout=120,
                        env={**__import__("os").environ, kineto_helper.ENV: "0"})
@@ -116,13 +129,20 @@ def test_the_command_forks_the_helper_of_one_trace_and_reports_the_same(tmp_path
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
 
 
-def test_a_prestarted_helper_no_parse_takes_is_closed(tmp_path):
-    # the trace in the store: nothing parses it, and the helper forked for it ends with the run
+def test_no_helper_for_a_trace_the_store_holds(tmp_path):
     store = tmp_path / "store"
     first = _run(_CLI, REAL, "-f", "json", "-o", tmp_path / "a.json", "--store", store)
-    assert first["took"] == ["_Forked"] and not first["left"]
-    again = _run(_CLI, REAL, "-f", "markdown", "-o", tmp_path / "a.md", "--store", store)
-    assert again == {"rc": 0, "took": [], "left": False}
+    assert first["took"] == ["_Forked"] and first["forked"] == 1 and not first["left"]
+    # other options (another job in the store, analyzed again), the same trace (read from the store)
+    again = _run(_CLI, REAL, "-f", "json", "-o", tmp_path / "b.json", "--store", store, "--top", "3")
+    assert again == {"rc": 0, "took": [], "left": False, "forked": 0, "gone": True}
+
+
+def test_a_prestarted_helper_no_parse_takes_is_closed(tmp_path):
+    # an option refused after the fork (the patterns are checked by the DuckDB connection, made
+    # after it): the helper is closed, and its process ended, before the command exits
+    got = _run(_CLI, REAL, "-f", "json", "-o", tmp_path / "a.json", "--no-store", "--step-regex", "(", rc=2)
+    assert got == {"rc": 2, "took": [], "left": False, "forked": 1, "gone": True}
 
 
 def test_no_fork_while_another_thread_runs(monkeypatch):

@@ -237,6 +237,12 @@ def _fault_injection(p: Path, marker: str | None) -> None:
 
 # -- the map -------------------------------------------------------------------------------------
 
+def stored(path: Path, store_root) -> bool:
+    """Whether read_all would take `path` from the store at `store_root` without parsing it."""
+    from .store import Store
+    return not _reread() and Store(Path(store_root)).holds(path)
+
+
 def _reread() -> bool:
     """Under a --max-input-size ceiling every input is read again (a stored entry would skip the check)."""
     from .parsers import bounded_read

@@ -37,11 +37,8 @@ def read_one(path: Path, nsys_bin: str | None = None) -> Profile:
 def prestart_parse(path: Path) -> None:
     """Fork the Kineto parser's helper for `path` now (parsers/kineto_helper.prestart: where the
     trace is large enough and no thread runs yet); the parse of `path` takes it."""
-    name = path.name.lower()
-    if name.endswith(NSYS_SUFFIXES):
-        return
-    from .parsers import kineto, kineto_helper
-    if name.endswith(KINETO_SUFFIXES) or kineto.sniff(path):
+    if path.name.lower().endswith(KINETO_SUFFIXES):    # (a trace named otherwise keeps the parser's own helper)
+        from .parsers import kineto_helper
         kineto_helper.prestart(path)
 
 

@@ -104,9 +104,14 @@ def _prestart(path) -> None:
     now, before the DuckDB connection starts threads (parsers/kineto_helper.prestart); not in a
     library user's process, which keeps the helper the parser starts itself."""
     from . import cli_common
-    if cli_common.IN_CLI:
-        from .load import prestart_parse
-        prestart_parse(path)
+    if not cli_common.IN_CLI:
+        return
+    from .executors import current, stored
+    state = current()
+    if state is not None and state.settings.store is not None and stored(path, state.settings.store):
+        return           # read from the store: nothing to parse
+    from .load import prestart_parse
+    prestart_parse(path)
 
 
 def _mappable(files) -> bool:

@@ -227,6 +227,11 @@ class Store:
             return None
         return entry, man
 
+    def holds(self, path: Path) -> bool:
+        """Whether the store holds `path` as it is now (its manifest only: the tables are checked
+        when they are read)."""
+        return self._current(path) is not None
+
     def lookup(self, path: Path) -> Stored | None:
         """The stored tables of `path`, or None when absent, stale, of another version or damaged."""
         current = self._current(path)

@@ -167,7 +167,10 @@ class _Forked:
         import time
         end = None if timeout is None else time.monotonic() + timeout
         while True:
-            pid, _ = os.waitpid(self.pid, 0 if end is None else os.WNOHANG)
+            try:
+                pid, _ = os.waitpid(self.pid, 0 if end is None else os.WNOHANG)
+            except ChildProcessError:  # waited for already (or by a handler that reaps every child)
+                return
             if pid:
                 return
             if time.monotonic() > end:  # type: ignore[operator]

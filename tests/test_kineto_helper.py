@@ -199,3 +199,53 @@ def test_cpu_times_reads_proc_stat():
     busy, total = kineto_helper._cpu_times()   # a moment later: each count only grew
     assert 0 < busy < total and total >= sum(fields)
     assert total - busy >= fields[3] + fields[4]   # idle and iowait are the rest
+
+
+def _nested_trace(tmp_path, n: int, at: int, args) -> Path:
+    ev = []
+    for k in range(n):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 2, "ts": 100 * k, "dur": 50,
+                   "args": {"External id": k + 1}})
+        ev.append({"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": 100 * k + 10,
+                   "dur": 20, "args": {"correlation": k + 1, "External id": k + 1, "device": 0, "stream": 7}})
+    ev[at]["args"]["nested"] = args
+    f = tmp_path / "t.json"
+    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return f
+
+
+@pytest.mark.parametrize("what", ["too deep", "objects side by side inside an event"])
+def test_odd_batches_with_a_helper_read_as_in_one_process(tmp_path, monkeypatch, what):
+    """Batches checked before they are handed over (kineto_stream._batch_text): an event nested
+    past MAX_DEPTH late in the file gives the whole read's error, and `},{` between objects nested
+    in an event (a cut falls inside it) is cut again where the tokenizer says, the text streamed on
+    and the tables those of one process."""
+    from traceview.parsers import json_depth
+    deep: object = 1
+    for _ in range(json_depth.MAX_DEPTH + 2):
+        deep = [deep]
+    args = deep if what == "too deep" else [{"a": i} for i in range(4000)]     # ~40 KB: cut inside
+    f = _nested_trace(tmp_path, 1500, 2400, args)
+    monkeypatch.setattr(kineto_stream, "TEXT_BYTES", 8 << 10)
+    monkeypatch.setattr(bounded_read, "CHUNK", 8 << 10)       # pieces, and so batches, of 8 KB
+    if what == "too deep":
+        with pytest.raises(TraceError, match="nested more than") as one:
+            _read(f, monkeypatch, "0")
+    else:
+        one = _read(f, monkeypatch, "0")
+    monkeypatch.setattr(kineto_helper, "MAX_IN_FLIGHT", 1 << 20)  # every batch to the helper
+    _wait_until_ready(monkeypatch)
+    seen = _sent(monkeypatch)
+    if what == "too deep":
+        with pytest.raises(TraceError) as two:
+            _read(f, monkeypatch, "1")
+        assert str(two.value) == str(one.value)
+    else:
+        whole = []
+        ingest_whole = kineto._ingest_whole
+        monkeypatch.setattr(kineto, "_ingest_whole", lambda p: (whole.append(p), ingest_whole(p))[1])
+        two = _read(f, monkeypatch, "1")
+        _same(two, one)
+        assert two.gpu_activities.num_rows == 1500 and two.cpu_ranges.num_rows == 1500   # by construction
+        assert whole == []       # a cut inside that event is found here and cut again: streamed on
+    assert len([s for s in seen if isinstance(s, int)]) >= 5      # batches were handed over

@@ -311,3 +311,14 @@ def test_a_batch_taken_back_that_fails_says_the_error_of_one_process(tmp_path, b
     f = _trace(tmp_path, 3000, bad)
     got = _run(_STEAL, f, 16 << 10)
     assert got["same"] and got["error"] and re.search(msg, got["message"]), got
+
+
+def test_waiting_for_a_helper_already_reaped_returns():
+    import os
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)                                  # reaped by someone else first
+    kineto_helper._Forked(pid).wait(timeout=1)
+    kineto_helper._Forked(pid).wait()
+    kineto_helper._Forked(pid).kill()                   # gone: nothing to kill

@@ -189,6 +189,31 @@ def test_name_tags_tag_each_distinct_name_once():
     assert {n: tuple(got[n][c] for c in cols) for n in got} == want
 
 
+def test_name_tags_with_no_rules_or_more_rules_than_one_regex_holds():
+    # each family's rules are first joined into one regex that lets through the names some rule
+    # matches (name_tags.sql); with no rule nothing is tagged, and past 64 rules every name is let
+    # through: the first matching rule still decides, however many there are
+    none = {"layer_regexes": [], "stage_regexes": [], "stage_names": [], "phase_regexes": [], "phase_names": []}
+    got = run_step("name_tags", _ctx_profile(), params=none)
+    assert len(got) == 12 and all(r["layer"] is None and r["stage"] is None and r["phase"] is None for r in got)
+    many = dict(RULES)
+    filler = [f"^never{i}$" for i in range(70)]
+    many["stage_regexes"] = filler + ["dispatch", "moe"]
+    many["stage_names"] = [f"n{i}" for i in range(70)] + ["dispatch", "experts"]
+    many["phase_regexes"] = [r"F\)$|^backward$", r"^backward$"]   # an alternation at a rule's top level
+    many["phase_names"] = ["odd", "backward"]
+    got = {r["name"]: (r["layer"], r["stage"], r["phase"]) for r in run_step("name_tags", _ctx_profile(), params=many)}
+    assert got["layer_2/moe"] == (2, "experts", None)
+    assert got["layer_3/dispatch/moe"] == (3, "dispatch", None)      # rule 71 comes before rule 72
+    assert got["attn"] == (None, None, None) and got["aten::mm"] == (None, None, None)
+    # the odd phase rule, matched alone (RE2 as DuckDB runs it): `dispatch(F)` and `backward` are its
+    assert got["dispatch(F)"][2] == "odd" and got["backward"][2] == "odd"
+    # two layer rules naming the same group, joined into one regex: each still matched alone
+    named = dict(RULES, layer_regexes=[r"^layer_(?P<n>\d+)/moe$", r"^layer_(?P<n>\d+)/"])
+    got = {r["name"]: r["layer"] for r in run_step("name_tags", _ctx_profile(), params=named)}
+    assert got["layer_2/moe"] == 2 and got["layer_3/dispatch/moe"] == 3 and got["blkX"] is None
+
+
 # what each range of _ctx_profile names by itself: (parent_id, layer, stage, phase, bwd_node)
 _OWN_TAGS = {
     1: (None, 2, "experts", None, False),

@@ -20,6 +20,12 @@
 -- methods are the only record of dispatch / combine.
 -- The rules' regexes are matched against the distinct names only, once for all ranks (a regex
 -- that is not a constant is compiled per row): a trace of a million ranges has a few hundred names.
+-- Before that, each family's rules joined into one regex, `(?:rx1)|(?:rx2)|...` (an expression of
+-- the parameter: a constant, compiled once), pass only the names that some rule of the family
+-- matches; the names none matches (most: framework ops) are never compiled against each rule
+-- (overlap x5, one thread: 62 -> 27 ms; nsys a2a: 30 -> 12 ms). A rule's inline flags and groups
+-- stay inside its own (?:...) (RE2; two rules may name the same group). Past 64 rules every name
+-- passes (the joined regex is not made).
 WITH rank_names AS (SELECT DISTINCT rank, name FROM cpu_ranges),
 names AS (  -- the distinct names, each matched once
     SELECT name, tname, regexp_matches(name, '\.py\(\d+\): ') AS frame,
@@ -42,13 +48,27 @@ phase_rx AS (
 ),
 layer_of AS (   -- the first matching rule's first group
     SELECT name, try_cast(regexp_extract(tname, arg_min(r.rx, r.i), 1) AS INTEGER) AS layer
-    FROM names n JOIN layer_rx r ON regexp_matches(n.tname, r.rx) GROUP BY name, tname
+    FROM (SELECT * FROM names WHERE regexp_matches(tname, CASE
+              WHEN len(CAST($layer_regexes AS VARCHAR[])) = 0 THEN NULL
+              WHEN len(CAST($layer_regexes AS VARCHAR[])) > 64 THEN ''
+              ELSE '(?:' || array_to_string(CAST($layer_regexes AS VARCHAR[]), ')|(?:') || ')' END)) n
+    JOIN layer_rx r ON regexp_matches(n.tname, r.rx) GROUP BY name, tname
 ),
 stage_of AS (
-    SELECT name, arg_min(r.tag, r.i) AS stage FROM names n JOIN stage_rx r ON regexp_matches(n.tname, r.rx) GROUP BY name
+    SELECT name, arg_min(r.tag, r.i) AS stage
+    FROM (SELECT * FROM names WHERE regexp_matches(tname, CASE
+              WHEN len(CAST($stage_regexes AS VARCHAR[])) = 0 THEN NULL
+              WHEN len(CAST($stage_regexes AS VARCHAR[])) > 64 THEN ''
+              ELSE '(?:' || array_to_string(CAST($stage_regexes AS VARCHAR[]), ')|(?:') || ')' END)) n
+    JOIN stage_rx r ON regexp_matches(n.tname, r.rx) GROUP BY name
 ),
 phase_of AS (
-    SELECT name, arg_min(r.tag, r.i) AS phase FROM names n JOIN phase_rx r ON regexp_matches(n.name, r.rx) GROUP BY name
+    SELECT name, arg_min(r.tag, r.i) AS phase
+    FROM (SELECT * FROM names WHERE regexp_matches(name, CASE
+              WHEN len(CAST($phase_regexes AS VARCHAR[])) = 0 THEN NULL
+              WHEN len(CAST($phase_regexes AS VARCHAR[])) > 64 THEN ''
+              ELSE '(?:' || array_to_string(CAST($phase_regexes AS VARCHAR[]), ')|(?:') || ')' END)) n
+    JOIN phase_rx r ON regexp_matches(n.name, r.rx) GROUP BY name
 ),
 tag_of AS (     -- per name: (layer, stage) as an annotation names them, the phase, a backward node's name
     SELECT n.name, n.frame AND NOT n.dispatcher AS frame_only, l.layer, s.stage, p.phase, n.bwd_name

@@ -185,7 +185,7 @@ class _Forked:
             pass
 
 
-def _forked_child(sock, folder: str, text: int) -> None:
+def _forked_child(sock, folder: str, text: int, serve) -> None:
     """The forked helper: it serves batches and exits (os._exit: nothing of the command it was
     forked from runs here, neither its exit handlers nor its buffered output); it keeps no file of
     the command open but the standard ones and its socket (a lock the command lets go of is let
@@ -203,9 +203,7 @@ def _forked_child(sock, folder: str, text: int) -> None:
         if text >= huge_pages.MIN_TEXT:   # as the command's parse does for such a trace (kineto.read)
             huge_pages.turn_off()
         from multiprocessing.connection import Connection
-
-        from .kineto_helper_serve import _serve
-        _serve(Connection(fd), folder)
+        serve(Connection(fd), folder)
         code = 0
     except BaseException:  # noqa: BLE001 - the command decodes what was not answered
         pass
@@ -216,10 +214,10 @@ def _forked_child(sock, folder: str, text: int) -> None:
 class Helper:
     """The helper process and the batches in flight (oldest first): their texts are files in a
     private memory-backed folder, and so are the answers; the socket carries only names.
-    `forked`: a child of this process (prestart: only where forking is safe), else a fresh
-    interpreter."""
+    `forked`: a child of this process running `serve` (prestart: only where forking is safe), else
+    a fresh interpreter."""
 
-    def __init__(self, forked: bool = False, text: int = 0):
+    def __init__(self, forked: bool = False, text: int = 0, serve=None):
         import json
         import socket
         import subprocess
@@ -234,7 +232,7 @@ class Helper:
                 pid = os.fork()
                 if pid == 0:
                     mine.close()
-                    _forked_child(theirs, self.folder, text)
+                    _forked_child(theirs, self.folder, text, serve)
                 self.proc: subprocess.Popen | _Forked = _Forked(pid)
             else:  # a fresh interpreter (nothing of this process's threads or memory is copied)
                 self.proc = subprocess.Popen(
@@ -352,19 +350,25 @@ class Helper:
 _STARTED: tuple[str, Helper] | None = None   # (the trace's path, its helper), until the parse takes it
 
 
-def prestart(path: Path) -> bool:
-    """Fork the helper of `path`'s parse now, where it is wanted (a trace of MIN_TEXT_FORKED or
-    more) and forking is safe (no thread but the main one: before the run's DuckDB connection);
-    `take` gives it to the parse. True when one was started."""
-    global _STARTED
+def fork_wanted(path: Path) -> bool:
+    """Whether `prestart` would fork for `path`: a trace of MIN_TEXT_FORKED or more, where forking
+    is safe (no thread but the main one: before the run's DuckDB connection)."""
     from traceview.forking import fork_safe
+    return os.environ.get(ENV) != "0" and hasattr(os, "fork") and wanted(path, MIN_TEXT_FORKED) \
+        and fork_safe()
+
+
+def prestart(path: Path, serve) -> bool:
+    """Fork the helper of `path`'s parse now, where it is wanted (`fork_wanted`); the child runs
+    `serve` (kineto_helper_serve._serve: passed in, so that this module imports neither the loop
+    nor the parser it runs; the caller imports the parser before, once for both processes).
+    `take` gives the helper to the parse. True when one was started."""
+    global _STARTED
     discard()
-    if os.environ.get(ENV) == "0" or not hasattr(os, "fork") or not wanted(path, MIN_TEXT_FORKED) \
-            or not fork_safe():
+    if not fork_wanted(path):
         return False
-    from . import kineto  # noqa: F401 - what the helper runs, imported once, before the fork
     try:
-        helper = Helper(forked=True, text=_estimated_text(path))
+        helper = Helper(forked=True, text=_estimated_text(path), serve=serve)
     except OSError:  # no process can be made here: the parse goes on as without
         return False
     _STARTED = (os.path.abspath(path), helper)

@@ -103,6 +103,7 @@ LAYER_OF: dict[str, str] = {
     "traceview.markers": "base",              # training-side markers (NVTX / record_function): no traceview import
     "traceview.document.packed": "base",      # rows held packed (msgpack chunks): made by metrics, read by all
     "traceview.plain_data": "base",           # what a document holds (types, floats): JSON writer and store
+    "traceview.forking": "base",              # whether this process may fork now (no thread but the main one)
     "traceview.later": "base",                # a call on a thread of its own: the parsers and the critical path
     "traceview.duck": "base",                 # the thread's DuckDB database: the session's and the nsys parser's
 }

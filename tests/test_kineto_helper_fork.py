@@ -15,14 +15,14 @@ import time
 import pytest
 from helpers import TRACES
 
-from traceview.parsers import kineto_helper
+from traceview.parsers import kineto_helper, kineto_helper_serve
 
 REAL = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"     # 22 MB of JSON: >= MIN_TEXT_FORKED
 
 _PARSE = """
 import json, os, sys, fcntl
 from pathlib import Path
-from traceview.parsers import kineto, kineto_helper, kineto_stream
+from traceview.parsers import kineto, kineto_helper, kineto_helper_serve, kineto_stream
 os.environ.pop(kineto_helper.ENV, None)
 kineto_helper._cores = lambda: 2                      # a busy test machine still forks the helper
 kineto_helper._idle_core = lambda cores: True
@@ -39,7 +39,7 @@ def ready_first(self):                                # hand batches over once t
         self.conn.poll(60)
     return wants(self)
 kineto_helper.Helper.wants = ready_first
-started = kineto_helper.prestart(path)
+started = kineto_helper.prestart(path, kineto_helper_serve._serve)
 helper = kineto_helper._STARTED[1] if kineto_helper._STARTED else None
 forked = type(helper.proc).__name__ if helper is not None else None
 if helper is not None:
@@ -96,8 +96,8 @@ def taking(path):
     return h
 kineto_helper.take = taking
 init = kineto_helper.Helper.__init__
-def making(self, forked=False, text=0):
-    init(self, forked, text)
+def making(self, forked=False, text=0, serve=None):
+    init(self, forked, text, serve)
     if forked:
         made.append(self.proc.pid)
 kineto_helper.Helper.__init__ = making
@@ -153,7 +153,7 @@ def test_no_fork_while_another_thread_runs(monkeypatch):
     t = threading.Thread(target=stop.wait, name="other")
     t.start()
     try:
-        assert not kineto_helper.prestart(REAL) and kineto_helper._STARTED is None
+        assert not kineto_helper.prestart(REAL, kineto_helper_serve._serve) and kineto_helper._STARTED is None
     finally:
         stop.set()
         t.join()
@@ -186,16 +186,16 @@ def test_small_traces_are_not_forked_for(tmp_path, monkeypatch):
     assert kineto_helper.wanted(REAL, kineto_helper.MIN_TEXT_FORKED)       # 22 MB of text
     assert not kineto_helper.wanted(REAL)                                  # below the spawned helper's
     monkeypatch.setenv(kineto_helper.ENV, "0")
-    assert not kineto_helper.prestart(REAL)
+    assert not kineto_helper.prestart(REAL, kineto_helper_serve._serve)
 
 
 _ORPHAN = """
 import os, sys
 from pathlib import Path
-from traceview.parsers import kineto_helper
+from traceview.parsers import kineto_helper, kineto_helper_serve
 kineto_helper._cores = lambda: 2
 kineto_helper._idle_core = lambda cores: True
-assert kineto_helper.prestart(Path(sys.argv[1]))
+assert kineto_helper.prestart(Path(sys.argv[1]), kineto_helper_serve._serve)
 print(kineto_helper._STARTED[1].proc.pid, flush=True)
 os._exit(0)                                   # gone without closing it
 """
@@ -222,7 +222,7 @@ _STEAL = """
 import json, os, sys, time
 from pathlib import Path
 from traceview.errors import TraceError
-from traceview.parsers import kineto, kineto_helper, kineto_stream
+from traceview.parsers import kineto, kineto_helper, kineto_helper_serve, kineto_stream
 os.environ.pop(kineto_helper.ENV, None)
 kineto_helper._cores = lambda: 2
 kineto_helper._idle_core = lambda cores: True
@@ -257,7 +257,7 @@ def attempt():
         return {t: getattr(p, t).to_pydict() for t in ("gpu_activities", "cpu_ranges", "launches")}, p.warnings
     except TraceError as e:
         return None, str(e)
-assert kineto_helper.prestart(path)
+assert kineto_helper.prestart(path, kineto_helper_serve._serve)
 two = attempt()
 os.environ[kineto_helper.ENV] = "0"
 one = attempt()

@@ -39,7 +39,9 @@ def prestart_parse(path: Path) -> None:
     trace is large enough and no thread runs yet); the parse of `path` takes it."""
     if path.name.lower().endswith(KINETO_SUFFIXES):    # (a trace named otherwise keeps the parser's own helper)
         from .parsers import kineto_helper
-        kineto_helper.prestart(path)
+        if kineto_helper.fork_wanted(path):
+            from .parsers import kineto, kineto_helper_serve  # noqa: F401 - what the helper runs, imported once, before the fork
+            kineto_helper.prestart(path, kineto_helper_serve._serve)
 
 
 def end_prestarted() -> None:

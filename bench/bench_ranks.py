@@ -269,8 +269,11 @@ def ab(path: Path, n: int, work: Path, pythons: list[Path], rounds: int) -> None
         print(f"  round {r + 1}: two cores ran two CPU-bound processes at {caps[-1]:.2f}x one", flush=True)
         for py in pythons:
             PYTHON = str(py)
-            one, two = (analyze(path, work / f"ab-{jobs}.json", "--jobs", str(jobs), "--store",
-                                str(work / f"store-ab-{r}-{pythons.index(py)}-{jobs}")) for jobs in (1, 2))
+            stores = {jobs: work / f"store-ab-{r}-{pythons.index(py)}-{jobs}" for jobs in (1, 2)}
+            for st in stores.values():     # first runs: a store left in a --keep folder would serve them
+                shutil.rmtree(st, ignore_errors=True)
+            one, two = (analyze(path, work / f"ab-{jobs}.json", "--jobs", str(jobs), "--store", str(stores[jobs]))
+                        for jobs in (1, 2))
             same = (work / "ab-1.json").read_bytes() == (work / "ab-2.json").read_bytes()
             got[str(py)].append((one["wall_s"], two["wall_s"], one["tree_cpu_s"], two["tree_cpu_s"]))
             print(f"  round {r + 1} {str(py):32s} --jobs 1 {one['wall_s']:6.2f} s (CPU {one['tree_cpu_s']:5.2f} s), "
@@ -323,6 +326,8 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
                         ("jobs1 store", ["--jobs", "1", "--store", str(store) + "-1"])):
         if label not in only:
             continue
+        if label.endswith("first"):     # an empty store: one left in a --keep folder would serve the run
+            shutil.rmtree(args[-1], ignore_errors=True)
         out = work / f"{name}-{label.split()[0]}.json"     # a run from the store repeats the first's command
         r = analyze(path, out, *args)
         r["per_rank_ms"] = r["wall_s"] / n * 1e3

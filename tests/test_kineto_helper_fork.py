@@ -7,6 +7,7 @@ may happen."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -167,11 +168,11 @@ def test_take_gives_only_the_path_it_was_forked_for(tmp_path, monkeypatch):
             closed.append(self)
 
     a, b = Fake(), Fake()
-    monkeypatch.setattr(kineto_helper, "_STARTED", (str(REAL.resolve()), a))
+    monkeypatch.setattr(kineto_helper, "_STARTED", (os.path.abspath(REAL), a))
     assert kineto_helper.take(REAL) is a and kineto_helper._STARTED is None and closed == []
-    monkeypatch.setattr(kineto_helper, "_STARTED", (str(REAL.resolve()), b))
+    monkeypatch.setattr(kineto_helper, "_STARTED", (os.path.abspath(REAL), b))
     assert kineto_helper.take(tmp_path / "other.json") is None and closed == [b]
-    monkeypatch.setattr(kineto_helper, "_STARTED", (str(REAL.resolve()), a))
+    monkeypatch.setattr(kineto_helper, "_STARTED", (os.path.abspath(REAL), a))
     kineto_helper.discard()
     assert closed == [b, a] and kineto_helper._STARTED is None
 

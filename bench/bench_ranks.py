@@ -250,6 +250,48 @@ def capacity() -> float:
     return 2 * alone / (time.perf_counter() - t)
 
 
+def halves_at_once(path: Path, work: Path) -> tuple[float, float, float, float]:
+    """The job's own work on the two cores, with nothing of --jobs in it: its rank files in two
+    halves (alternate files), each analyzed by a process of its own (--jobs 1, an empty store):
+    the two halves one after the other, then both at once. Returns (one after the other) / (at
+    once) -- 2.0 where two cores run two such processes as fast as one runs one --, the processes'
+    CPU time at once against one after the other (1.0 where running beside another process costs
+    a process nothing), and the two walls (s). --jobs 2 on the whole job has the same per-rank work
+    on the same cores, with one start-up and one reduce where the halves have two: its wall is the
+    one to set beside "at once"."""
+    files = sorted(p for p in path.iterdir() if p.is_file())
+    dirs = []
+    for i, part in enumerate((files[0::2], files[1::2])):
+        d = work / f"half-{i}"
+        if not d.is_dir() or len(list(d.iterdir())) != len(part):
+            shutil.rmtree(d, ignore_errors=True)
+            d.mkdir(parents=True)
+            for f in part:
+                shutil.copy(f, d / f.name)
+        dirs.append(d)
+
+    def cmd(i: int) -> list[str]:
+        store = work / f"store-half-{i}"
+        shutil.rmtree(store, ignore_errors=True)
+        return [PYTHON, "-c", _RUNNER, "analyze", str(dirs[i]), "-f", "json", "-o", os.devnull, "--jobs", "1",
+                "--store", str(store)]
+
+    c0 = _children_cpu()
+    t = time.perf_counter()
+    for i in (0, 1):
+        p = _run(cmd(i))
+        if p.returncode:
+            raise SystemExit(f"bench_ranks: a half of the job failed: {p.stderr[-2000:]}")
+    alone, c1 = time.perf_counter() - t, _children_cpu()
+    t = time.perf_counter()
+    procs = [subprocess.Popen(cmd(i), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env(), cwd=WORK)
+             for i in (0, 1)]
+    if any(p.wait() for p in procs):
+        raise SystemExit("bench_ranks: a half of the job failed (run at once)")
+    both, c2 = time.perf_counter() - t, _children_cpu()
+    return alone / both, (c2 - c1) / (c1 - c0), alone, both
+
+
 def ab(path: Path, n: int, work: Path, pythons: list[Path], rounds: int) -> None:
     """--ab: first runs (empty store) with --jobs 1 and --jobs 2 with each interpreter (a
     checkout's venv: its editable traceview) in turn, `rounds` times (interleaved: the machine's
@@ -263,10 +305,15 @@ def ab(path: Path, n: int, work: Path, pythons: list[Path], rounds: int) -> None
         PYTHON = str(py)
         analyze(path, work / "ab-warm.json", "--jobs", "1", "--store", str(work / f"store-ab-warm-{pythons.index(py)}"))
     got: dict[str, list[tuple[float, float, float, float]]] = {str(t): [] for t in pythons}
-    caps = []
+    caps, halves = [], []
     for r in range(rounds):
         caps.append(capacity())
         print(f"  round {r + 1}: two cores ran two CPU-bound processes at {caps[-1]:.2f}x one", flush=True)
+        PYTHON = str(pythons[-1])
+        halves.append(halves_at_once(path, work))
+        print(f"  round {r + 1}: the job's two halves, one process each (--jobs 1): one after the other "
+              f"{halves[-1][2]:.2f} s, at once {halves[-1][3]:.2f} s ({halves[-1][0]:.2f}x), with "
+              f"{halves[-1][1]:.2f}x the CPU time ({PYTHON})", flush=True)
         for py in pythons:
             PYTHON = str(py)
             stores = {jobs: work / f"store-ab-{r}-{pythons.index(py)}-{jobs}" for jobs in (1, 2)}
@@ -289,6 +336,10 @@ def ab(path: Path, n: int, work: Path, pythons: list[Path], rounds: int) -> None
               f"all processes' CPU --jobs 1 {med[2]:.2f} s, --jobs 2 {med[3]:.2f} s")
     print(f"  the machine's capacity over the rounds (two processes against one, see capacity()): median "
           f"{statistics.median(caps):.2f}x ({', '.join(f'{c:.2f}' for c in caps)})")
+    print(f"  the job's halves at once against one after the other (halves_at_once()): median "
+          f"{statistics.median(h[0] for h in halves):.2f}x ({', '.join(f'{h[0]:.2f}' for h in halves)}); "
+          f"CPU time at once / one after the other: median {statistics.median(h[1] for h in halves):.2f}x; "
+          f"at once: median {statistics.median(h[3] for h in halves):.2f} s")
 
 
 def _children_cpu() -> float:

@@ -17,7 +17,12 @@ def _serve(conn, folder: str) -> None:
     import pickle
 
     from . import kineto, kineto_stream
-    conn.send(("ready", None))
+    try:
+        conn.send(("ready", None))
+    except (EOFError, OSError):  # the parser's process is gone already (it exited, not closing us)
+        import shutil
+        shutil.rmtree(folder, ignore_errors=True)
+        return
     while True:
         try:
             name = conn.recv_bytes()

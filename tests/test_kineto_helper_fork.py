@@ -197,7 +197,7 @@ from traceview.parsers import kineto_helper, kineto_helper_serve
 kineto_helper._cores = lambda: 2
 kineto_helper._idle_core = lambda cores: True
 assert kineto_helper.prestart(Path(sys.argv[1]), kineto_helper_serve._serve)
-print(kineto_helper._STARTED[1].proc.pid, flush=True)
+print(kineto_helper._STARTED[1].proc.pid, kineto_helper._STARTED[1].folder, flush=True)
 os._exit(0)                                   # gone without closing it
 """
 
@@ -205,18 +205,20 @@ os._exit(0)                                   # gone without closing it
 def test_the_forked_helper_ends_when_the_command_is_gone():
     p = subprocess.run([sys.executable, "-c", _ORPHAN, str(REAL)], capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
-    pid = int(p.stdout.strip())
+    pid, folder = p.stdout.split()
     end = time.monotonic() + 10
     while time.monotonic() < end:
         try:
             with open(f"/proc/{pid}/stat") as f:
                 state = f.read().rsplit(")", 1)[1].split()[0]
         except FileNotFoundError:
-            return
+            break
         if state == "Z":          # ended, not yet reaped by whoever adopted it
-            return
+            break
         time.sleep(0.05)
-    pytest.fail(f"the helper {pid} still runs after its command ended")
+    else:
+        pytest.fail(f"the helper {pid} still runs after its command ended")
+    assert not os.path.exists(folder)     # its folder of batches went with it
 
 
 _STEAL = """

@@ -150,11 +150,57 @@ _CHILD = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
 _BROKEN = ("broken", None)
 
 
-def _folder() -> str:
+FOLDER_PREFIX = "traceview-parse-"
+
+
+def _base() -> str:
+    """Where the helpers' folders go: memory (/dev/shm) where it can be written, else the temp folder."""
     import tempfile
     shm = "/dev/shm"
-    base = shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else None
-    return tempfile.mkdtemp(prefix="traceview-parse-", dir=base)
+    return shm if os.path.isdir(shm) and os.access(shm, os.W_OK) else tempfile.gettempdir()
+
+
+def _namespace() -> str:
+    """This process's PID namespace (a pid names a process only within it)."""
+    try:
+        return str(os.stat("/proc/self/ns/pid").st_ino)
+    except OSError:
+        return "0"
+
+
+def _folder() -> str:
+    """A new private folder for one helper's batches, named by this process's PID namespace and
+    pid; the folders of commands that are gone (killed together with their helper, as a job's
+    cancel or the OOM killer does: neither could remove it) are removed first."""
+    import tempfile
+    base, ns = _base(), _namespace()
+    sweep(base, ns)
+    return tempfile.mkdtemp(prefix=f"{FOLDER_PREFIX}{ns}-{os.getpid()}-", dir=base)
+
+
+def sweep(base: str, ns: str) -> list[str]:
+    """Remove the helpers' folders in `base` of namespace `ns` whose command no longer exists;
+    returns their names. A folder of another namespace, of a live process or of a process this
+    one may not signal (another user's) is left alone."""
+    import shutil
+    gone: list[str] = []
+    pre = f"{FOLDER_PREFIX}{ns}-"
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return gone
+    for name in names:
+        pid = name[len(pre):].split("-", 1)[0] if name.startswith(pre) else ""
+        if not pid.isdigit():
+            continue
+        try:
+            os.kill(int(pid), 0)
+        except ProcessLookupError:
+            shutil.rmtree(os.path.join(base, name), ignore_errors=True)
+            gone.append(name)
+        except OSError:
+            pass
+    return gone
 
 
 class _Forked:

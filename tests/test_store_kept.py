@@ -254,3 +254,29 @@ def test_a_large_report_is_kept_on_a_thread_piece_by_piece(tmp_path, monkeypatch
     pieces.close()
     assert s.get_kept("j", "json") is None and kept == [1]
     assert sorted(p.name for p in (tmp_path / "s" / "jobs").iterdir()) == ["k.json.kept"]
+
+
+def test_open_kept_checks_once_and_reads_in_pieces_what_was_checked(tmp_path, monkeypatch):
+    """Store.open_kept (the replay's read): the payload get_kept gives, in pieces, never whole; a
+    damaged file is refused; a kept file replaced after it was opened still gives what was checked."""
+    st = store_mod.Store(tmp_path / "store")
+    payload = bytes(range(256)) * 1000 + b"tail"          # 256,004 bytes
+    assert st.put_kept("k1", "json", payload, {"rc": 3})
+    monkeypatch.setattr(store_mod.KeptPayload, "PIECE", 4099)
+    got = st.open_kept("k1", "json")
+    assert got is not None and got.info == {"rc": 3} and got.size == len(payload)
+    pieces = list(got)
+    assert b"".join(pieces) == payload and max(map(len, pieces)) == 4099 and len(pieces) == -(-len(payload) // 4099)
+    assert b"".join(got) == payload                         # again, from the start
+    # replaced (as the store replaces: a rename) while open: the open file gives what was checked
+    assert st.put_kept("k1", "json", b"other", {"rc": 0})
+    assert b"".join(got) == payload
+    got.close()
+    assert b"".join(st.open_kept("k1", "json")) == b"other"
+    # one byte changed in place: refused, as get_kept refuses it
+    path = st._kept_path("k1", "json")
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 1
+    path.write_bytes(bytes(data))
+    assert st.open_kept("k1", "json") is None and st.get_kept("k1", "json") is None
+    assert st.open_kept("absent", "json") is None

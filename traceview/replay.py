@@ -18,7 +18,7 @@ entry under the identity of its whole invocation:
 
 `try_replay(argv)` looks for an entry of exactly this invocation in the stores the run could have
 used (--store, TRACEVIEW_CACHE_DIR, `.traceview/` beside any path argument, the per-user cache),
-checks every recorded stat and the kept report's size and SHA-256 (Store.get_kept), and writes
+checks every recorded stat and the kept report's size and SHA-256 (Store.open_kept), and writes
 the report as the command would have: the same bytes, the same exit status. Anything else (no
 entry, a stat that differs, a damaged store, an option that needs the command line: --no-store,
 --progress, --out-dir, Dask, --per-rank-rows, --help) returns None and the command runs as usual,
@@ -201,21 +201,25 @@ def try_replay(argv: list[str]) -> int | None:
                 return None
             from .store import Store
             key, fmt = entry["kept"]
-            got = Store(root).get_kept(str(key), str(fmt))
+            got = Store(root).open_kept(str(key), str(fmt))     # checked, not read into memory
             if got is None:
                 return None
-            return _write(got[0], str(fmt), entry["out"], entry["rc"])
+            try:
+                return _write(got, str(fmt), entry["out"], entry["rc"])
+            finally:
+                got.close()
     except Exception:       # an unexpected store or file: the command runs as usual and says what is wrong
         return None
     return None
 
 
-def _write(payload: bytes, fmt: str, out: str | None, rc: int) -> int | None:
-    """As cli_common.write_output writes the report (json: bytes; the others: text)."""
+def _write(payload, fmt: str, out: str | None, rc: int) -> int | None:
+    """As cli_common.write_output writes the report (json: bytes; the others: text). `payload`: the
+    kept report's pieces (store.KeptPayload: a 1 GB report is never whole in memory)."""
     if out is not None:
-        from .output import write_file
+        from .output import Pieces, write_file
         try:
-            write_file(payload, Path(out))
+            write_file(Pieces(lambda: iter(payload)), Path(out))
         except Exception:     # nothing written (all or nothing): the command runs and says why
             return None
         return rc
@@ -223,10 +227,21 @@ def _write(payload: bytes, fmt: str, out: str | None, rc: int) -> int | None:
         buffer = getattr(sys.stdout, "buffer", None)
         if fmt == "json" and buffer is not None:
             sys.stdout.flush()
-            buffer.write(payload)
+            started = False
+            try:
+                for piece in payload:
+                    buffer.write(piece)
+                    started = True
+            except OSError as e:
+                if isinstance(e, BrokenPipeError) or not started:
+                    raise
+                # part of it is out already: the command must not write it again after it
+                why = e.strerror or type(e).__name__
+                sys.stderr.write(f"traceview: the kept report stopped being readable ({why})\n")
+                return 2
             buffer.flush()
         else:
-            sys.stdout.write(payload.decode("utf-8"))
+            sys.stdout.write(b"".join(payload).decode("utf-8"))
             sys.stdout.flush()
     except BrokenPipeError:
         return 1

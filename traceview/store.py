@@ -122,6 +122,28 @@ def _light_stored(meta, warnings: list[str], max_id: int, names: list[str]) -> S
     return Stored({n: meta if n == "meta" else _empty(n) for n in names}, warnings, max_id)
 
 
+class KeptPayload:
+    """A kept payload checked by Store.open_kept: its pieces read from the open file (`for piece
+    in payload`, each time from the start), never the whole in memory; `info` as get_kept gives it."""
+
+    PIECE = 1 << 24
+
+    def __init__(self, f, start: int, size: int, info: dict):
+        self._f, self._start, self.size, self.info = f, start, size, info
+
+    def __iter__(self):
+        off, end = self._start, self._start + self.size
+        while off < end:
+            piece = os.pread(self._f.fileno(), min(self.PIECE, end - off), off)
+            if not piece:
+                raise OSError(f"{self._f.name}: shorter than when it was checked")
+            off += len(piece)
+            yield piece
+
+    def close(self) -> None:
+        self._f.close()
+
+
 class KeptWriter:
     """What Store.kept_writer gives: the pieces go to a file beside the kept one after a header
     line of fixed width (blank until commit, which writes the size and SHA-256 taken as the pieces
@@ -328,6 +350,42 @@ class Store:
             return None
         info = head.get("info")
         return payload, info if isinstance(info, dict) else {}
+
+    def open_kept(self, key: str, what: str) -> KeptPayload | None:
+        """What get_kept gives, checked the same way (its size and SHA-256, read once here) but not
+        read into memory: a KeptPayload reads it again piece by piece from the file opened for the
+        check (a kept file is only ever replaced by a rename, so that file keeps what was checked).
+        None: absent or damaged. The caller closes it."""
+        try:
+            f = open(self._kept_path(key, what), "rb")
+        except OSError:
+            return None
+        try:
+            line = f.readline(4096)
+            head = json.loads(line)
+            if not isinstance(head, dict) or head.get("format") != KEPT_FORMAT or head.get("key") != key \
+                    or head.get("what") != what or not isinstance(head.get("size"), int) \
+                    or head["size"] != os.fstat(f.fileno()).st_size - len(line):
+                f.close()
+                return None
+            h = hashlib.sha256()
+            buf = bytearray(KeptPayload.PIECE)
+            view = memoryview(buf)
+            left = head["size"]
+            while left > 0:
+                n = f.readinto(view[:min(left, len(buf))])
+                if not n:
+                    break
+                h.update(view[:n])
+                left -= n
+            if left or h.hexdigest() != head.get("sha256"):
+                f.close()
+                return None
+        except (OSError, ValueError, TypeError):
+            f.close()
+            return None
+        info = head.get("info")
+        return KeptPayload(f, len(line), head["size"], info if isinstance(info, dict) else {})
 
     def put_kept(self, key: str, what: str, payload: bytes, info: dict | None = None) -> bool:
         """Keep `payload` under (key, what), replacing what was there; False when it cannot be written."""

@@ -11,6 +11,23 @@ SHARED = ROOT.parent / "shared"
 TRACES = SHARED / "traces"
 
 
+def ops_and_kernels_trace(folder: Path, n: int, edit=None) -> Path:
+    """A small Kineto trace `folder/t.json`: n CPU ops 100 us apart, each launching one 20 us
+    kernel (linked by External id and correlation); `edit(events)` may change the event list first."""
+    import json
+    ev = []
+    for k in range(n):
+        ev.append({"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 2, "ts": 100 * k, "dur": 50,
+                   "args": {"External id": k + 1}})
+        ev.append({"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": 100 * k + 10,
+                   "dur": 20, "args": {"correlation": k + 1, "External id": k + 1, "device": 0, "stream": 7}})
+    if edit is not None:
+        edit(ev)
+    f = folder / "t.json"
+    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
+    return f
+
+
 def make_profile(cpu=(), launches=(), gpu=(), syncs=(), ranks=(0,), gpu_name="NVIDIA H100 80GB HBM3") -> Profile:
     """cpu: dicts with id, tid, start_ns, end_ns, kind, name (+ optional fields);
     launches: dicts with id, tid, start_ns, end_ns, name, correlation (+op_id);

@@ -8,7 +8,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from helpers import TRACES
+from helpers import TRACES, ops_and_kernels_trace
 
 from traceview.errors import TraceError
 from traceview.parsers import bounded_read, kineto, kineto_helper, kineto_stream
@@ -75,17 +75,7 @@ def test_helper_gives_the_tables_of_one_process_on_a_real_trace(monkeypatch):
 
 
 def _trace(tmp_path, n: int, bad_at: int | None = None, bad=None):
-    ev = []
-    for k in range(n):
-        ev.append({"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 2, "ts": 100 * k, "dur": 50,
-                   "args": {"External id": k + 1}})
-        ev.append({"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": 100 * k + 10,
-                   "dur": 20, "args": {"correlation": k + 1, "External id": k + 1, "device": 0, "stream": 7}})
-    if bad_at is not None:
-        ev[bad_at] = bad
-    f = tmp_path / "t.json"
-    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
-    return f
+    return ops_and_kernels_trace(tmp_path, n, None if bad_at is None else lambda ev: ev.__setitem__(bad_at, bad))
 
 
 @pytest.mark.parametrize("bad_at,bad,msg", [
@@ -202,16 +192,7 @@ def test_cpu_times_reads_proc_stat():
 
 
 def _nested_trace(tmp_path, n: int, at: int, args) -> Path:
-    ev = []
-    for k in range(n):
-        ev.append({"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 2, "ts": 100 * k, "dur": 50,
-                   "args": {"External id": k + 1}})
-        ev.append({"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": 100 * k + 10,
-                   "dur": 20, "args": {"correlation": k + 1, "External id": k + 1, "device": 0, "stream": 7}})
-    ev[at]["args"]["nested"] = args
-    f = tmp_path / "t.json"
-    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
-    return f
+    return ops_and_kernels_trace(tmp_path, n, lambda ev: ev[at]["args"].__setitem__("nested", args))
 
 
 @pytest.mark.parametrize("what", ["too deep", "objects side by side inside an event"])

@@ -14,11 +14,21 @@ import threading
 import time
 
 import pytest
-from helpers import TRACES
+from helpers import TRACES, ops_and_kernels_trace
 
 from traceview.parsers import kineto_helper, kineto_helper_serve
 
 REAL = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"     # 22 MB of JSON: >= MIN_TEXT_FORKED
+
+# (in the scripts below) hand batches over only once the helper is up
+_READY_FIRST = """
+wants = kineto_helper.Helper.wants
+def ready_first(self):
+    if not self.ready and not self.broken:
+        self.conn.poll(60)
+    return wants(self)
+kineto_helper.Helper.wants = ready_first
+"""
 
 _PARSE = """
 import json, os, sys, fcntl
@@ -34,13 +44,7 @@ fcntl.flock(lock, fcntl.LOCK_EX)
 sent = []
 send = kineto_helper.Helper.send
 kineto_helper.Helper.send = lambda self, text: (sent.append(len(text)), send(self, text))[1]
-wants = kineto_helper.Helper.wants
-def ready_first(self):                                # hand batches over once the helper is up
-    if not self.ready and not self.broken:
-        self.conn.poll(60)
-    return wants(self)
-kineto_helper.Helper.wants = ready_first
-started = kineto_helper.prestart(path, kineto_helper_serve._serve)
+""" + _READY_FIRST + """started = kineto_helper.prestart(path, kineto_helper_serve._serve)
 helper = kineto_helper._STARTED[1] if kineto_helper._STARTED else None
 forked = type(helper.proc).__name__ if helper is not None else None
 if helper is not None:
@@ -240,13 +244,7 @@ def slow_in_the_helper(evs):                          # the helper (a child) is 
         time.sleep(0.05)
     return route(evs)
 kineto.route_part = slow_in_the_helper
-wants = kineto_helper.Helper.wants
-def ready_first(self):                                # hand batches over once the helper is up
-    if not self.ready and not self.broken:
-        self.conn.poll(60)
-    return wants(self)
-kineto_helper.Helper.wants = ready_first
-kept = []
+""" + _READY_FIRST + """kept = []
 close = kineto_helper.Helper.close
 def closing(self):
     kept.append((self.stolen, self.proc.pid))
@@ -276,17 +274,10 @@ print(json.dumps({"same": one == two, "stolen": stolen, "reaped": reaped, "error
 
 
 def _trace(tmp_path, n: int, bad: dict | None = None):
-    ev = []
-    for k in range(n):
-        ev.append({"ph": "X", "cat": "cpu_op", "name": f"op{k}", "pid": 1, "tid": 2, "ts": 100 * k, "dur": 50,
-                   "args": {"External id": k + 1}})
-        ev.append({"ph": "X", "cat": "kernel", "name": f"k{k}", "pid": 0, "tid": 7, "ts": 100 * k + 10,
-                   "dur": 20, "args": {"correlation": k + 1, "External id": k + 1, "device": 0, "stream": 7}})
-    for i, e in (bad or {}).items():
-        ev[i] = e
-    f = tmp_path / "t.json"
-    f.write_text(json.dumps({"schemaVersion": 1, "traceEvents": ev}))
-    return f
+    def edit(ev):
+        for i, e in (bad or {}).items():
+            ev[i] = e
+    return ops_and_kernels_trace(tmp_path, n, edit)
 
 
 def test_the_last_batches_taken_back_from_a_slow_helper_give_the_tables_of_one_process(tmp_path):

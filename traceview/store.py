@@ -122,6 +122,18 @@ def _light_stored(meta, warnings: list[str], max_id: int, names: list[str]) -> S
     return Stored({n: meta if n == "meta" else _empty(n) for n in names}, warnings, max_id)
 
 
+def _kept_head(f, key: str, what: str) -> tuple[bytes, dict | None]:
+    """The header line of an open kept file and its fields, or (line, None) where they do not name
+    (key, what) in this format or the size they give is not what follows them."""
+    line = f.readline(4096)
+    head = json.loads(line)
+    if not isinstance(head, dict) or head.get("format") != KEPT_FORMAT or head.get("key") != key \
+            or head.get("what") != what or not isinstance(head.get("size"), int) \
+            or head["size"] != os.fstat(f.fileno()).st_size - len(line):
+        return line, None
+    return line, head
+
+
 class KeptPayload:
     """A kept payload checked by Store.open_kept: its pieces read from the open file (`for piece
     in payload`, each time from the start), never the whole in memory; `info` as get_kept gives it."""
@@ -337,11 +349,8 @@ class Store:
         """(payload, attached info) of what is kept under `key`, or None (absent or damaged)."""
         try:
             with open(self._kept_path(key, what), "rb") as f:
-                line = f.readline(4096)
-                head = json.loads(line)
-                if not isinstance(head, dict) or head.get("format") != KEPT_FORMAT or head.get("key") != key \
-                        or head.get("what") != what \
-                        or head.get("size") != os.fstat(f.fileno()).st_size - len(line):
+                line, head = _kept_head(f, key, what)
+                if head is None:
                     return None
                 payload = f.read(head["size"])      # (read() would join chunks: twice the size at its peak)
         except (OSError, ValueError, TypeError):
@@ -361,11 +370,8 @@ class Store:
         except OSError:
             return None
         try:
-            line = f.readline(4096)
-            head = json.loads(line)
-            if not isinstance(head, dict) or head.get("format") != KEPT_FORMAT or head.get("key") != key \
-                    or head.get("what") != what or not isinstance(head.get("size"), int) \
-                    or head["size"] != os.fstat(f.fileno()).st_size - len(line):
+            line, head = _kept_head(f, key, what)
+            if head is None:
                 f.close()
                 return None
             h = hashlib.sha256()

@@ -123,3 +123,30 @@ def test_a_job_with_long_stall_lists_on_two_workers_with_a_store_gives_the_same_
     two = report(tmp_path, "json", tmp_path / "job", "--jobs", "2", "--store", tmp_path / "s")
     again = report(tmp_path, "json", tmp_path / "job", "--jobs", "2", "--store", tmp_path / "s")
     assert one == two == again
+
+
+def test_one_process_maps_a_job_beyond_one_batch_in_turn(tmp_path, monkeypatch):
+    """--jobs 1 on a job whose input is more than one batch's bytes runs mapped in this process
+    (mapped.beyond_one_batch): its batches one after the other, its critical paths on a thread;
+    the report is the bytes of the job loaded whole, in every format checked."""
+    whole = {fmt: report(tmp_path, fmt, DLRM, "--jobs", "1", "--no-store") for fmt in ("json", "markdown")}
+    files = expand([DLRM])
+    size = sum(f.stat().st_size for f in files)
+    with executors.configured(executors.RunSettings(store=None, jobs=1)):
+        assert not mapped.eligible(files)                 # 0.5 MB: one batch, loaded whole
+    monkeypatch.setattr(mapped, "BATCH_BYTES", size // 3)  # three batches' bytes or more
+    with executors.configured(executors.RunSettings(store=tmp_path / "s", jobs=1)):
+        assert mapped.eligible(files)
+        doc, session = run_job([str(DLRM)], AnalyzeOptions())
+        remote = session.profile.remote
+        assert remote is not None and len(remote.batches) >= 3 and remote.rounds == 2
+        assert executors.current().pool is None           # no process started: all ran here
+    with executors.configured(executors.RunSettings(store=None, jobs=2)):
+        assert not mapped.beyond_one_batch(files)         # a pool's job is mapped on the pool instead
+    loaded = []
+    real = mapped.load_job
+    monkeypatch.setattr(mapped, "load_job", lambda *a, **k: loaded.append(1) or real(*a, **k))
+    for fmt, want in whole.items():
+        assert report(tmp_path, fmt, DLRM, "--jobs", "1", "--no-store") == want, fmt
+    assert report(tmp_path, "json", DLRM, "--jobs", "1", "--store", tmp_path / "s2") == whole["json"]
+    assert len(loaded) == 3                               # each of the three runs was mapped

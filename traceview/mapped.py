@@ -145,6 +145,12 @@ class Remote:
                          self.keep))
         t0 = time.perf_counter()
         pending = _submit(self.scratch, stalls_task, args, self.keep)
+        if _in_this_process():
+            # run in this process (--jobs 1, beyond_one_batch): the batches' walks on a thread of
+            # their own while the caller computes the other sections, as a job loaded whole walks
+            # its critical paths (stalls.start_rank_part); their queries let go of the GIL
+            from .later import Later
+            pending = Later(pending, name="traceview-stall-parts").result
         self.rounds += 1
         n = self.rounds
 
@@ -166,8 +172,30 @@ def _id_range(by_id, lo: int, hi: int | None):
 
 
 def eligible(files: list[Path]) -> bool:
+    """Whether the job of `files` runs mapped: on the run's workers (executors.mappable), or in this
+    process where it is more than one batch (beyond_one_batch)."""
     from . import executors
-    return executors.mappable(files)
+    return executors.mappable(files) or beyond_one_batch(files)
+
+
+def beyond_one_batch(files: list[Path]) -> bool:
+    """Whether a --jobs 1 job of `files` runs mapped in this process: where its input is more than
+    one batch's bytes (BATCH_BYTES), each batch's per-rank work then runs in turn over that batch's
+    tables alone, so that the process holds one batch's session at a time and the job's canonical
+    tables memory-mapped (the generated 1,024-rank job, 1.1 GB, loaded whole peaked at 3.4 GB, 3.1x
+    its input, and grows with it; mapped: 0.93 GB). Below, a job is loaded whole (load()) as before:
+    its peak is then no larger than a batch's session and it is not slowed by the rounds."""
+    from . import executors
+    state = executors.current()
+    if state is None or state.client is not None or state.settings.jobs > 1 or len(files) < 2:
+        return False
+    total = 0
+    for f in files:
+        try:
+            total += os.stat(f).st_size
+        except OSError:
+            return False          # said where it is read
+    return total > BATCH_BYTES
 
 
 @dataclass
@@ -542,6 +570,13 @@ def _map(scratch: Path, fn, args: list[tuple], keep: bool) -> list:
     """A round of `fn` over the batches (args in batch order), results in batch order: through
     `claimed` where the workers keep sessions."""
     return _submit(scratch, fn, args, keep)()
+
+
+def _in_this_process() -> bool:
+    """Whether the run's tasks run in this process itself (--jobs 1: executors.submit_tasks)."""
+    from . import executors
+    state = executors.current()
+    return state is not None and state.client is None and state.settings.jobs <= 1
 
 
 def _submit(scratch: Path, fn, args: list[tuple], keep: bool):

@@ -115,8 +115,15 @@ def _prestart(path) -> None:
 
 
 def _mappable(files) -> bool:
+    """Whether the job runs mapped (mapped.eligible): on the run's workers, or in this process
+    where it is more than one batch of ranks."""
     from .executors import mappable
-    return mappable(files)
+    if mappable(files):
+        return True
+    if len(files) < 2:
+        return False
+    from .mapped import beyond_one_batch
+    return beyond_one_batch(files)
 
 
 def _load(paths: list[str], files, nsys_bin: str | None, mapped_job: bool, started=None,

@@ -280,3 +280,36 @@ def test_open_kept_checks_once_and_reads_in_pieces_what_was_checked(tmp_path, mo
     path.write_bytes(bytes(data))
     assert st.open_kept("k1", "json") is None and st.get_kept("k1", "json") is None
     assert st.open_kept("absent", "json") is None
+
+
+def test_kept_json_report_of_another_invocation_is_copied_in_pieces(tmp_path, job, monkeypatch):
+    """A later analyze of a job whose JSON report the store keeps, by another command line (so not
+    served by replay.py: run_cli records no invocation), copies the kept report out in pieces
+    (Store.open_kept, Job.output), never reading it whole (get_kept); the same bytes."""
+    from traceview.job_cache import open_job
+    from traceview.output import Pieces
+    root = tmp_path / "store"
+    first = analyze(tmp_path, job, "--store", root)
+    monkeypatch.setattr(store_mod.KeptPayload, "PIECE", 4096)
+    real = store_mod.Store.get_kept
+
+    def whole(self, key, what):
+        assert what != "json", "the kept report was read whole"
+        return real(self, key, what)
+    monkeypatch.setattr(store_mod.Store, "get_kept", whole)
+    counted = Counted(monkeypatch)
+    with monkeypatch.context() as m:
+        no_document_read(m)
+        assert analyze(tmp_path, job, "--store", root) == first and counted.calls == 0
+    from traceview.document.options import AnalyzeOptions
+    with executors.configured(executors.RunSettings(store=root, jobs=1)):
+        run = lambda p: runs.run_analyze(p, AnalyzeOptions())      # noqa: E731
+        first = b"".join(open_job([str(job)], {}, run, "json").output("json"))    # kept as written
+        assert counted.calls == 1
+        no_document_read(monkeypatch)
+        j = open_job([str(job)], {}, lambda p: pytest.fail("analyzed"), "json")
+    out = j.output("json")
+    assert isinstance(out, Pieces)
+    pieces = list(out)
+    assert len(pieces) == -(-len(first) // 4096) and b"".join(pieces) == first
+    assert b"".join(out) == first and j.render("json") == first      # again from the start; whole when asked

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable, cast
 
 from .document.types import ReportDocument
-from .store import STORE_SCHEMA_VERSION, Store
+from .store import STORE_SCHEMA_VERSION, KeptPayload, Store
 
 # formats whose report is a function of the document and traceview's own code alone (HTML embeds
 # the chart library's bundle, which follows its installed version: it is rendered from the kept
@@ -63,7 +63,8 @@ class Job:
     bytes when the store holds them, else rendered, and kept when the job may be)."""
 
     def __init__(self, paths: list[str], run: Callable[[list[str]], dict], doc: dict | None = None,
-                 store: Store | None = None, key: str | None = None, report: tuple[str, bytes, dict] | None = None,
+                 store: Store | None = None, key: str | None = None,
+                 report: tuple[str, bytes | KeptPayload, dict] | None = None,
                  shape=None, from_store: bool = False, formatted: dict | None = None):
         self._paths, self._run, self._doc = paths, run, doc
         self._formatted = formatted     # the JSON of long lists, written by a mapped job's workers
@@ -100,6 +101,8 @@ class Job:
         (`per_rank_rows` other than the default: rendered, never kept)."""
         if self._report is not None and self._report[0] == fmt and per_rank_rows is None:
             data = self._report[1]
+            if isinstance(data, KeptPayload):         # asked whole (output() gives it in pieces)
+                data = b"".join(data)
             return data if fmt == "json" else data.decode("utf-8")
         doc = self.document
         if fmt == "json":
@@ -117,6 +120,10 @@ class Job:
     def output(self, fmt: str, per_rank_rows: int | None = None):
         """`render(fmt, per_rank_rows)` for writing out: the JSON report as output.Pieces, written
         (and kept in the store as it is written) a piece at a time, never whole in memory."""
+        if self._report is not None and self._report[0] == fmt and per_rank_rows is None \
+                and isinstance(self._report[1], KeptPayload):
+            from .output import Pieces
+            return Pieces(self._report[1].__iter__)
         if fmt != "json" or (self._report is not None and self._report[0] == fmt and per_rank_rows is None):
             return self.render(fmt, per_rank_rows)
         doc = self.document
@@ -200,7 +207,9 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
     k = key(paths, fields, store)
     if k is not None:
         if fmt in KEPT_FORMATS:
-            got = store.get_kept(k, fmt)
+            # a kept JSON report (59 MB at 64 ranks, 932 MB at 1,024) is checked here and copied
+            # out in pieces when written (Job.output), never whole in memory
+            got = _open_kept(store, k) if fmt == "json" else store.get_kept(k, fmt)
             if got is not None:
                 state.stats = {**state.stats, "document_from_store": True, "report_from_store": True}
                 return Job(paths, run, None, store, k, (fmt, got[0], got[1]), from_store=True)
@@ -220,6 +229,17 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
     shape = scan(doc)                      # once, for the store and the JSON writer
     store.put_document(k, doc, shape=shape)    # (not when msgpack would not give it back exactly)
     return Job(paths, run, doc, store, k, shape=shape, formatted=bodies() if bodies is not None else None)
+
+
+def _open_kept(store: Store, k: str):
+    """(format, payload, info) of the JSON report the store keeps under `k`, checked (its size and
+    SHA-256) but not read (Store.open_kept; the file stays open while the Job lives), or None."""
+    got = store.open_kept(k, "json")
+    if got is None:
+        return None
+    import weakref
+    weakref.finalize(got, got.close)
+    return got, got.info
 
 
 def _start_bodies(doc, fmt: str | None):

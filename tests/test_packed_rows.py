@@ -186,3 +186,23 @@ def test_the_order_of_spilled_presorted_parts_found_from_their_files_is_the_stab
     merged, _ = packed.sort_rows(parts, key, keys=False, order=lambda ps: packed.mapped_order(
         out, packed.presorted_order_files([(p.path if len(p) else None, len(p)) for p in ps], out), []))
     assert list(merged) == [rows_of[j][i] for _, j, i in by_hand]
+
+
+def test_spilled_rows_are_the_files_mapped_as_an_unpickling_process_has_them(tmp_path):
+    """RowBytes.spilled (a job mapped in its own process: the stall parts it keeps): the rows, their
+    order keys and a pickle of it are the spilled part's; its rows are the file's pages, not the
+    bytes the part was made of; and it needs a spill first."""
+    import mmap
+    import pickle
+    rows_ = [{"d": i % 4, "r": i, "c": "é" * (i % 3)} for i in range(700)]
+    key = lambda r: (-r["d"], r["r"])      # noqa: E731
+    rb, _ = packed.presort(packed.row_bytes(rows_), key)
+    with pytest.raises(AssertionError):
+        rb.spilled()
+    rb.spill(str(tmp_path / "p.rows"))
+    got = rb.spilled()
+    assert type(got.data) is mmap.mmap and type(rb.data) is bytes
+    assert list(got) == sorted(rows_, key=key) == list(rb)
+    assert got.keys.equals(rb.keys) and list(got.ends) == list(rb.ends)
+    assert list(pickle.loads(pickle.dumps(got))) == list(rb)
+    assert bytes(got.data) == (tmp_path / "p.rows").read_bytes() == bytes(rb.data)

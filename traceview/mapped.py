@@ -478,9 +478,12 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
             if k == "stalls":
                 part["stall_sums"] = stalls.stall_sums(rows)
             del rows
+    here = _in_this_process()
     for k, v in part.items():     # the long row lists go back as files, which the parent maps
         if type(v) is RowBytes and len(v):
             v.spill(str(_file(Path(scratch), batch, f"part-{k}").with_suffix(".rows")))
+            if here:              # (run in the parent itself: the part mapped as a worker's comes)
+                part[k] = v.spilled()
     return _share_strings(part, {})
 
 

@@ -150,3 +150,7 @@ def test_one_process_maps_a_job_beyond_one_batch_in_turn(tmp_path, monkeypatch):
         assert report(tmp_path, fmt, DLRM, "--jobs", "1", "--no-store") == want, fmt
     assert report(tmp_path, "json", DLRM, "--jobs", "1", "--store", tmp_path / "s2") == whole["json"]
     assert len(loaded) == 3                               # each of the three runs was mapped
+    # the ranks were stored on threads while the next was parsed (Store.put_behind): all of them, whole
+    from traceview.store import Store
+    s2 = Store(tmp_path / "s2")
+    assert s2.check() == [] and all(s2.lookup(f) is not None for f in files)

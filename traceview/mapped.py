@@ -183,11 +183,9 @@ def beyond_one_batch(files: list[Path]) -> bool:
     one batch's bytes (BATCH_BYTES), each batch's per-rank work then runs in turn over that batch's
     tables alone, so that the process holds one batch's session at a time and the job's canonical
     tables memory-mapped (the generated 1,024-rank job, 1.1 GB, loaded whole peaked at 3.4 GB, 3.1x
-    its input, and grows with it; mapped: 0.93 GB). Below, a job is loaded whole (load()) as before:
+    its input, and grows with it; mapped: 0.56 GB). Below, a job is loaded whole (load()) as before:
     its peak is then no larger than a batch's session and it is not slowed by the rounds."""
-    from . import executors
-    state = executors.current()
-    if state is None or state.client is not None or state.settings.jobs > 1 or len(files) < 2:
+    if not _in_this_process() or len(files) < 2:
         return False
     total = 0
     for f in files:

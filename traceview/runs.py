@@ -115,15 +115,12 @@ def _prestart(path) -> None:
 
 
 def _mappable(files) -> bool:
-    """Whether the job runs mapped (mapped.eligible): on the run's workers, or in this process
-    where it is more than one batch of ranks."""
-    from .executors import mappable
-    if mappable(files):
-        return True
+    """Whether the job runs mapped (mapped.eligible: on the run's workers, or in this process where
+    it is more than one batch of ranks); a single file never is (nor imports the mapped job)."""
     if len(files) < 2:
         return False
-    from .mapped import beyond_one_batch
-    return beyond_one_batch(files)
+    from .mapped import eligible
+    return eligible(files)
 
 
 def _load(paths: list[str], files, nsys_bin: str | None, mapped_job: bool, started=None,

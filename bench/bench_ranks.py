@@ -10,6 +10,11 @@ time per rank, the analyzing process's peak RSS and the largest peak RSS of its 
 run vs from the store, and 1,024 vs 64 ranks (peak RSS, time per rank). Every run's report must be
 byte-identical to the others of that job, and the planted straggler and slow expert layer are
 checked against the numbers the generator planted.
+
+    python bench/bench_ranks.py --ranks 64 1024 --cores 1 2 4 8 16 [--rounds 1]
+
+only first runs, one with each --jobs given: how the job's time falls with the cores used (on a
+machine of that many cores; `taskset -c 0,1 ...` makes a 2-core machine of a larger one).
 """
 from __future__ import annotations
 
@@ -410,6 +415,43 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
     return runs
 
 
+def cores(name: str, path: Path, n: int, work: Path, want: dict | None, jobs_list: list[int], rounds: int) -> None:
+    """--cores: first runs (empty store) of the job with each --jobs in `jobs_list`, `rounds` times over
+    (interleaved: the machine's load falls on all alike); per run wall, CPU of all processes and the
+    parent's peak RSS; then the median wall of each and its speed-up over the first --jobs given.
+    Every report must be byte-identical to the others, and the planted causes the generator's."""
+    import statistics
+    walls: dict[int, list[float]] = {j: [] for j in jobs_list}
+    digests = set()
+    for r in range(rounds):
+        for jobs in jobs_list:
+            store = work / f"store-{name}-cores-{jobs}"
+            shutil.rmtree(store, ignore_errors=True)
+            out = work / f"{name}-cores-{jobs}.json"
+            got = analyze(path, out, "--jobs", str(jobs), "--store", str(store))
+            digests.add(_digest(out))
+            walls[jobs].append(got["wall_s"])
+            print(f"  {name:10s} round {r + 1} --jobs {jobs:3d}: wall {got['wall_s']:8.2f} s  "
+                  f"all processes' CPU {got['tree_cpu_s']:8.2f} s  per rank {got['wall_s'] / n * 1e3:7.1f} ms  "
+                  f"parent peak RSS {got['rss_mb']:7.1f} MB  workers' peak RSS {got['kids_rss_mb']:7.1f} MB",
+                  flush=True)
+    base = statistics.median(walls[jobs_list[0]])
+    for jobs in jobs_list:
+        med = statistics.median(walls[jobs])
+        print(f"  {name:10s} --jobs {jobs:3d}: median wall {med:8.2f} s, {base / med:5.2f}x --jobs {jobs_list[0]} "
+              f"(rounds {', '.join(f'{w:.2f}' for w in walls[jobs])})")
+    print(f"  {name:10s} reports byte-identical across the {rounds * len(jobs_list)} runs: {len(digests) == 1}")
+    if want is not None:
+        doc = json.loads((work / f"{name}-cores-{jobs_list[-1]}.json").read_bytes())
+        top = doc["stragglers"][0]
+        got_s = (top["rank"], top["times_last"], top["total_skew_ns"], top["wait_caused_ns"])
+        exp = (want["straggler"], want["times_last"], want["total_skew_ns"], want["wait_caused_ns"])
+        slow = sorted({x["rank"] for x in doc["layers"] if x["stage"] == "experts" and x["layer"] == want["slow_layer"]
+                       and x["compute_ns"] == want["slow_experts_compute_ns"]})
+        print(f"  {name:10s} planted straggler {'exact' if got_s == exp else 'DIFFERENT'} {got_s}; slow expert layer "
+              f"on ranks {slow}: {'exact' if slow == want['slow_ranks'] else 'DIFFERENT'}")
+
+
 def _digest(path: Path) -> str:
     import hashlib
     h = hashlib.sha256()
@@ -467,7 +509,11 @@ def main() -> None:
                     help="compile traceview's modules before the runs and let the runs keep them (each "
                          "--ab interpreter's too), as an installed traceview has them, even where "
                          "PYTHONDONTWRITEBYTECODE is set (bench/bytecode.py)")
-    ap.add_argument("--rounds", type=int, default=3, help="--ab: rounds over the interpreters (with --split too)")
+    ap.add_argument("--rounds", type=int, default=3,
+                    help="--ab: rounds over the interpreters (with --split too); --cores: rounds over the --jobs")
+    ap.add_argument("--cores", type=int, nargs="+", metavar="JOBS",
+                    help="only first runs, one with each --jobs given (e.g. 1 2 4 8 16 on a machine of 16 "
+                         "cores), --rounds times, interleaved; the speed-up over the first")
     a = ap.parse_args()
     work = a.keep or Path(tempfile.mkdtemp(prefix="bench-ranks-"))
     work.mkdir(parents=True, exist_ok=True)
@@ -493,6 +539,9 @@ def main() -> None:
             size = sum(p.stat().st_size for p in paths)
             print(f"MoE job of {n} ranks: generated in {time.perf_counter() - t:.1f} s, "
                   f"{size / 1e6:.0f} MB ({size / n / 1e6:.2f} MB per rank)", flush=True)
+            if a.cores:
+                cores(f"{n} ranks", d, n, work, moe_job.expected(job), a.cores, a.rounds)
+                continue
             if a.ab and not a.split:
                 ab(d, n, work, [t.absolute() for t in a.ab], a.rounds)
                 continue

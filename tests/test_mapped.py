@@ -102,6 +102,15 @@ def test_layer_rows_are_in_report_order_whatever_the_order_of_the_files(tmp_path
             got = layers.layer_rows(session)
             assert type(got) is packed.PackedRows and len(want) == 41
             assert list(got) == want == list(doc["layers"])
+            # in rank order the workers' packed parts are joined (mapped._layer_part: nothing packed
+            # here); out of it they cannot be, and the rows are sorted here
+            parts = session.profile.remote.layer_parts
+            assert parts is not None and len(parts) == len(session.profile.remote.batches) >= 2
+            joined = layers._joined_parts(session)
+            assert (joined is not None) is in_order
+            assert (type(got._chunks) is packed._MergedChunks) is in_order
+            if in_order:
+                assert [r for rb, *_ in parts for r in rb] == want
 
 
 def test_files_whose_ranks_come_in_another_order_give_the_same_bytes_on_two_workers(tmp_path):

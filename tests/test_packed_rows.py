@@ -206,3 +206,34 @@ def test_spilled_rows_are_the_files_mapped_as_an_unpickling_process_has_them(tmp
     assert got.keys.equals(rb.keys) and list(got.ends) == list(rb.ends)
     assert list(pickle.loads(pickle.dumps(got))) == list(rb)
     assert bytes(got.data) == (tmp_path / "p.rows").read_bytes() == bytes(rb.data)
+
+
+def test_parts_packed_row_by_row_and_joined_are_pack_readers_chunks():
+    """A mapped job's workers pack their batch's rows one msgpack a row (reader_row_bytes) and the
+    parent joins the batches' parts (concatenated): the same rows, chunks and msgpack as pack_reader
+    over the whole, whatever the parts' sizes (empty, shorter than a chunk, across chunks)."""
+    import pyarrow as pa
+    whole = rows(9000, seed=7)
+    cuts = [0, 0, 1500, 2524, 2524, 5600, 9000]        # parts of 0, 1500, 1024, 0, 3076, 3400 rows
+    parts = []
+    for a, b in zip(cuts[:-1], cuts[1:], strict=True):
+        t = pa.Table.from_pylist(whole[a:b]) if b > a else pa.Table.from_pylist(whole[:1]).slice(0, 0)
+        got = packed.reader_row_bytes(t.to_batches(max_chunksize=700))
+        assert got is not None and len(got) == b - a
+        parts.append(got)
+    joined = packed.concatenated(parts)
+    direct = packed.pack_reader(pa.Table.from_pylist(whole).to_batches(max_chunksize=1000))
+    assert list(joined) == whole == list(direct)
+    assert [bytes(c) for c in joined.raw_chunks()] == [bytes(c) for c in direct.raw_chunks()]
+    assert list(joined.chunks()) == list(direct.chunks())
+    assert joined.shape == direct.shape == scan(whole)
+    assert b"".join(msgpack_pieces({"x": joined})) == msgspec.msgpack.encode({"x": whole})
+    assert joined[4321] == whole[4321] and joined[1499:1501] == whole[1499:1501]
+
+
+def test_rows_that_cannot_be_packed_give_no_part():
+    import decimal
+
+    import pyarrow as pa
+    t = pa.table({"d": pa.array([decimal.Decimal("1.5")] * 3, pa.decimal128(5, 1))})
+    assert packed.reader_row_bytes(t.to_batches()) is None          # a Decimal: msgpack has none

@@ -61,6 +61,8 @@ class Remote:
     early_params: dict = field(default_factory=dict)           # what they were built with
     maps: list[mmap.mmap] = field(default_factory=list)       # every table file this process mapped
     keep: bool = False            # the workers keep each batch's session between rounds (_KEPT)
+    # the batches' layer rows packed by the workers (steps_task: _layer_part), in batch order
+    layer_parts: list | None = None
 
     def _adopt(self, session, name: str, own: dict) -> None:
         session.adopt(name, _concat([_read(self.scratch, b, name, self.maps) for b in range(len(self.batches))]), own)
@@ -98,6 +100,8 @@ class Remote:
         for r in results[1:]:
             if r["built"] != built:
                 raise AssertionError(f"batches built different steps: {built} != {r['built']}")
+        if "layer_times" in built:
+            self.layer_parts = [r.get("layers") for r in results]
         for name in built:
             step = lookup(name)
             assert step is not None
@@ -452,10 +456,41 @@ def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets:
     t2 = time.perf_counter()
     for name in built:
         _write(Path(scratch), batch, name, session.table(name))
+    out: dict = {"built": built}
+    if "layer_times" in built:
+        out["layers"] = _layer_part(session, Path(scratch), batch)
     if not keep:
         session.con.close()
     _stat(f"  batch {batch}: session {t1 - t0:.3f}s, build {t2 - t1:.3f}s, write", t2)
-    return {"built": built}
+    return out
+
+
+def _layer_part(session, scratch: Path, batch: int):
+    """The batch's layer rows as the document holds them (each row's msgpack, in the order the
+    parent reads layer_times: as it lies), written to the scratch folder, with the ranks they span:
+    (RowBytes, first rank, last rank, ranks in order), or None where they cannot be packed. The
+    parent joins the batches' parts (layers.layer_rows) instead of packing every row itself (at
+    1,024 ranks some 6 s of its own time that no other core could share)."""
+    import pyarrow.compute as pc
+
+    from .document.packed import RowBytes, reader_row_bytes
+    rank = session.sql("SELECT rank FROM layer_times").column("rank")
+    n = len(rank)
+    if n and rank.null_count:
+        return None
+    ordered = n < 2 or bool(pc.all(pc.less_equal(rank.slice(0, n - 1), rank.slice(1))).as_py())
+    ends = (rank[0].as_py(), rank[n - 1].as_py()) if n else (None, None)
+    rel = session.con.sql("SELECT * FROM layer_times")
+    read = rel.to_arrow_reader if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader
+    rows = reader_row_bytes(read(1024))
+    if rows is None:
+        return None
+    if len(rows):
+        rows.spill(str(_file(scratch, batch, "part-layers").with_suffix(".rows")))
+        if _in_this_process():     # (run in the parent itself: the part mapped as a worker's comes)
+            rows = rows.spilled()
+    assert type(rows) is RowBytes
+    return rows, ends[0], ends[1], ordered
 
 
 def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: dict, idle: dict,

@@ -102,6 +102,9 @@ def layer_rows(session: Session, spill: str | None = None, maps: list | None = N
     is in order wherever its ranks are: then the rows are read as they lie, without a sort (on a
     1,024-rank job DuckDB's sort of some 200k rows added about 55 MiB to the parent's peak)."""
     build(session, ["layer_times"])
+    joined = _joined_parts(session)
+    if joined is not None:
+        return joined
     sql = "SELECT * FROM layer_times" + ("" if _in_rank_order(session) else f" ORDER BY {LAYER_ORDER}")
     if session.rows("SELECT count(*) AS n FROM layer_times")[0]["n"] < packed.MIN_ROWS:
         return session.rows(sql)
@@ -110,6 +113,27 @@ def layer_rows(session: Session, spill: str | None = None, maps: list | None = N
     read = rel.to_arrow_reader if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader
     rows = packed.pack_reader(read(packed.CHUNK), spill, maps, release)
     return session.rows(sql) if rows is None else rows
+
+
+def _joined_parts(session: Session):
+    """A mapped job's layer rows as its workers packed them, batch after batch (mapped._layer_part:
+    the rows of each batch's layer_times as they lie): the rows read below, where the batches
+    together are in rank order (then they are read as they lie) and long enough to be packed;
+    else None."""
+    remote = getattr(session.profile, "remote", None) if session.profile is not None else None
+    parts = getattr(remote, "layer_parts", None)
+    if not parts or any(p is None for p in parts):
+        return None
+    last = None
+    for rows, first, end, ordered in parts:
+        if not len(rows):
+            continue
+        if not ordered or (last is not None and first < last):
+            return None
+        last = end
+    if sum(len(p[0]) for p in parts) < packed.MIN_ROWS:
+        return None
+    return packed.concatenated([p[0] for p in parts])
 
 
 def _in_rank_order(session: Session) -> bool:

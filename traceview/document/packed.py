@@ -359,6 +359,37 @@ def row_bytes(rows: list):
     return RowBytes(b"".join(blobs), array("q", accumulate(map(len, blobs))), shape)
 
 
+def reader_row_bytes(batches) -> RowBytes | None:
+    """The rows of Arrow record batches (a query's result read a batch at a time) as RowBytes, each
+    row its own msgpack: the rows pack_reader would pack, for a process that sends them on (a
+    mapped job's worker: its batch's layer rows, which the parent then reads without packing them
+    itself). None when some rows cannot be packed."""
+    blobs: list[bytes] = []
+    shapes = []
+    for batch in batches:
+        rows = batch.to_pylist()
+        shape = scan(rows)
+        if not packable(rows, shape):
+            return None
+        shapes.append(shape)
+        blobs.extend(map(_encode, rows))
+        del rows
+    return RowBytes(b"".join(blobs), array("q", accumulate(map(len, blobs))),
+                    combine(shapes) if shapes else scan([]))
+
+
+def concatenated(parts: list[RowBytes]) -> PackedRows:
+    """The rows of `parts`, one part after the other, as PackedRows read from the parts (a chunk
+    within one part is a slice of its bytes): the rows of a list whose parts were made in its order
+    (a mapped job's batches), held once, in their parts."""
+    part_of, index_of = array("I"), array("q")
+    for pi, p in enumerate(parts):
+        part_of.extend(array("I", [pi]) * len(p))
+        index_of.extend(range(len(p)))
+    return PackedRows(_MergedChunks(list(parts), part_of, index_of, ordered=True), len(index_of),
+                      combine(p.shape for p in parts))
+
+
 class _MergedChunks(Sequence):
     """The chunks of PackedRows whose rows lie in RowBytes parts, in the order given by (part,
     row) arrays: each chunk is joined when it is read (the last one kept), so that the rows are

@@ -35,6 +35,25 @@ def test_median_step_rule_by_hand():
     assert per == {0: (2, 20), 1: (1, 35), 2: (1, 5)}
 
 
+def test_ranks_interleaved_and_tied_pick_what_a_pass_per_rank_picks():
+    """Rows of many ranks in no order, with ties of step time inside and across ranks: per_rank and
+    the representative step are what a pass over all rows for each rank gives (the definition,
+    written out here; the code groups the rows once)."""
+    import random
+    rnd = random.Random(5)
+    rows = _rows([(r, s, rnd.choice([10, 20, 20, 30, 40])) for s in range(5) for r in rnd.sample(range(40), 40)])
+    rnd.shuffle(rows)
+
+    def by_pass(rank):
+        return breakdown.median_step([x for x in rows if x["rank"] == rank])
+    ranks = sorted({x["rank"] for x in rows})
+    assert breakdown.per_rank(rows) == [breakdown.summarize([x for x in rows if x["rank"] == r]) for r in ranks]
+    meds = sorted((by_pass(r) for r in ranks), key=lambda x: (x["step_time_ns"], x["rank"]))
+    want = meds[(len(meds) - 1) // 2]
+    s = breakdown.summarize(rows)
+    assert (s["rank"], s["step"]) == (want["rank"], want["step"])
+
+
 def test_summary_parts_are_the_chosen_steps_own():
     rows = [{"rank": 0, "step": 1, "step_time_ns": 100, "compute_ns": 60, "exposed_comm_ns": 10,
              "exposed_memory_ns": 5, "idle_ns": 25, "overlapped_comm_ns": 7, "comm_ns": 17},

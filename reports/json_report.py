@@ -85,12 +85,13 @@ def pieces(doc: ReportDocument, shape: Shape | None = None, formatted: dict | No
         yield b",\n" if i < len(keys) - 1 else b"\n}\n"
 
 
-def list_body(v, raw: bool) -> Iterator[bytes]:
+def list_body(v, raw: bool, lo: int = 0, hi: int | None = None) -> Iterator[bytes]:
     """The elements of a long list (or PackedRows) as `pieces` writes them inside its brackets:
     STREAM_ROWS elements formatted at a time, at depth 2, separated by ",\n". `raw`: floats
     outside [1e-4, 1e16) are given as Python writes them (the document has some; a list that holds
-    none is written the same either way)."""
-    batches = v.chunks() if type(v) is PackedRows else \
+    none is written the same either way). A PackedRows' chunks lo to hi only, where given: the
+    bodies of consecutive ranges joined by ",\n" are the body of the whole."""
+    batches = v.chunks(lo, hi) if type(v) is PackedRows else \
         (v[j:j + STREAM_ROWS] for j in range(0, len(v), STREAM_ROWS))
     first = True
     for batch in batches:
@@ -101,17 +102,18 @@ def list_body(v, raw: bool) -> Iterator[bytes]:
         yield b"  " + text[2:-2].replace(b"\n", b"\n  ")
 
 
-def list_body_file(source, path: str) -> int:
+def list_body_file(source, path: str, lo: int = 0, hi: int | None = None) -> int:
     """list_body of the PackedRows `source` describes (PackedRows.source; run by a mapped job's
-    worker while the parent keeps the document) written to the file `path`; its size. Only what
-    `pieces` would write itself: the caller uses it where the document's shape lets `pieces` write
-    its values with msgspec (raw floats where the rows hold some: the same bytes)."""
+    worker while the parent keeps the document), its chunks lo to hi where given, written to the
+    file `path`; its size. Only what `pieces` would write itself: the caller uses it where the
+    document's shape lets `pieces` write its values with msgspec (raw floats where the rows hold
+    some: the same bytes)."""
     from traceview.document.packed import from_source
     rows = from_source(source)
     tmp = f"{path}.tmp"
     size = 0
     with open(tmp, "wb") as fh:
-        for piece in list_body(rows, rows.shape.exponent_floats):
+        for piece in list_body(rows, rows.shape.exponent_floats, lo, hi):
             size += fh.write(piece)
     import os
     os.replace(tmp, path)

@@ -284,3 +284,37 @@ def test_long_lists_written_by_another_process_give_the_same_report(tmp_path):
     assert got == want
     assert b"".join(json_report.pieces(doc, scan(doc), formatted)) == want        # written twice alike
     assert packed.PackedRows([b"\x90"] * 0, 0, scan([])).source() is None         # rows in memory: none
+
+
+def test_long_lists_written_in_ranges_by_several_tasks_give_the_same_report(tmp_path, monkeypatch):
+    """Each long list cut into ranges of chunks (mapped._body_ranges: a merged source cut to its
+    rows, a file's given the chunks to write), each range written by its own task, the ranges
+    joined as list_body joins chunks: the standard library's report, byte for byte."""
+    import pyarrow as pa
+
+    from traceview import mapped
+    from traceview.document import packed
+    rnd = random.Random(4)
+    rows = [{"i": i, "f": rnd.choice([0.5, 1e-7, 2.5e17]), "s": rnd.choice(["a", "é", "x\u2028y"])}
+            for i in range(7000)]
+    table = pa.Table.from_pylist([{"a": i, "g": i / 8} for i in range(9000)])
+    in_file = packed.pack_reader(table.to_batches(max_chunksize=700), str(tmp_path / "t.rows"), [])
+    parts = []
+    for j in range(2):
+        rb = packed.row_bytes(rows[j * 3500:(j + 1) * 3500])
+        rb.spill(str(tmp_path / f"p{j}.rows"))
+        parts.append(pickle.loads(pickle.dumps(rb)))
+    doc = {"plain": in_file, "joined": packed.concatenated(parts), "top": 1e-9}
+    want = stdlib_report({k: list(v) if type(v) is packed.PackedRows else v for k, v in doc.items()}).encode()
+    monkeypatch.setattr(mapped, "BODY_MIN_CHUNKS", 2)
+    todo = [(k, doc[k].source()) for k in ("plain", "joined")]
+    tasks = mapped._body_ranges(todo, workers=2)        # 9 + 7 chunks in ranges of 3: 6 tasks
+    assert [(k, lo, hi) for k, _, lo, hi in tasks][:3] == [("plain", 0, 3), ("plain", 3, 6), ("plain", 6, 9)]
+    cut = [src for k, src, _, _ in tasks if k == "joined"]
+    assert [src[5] for src in cut] == [3072, 3072, 856] and sum(len(src[2]) for src in cut) == 7000
+    pieces: dict = {}
+    for i, (k, src, lo, hi) in enumerate(tasks):
+        path = str(tmp_path / f"b{i}.body")
+        pieces.setdefault(k, []).append(mapped._file_pieces(path, json_report.list_body_file(src, path, lo, hi), 4096))
+    formatted = {k: mapped._joined_pieces(fns) for k, fns in pieces.items()}
+    assert b"".join(json_report.pieces(doc, scan(doc), formatted)) == want

@@ -103,10 +103,14 @@ class PackedRows(Sequence):
         chunks = self._chunks
         return PackedRows, (chunks if type(chunks) is list else list(chunks), self._len, self.shape, self._per)
 
-    def chunks(self) -> Iterator[list]:
-        """The rows, a chunk's list at a time."""
-        for c in self._chunks:
-            yield _decode(c)
+    def chunks(self, lo: int = 0, hi: int | None = None) -> Iterator[list]:
+        """The rows, a chunk's list at a time (chunks lo to hi, all of them by default)."""
+        if lo == 0 and hi is None:
+            for c in self._chunks:
+                yield _decode(c)
+            return
+        for i in range(lo, len(self._chunks) if hi is None else hi):
+            yield _decode(self._chunks[i])
 
     def raw_chunks(self) -> Iterator[memoryview]:
         """Each chunk's msgpack of its rows without the array header: joined after the header of

@@ -138,6 +138,8 @@ def test_one_process_maps_a_job_beyond_one_batch_in_turn(tmp_path, monkeypatch):
     """--jobs 1 on a job whose input is more than one batch's bytes runs mapped in this process
     (mapped.beyond_one_batch): its batches one after the other, its critical paths on a thread;
     the report is the bytes of the job loaded whole, in every format checked."""
+    from traceview.document import packed
+    monkeypatch.setattr(packed, "MIN_ROWS", 16)           # DLRM's 41 layer rows a long list: packed, joined
     whole = {fmt: report(tmp_path, fmt, DLRM, "--jobs", "1", "--no-store") for fmt in ("json", "markdown")}
     files = expand([DLRM])
     size = sum(f.stat().st_size for f in files)
@@ -150,6 +152,10 @@ def test_one_process_maps_a_job_beyond_one_batch_in_turn(tmp_path, monkeypatch):
         remote = session.profile.remote
         assert remote is not None and len(remote.batches) >= 3 and remote.rounds == 2
         assert executors.current().pool is None           # no process started: all ran here
+        # the batches' layer rows, packed by their tasks here and mapped from their files, joined
+        assert type(doc["layers"]) is packed.PackedRows and type(doc["layers"]._chunks) is packed._MergedChunks
+        assert [len(p[0]) for p in remote.layer_parts if p[0].path] and \
+            all(p[0].maps for p in remote.layer_parts if len(p[0]))
     with executors.configured(executors.RunSettings(store=None, jobs=2)):
         assert not mapped.beyond_one_batch(files)         # a pool's job is mapped on the pool instead
     loaded = []

@@ -402,17 +402,22 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
     first = next(label for label in RUNS if label in reports)
     growth(name, work / f"{name}-{first.split()[0]}.json", Path(f"{store}-{first[4]}"))
     if want is not None:
-        doc = json.loads((work / f"{name}-{first.split()[0]}.json").read_bytes())
-        top = doc["stragglers"][0]
-        got = (top["rank"], top["times_last"], top["total_skew_ns"], top["wait_caused_ns"])
-        exp = (want["straggler"], want["times_last"], want["total_skew_ns"], want["wait_caused_ns"])
-        slow = sorted({r["rank"] for r in doc["layers"] if r["stage"] == "experts" and r["layer"] == want["slow_layer"]
-                       and r["compute_ns"] == want["slow_experts_compute_ns"]})
-        print(f"  {name:10s} straggler (rank, times last, total skew, wait caused) {got} planted {exp}: "
-              f"{'exact' if got == exp else 'DIFFERENT'}")
-        print(f"  {name:10s} slow expert layer {want['slow_layer']} on ranks {slow} planted {want['slow_ranks']}: "
-              f"{'exact' if slow == want['slow_ranks'] else 'DIFFERENT'}")
+        planted(name, work / f"{name}-{first.split()[0]}.json", want)
     return runs
+
+
+def planted(name: str, report: Path, want: dict) -> None:
+    """The report's straggler and slow expert layer against what the generator planted."""
+    doc = json.loads(report.read_bytes())
+    top = doc["stragglers"][0]
+    got = (top["rank"], top["times_last"], top["total_skew_ns"], top["wait_caused_ns"])
+    exp = (want["straggler"], want["times_last"], want["total_skew_ns"], want["wait_caused_ns"])
+    slow = sorted({r["rank"] for r in doc["layers"] if r["stage"] == "experts" and r["layer"] == want["slow_layer"]
+                   and r["compute_ns"] == want["slow_experts_compute_ns"]})
+    print(f"  {name:10s} straggler (rank, times last, total skew, wait caused) {got} planted {exp}: "
+          f"{'exact' if got == exp else 'DIFFERENT'}")
+    print(f"  {name:10s} slow expert layer {want['slow_layer']} on ranks {slow} planted {want['slow_ranks']}: "
+          f"{'exact' if slow == want['slow_ranks'] else 'DIFFERENT'}")
 
 
 def cores(name: str, path: Path, n: int, work: Path, want: dict | None, jobs_list: list[int], rounds: int) -> None:
@@ -442,14 +447,7 @@ def cores(name: str, path: Path, n: int, work: Path, want: dict | None, jobs_lis
               f"(rounds {', '.join(f'{w:.2f}' for w in walls[jobs])})")
     print(f"  {name:10s} reports byte-identical across the {rounds * len(jobs_list)} runs: {len(digests) == 1}")
     if want is not None:
-        doc = json.loads((work / f"{name}-cores-{jobs_list[-1]}.json").read_bytes())
-        top = doc["stragglers"][0]
-        got_s = (top["rank"], top["times_last"], top["total_skew_ns"], top["wait_caused_ns"])
-        exp = (want["straggler"], want["times_last"], want["total_skew_ns"], want["wait_caused_ns"])
-        slow = sorted({x["rank"] for x in doc["layers"] if x["stage"] == "experts" and x["layer"] == want["slow_layer"]
-                       and x["compute_ns"] == want["slow_experts_compute_ns"]})
-        print(f"  {name:10s} planted straggler {'exact' if got_s == exp else 'DIFFERENT'} {got_s}; slow expert layer "
-              f"on ranks {slow}: {'exact' if slow == want['slow_ranks'] else 'DIFFERENT'}")
+        planted(name, work / f"{name}-cores-{jobs_list[-1]}.json", want)
 
 
 def _digest(path: Path) -> str:

@@ -110,7 +110,7 @@ def test_layer_rows_are_in_report_order_whatever_the_order_of_the_files(tmp_path
             assert (joined is not None) is in_order
             assert (type(got._chunks) is packed._MergedChunks) is in_order
             if in_order:
-                assert [r for rb, *_ in parts for r in rb] == want
+                assert [r for rb in parts for r in rb] == want
 
 
 def test_files_whose_ranks_come_in_another_order_give_the_same_bytes_on_two_workers(tmp_path):
@@ -154,8 +154,8 @@ def test_one_process_maps_a_job_beyond_one_batch_in_turn(tmp_path, monkeypatch):
         assert executors.current().pool is None           # no process started: all ran here
         # the batches' layer rows, packed by their tasks here and mapped from their files, joined
         assert type(doc["layers"]) is packed.PackedRows and type(doc["layers"]._chunks) is packed._MergedChunks
-        assert [len(p[0]) for p in remote.layer_parts if p[0].path] and \
-            all(p[0].maps for p in remote.layer_parts if len(p[0]))
+        assert [len(p) for p in remote.layer_parts if p.path] and \
+            all(p.maps for p in remote.layer_parts if len(p))
     with executors.configured(executors.RunSettings(store=None, jobs=2)):
         assert not mapped.beyond_one_batch(files)         # a pool's job is mapped on the pool instead
     loaded = []

@@ -470,30 +470,18 @@ def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets:
 
 def _layer_part(session, scratch: Path, batch: int):
     """The batch's layer rows as the document holds them (each row's msgpack, in the order the
-    parent reads layer_times: as it lies), written to the scratch folder, with the ranks they span:
-    (RowBytes, first rank, last rank, ranks in order), or None where they cannot be packed. The
-    parent joins the batches' parts (layers.layer_rows) instead of packing every row itself (at
-    1,024 ranks some 6 s of its own time that no other core could share)."""
-    import pyarrow.compute as pc
-
-    from .document.packed import RowBytes, reader_row_bytes
-    rank = session.sql("SELECT rank FROM layer_times").column("rank")
-    n = len(rank)
-    if n and rank.null_count:
-        return None
-    ordered = n < 2 or bool(pc.all(pc.less_equal(rank.slice(0, n - 1), rank.slice(1))).as_py())
-    ends = (rank[0].as_py(), rank[n - 1].as_py()) if n else (None, None)
+    parent reads layer_times: as it lies), written to the scratch folder, or None where they cannot
+    be packed. The parent joins the batches' parts (layers.layer_rows) instead of packing every row
+    itself (at 1,024 ranks some 6 s of its own time that no other core could share)."""
+    from .document.packed import reader_row_bytes
     rel = session.con.sql("SELECT * FROM layer_times")
     read = rel.to_arrow_reader if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader
     rows = reader_row_bytes(read(1024))
-    if rows is None:
-        return None
-    if len(rows):
+    if rows is not None and len(rows):
         rows.spill(str(_file(scratch, batch, "part-layers").with_suffix(".rows")))
         if _in_this_process():     # (run in the parent itself: the part mapped as a worker's comes)
             rows = rows.spilled()
-    assert type(rows) is RowBytes
-    return rows, ends[0], ends[1], ordered
+    return rows
 
 
 def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: dict, idle: dict,

@@ -117,23 +117,14 @@ def layer_rows(session: Session, spill: str | None = None, maps: list | None = N
 
 def _joined_parts(session: Session):
     """A mapped job's layer rows as its workers packed them, batch after batch (mapped._layer_part:
-    the rows of each batch's layer_times as they lie): the rows read below, where the batches
-    together are in rank order (then they are read as they lie) and long enough to be packed;
-    else None."""
+    the rows of each batch's layer_times as they lie, as the parent adopted them): the rows read
+    below where they are in rank order (read as they lie) and long enough to be packed; else None."""
     remote = getattr(session.profile, "remote", None) if session.profile is not None else None
     parts = getattr(remote, "layer_parts", None)
-    if not parts or any(p is None for p in parts):
+    if not parts or any(p is None for p in parts) or sum(map(len, parts)) < packed.MIN_ROWS \
+            or not _in_rank_order(session):
         return None
-    last = None
-    for rows, first, end, ordered in parts:
-        if not len(rows):
-            continue
-        if not ordered or (last is not None and first < last):
-            return None
-        last = end
-    if sum(len(p[0]) for p in parts) < packed.MIN_ROWS:
-        return None
-    return packed.concatenated([p[0] for p in parts])
+    return packed.concatenated(parts)
 
 
 def _in_rank_order(session: Session) -> bool:

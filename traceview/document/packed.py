@@ -105,10 +105,6 @@ class PackedRows(Sequence):
 
     def chunks(self, lo: int = 0, hi: int | None = None) -> Iterator[list]:
         """The rows, a chunk's list at a time (chunks lo to hi, all of them by default)."""
-        if lo == 0 and hi is None:
-            for c in self._chunks:
-                yield _decode(c)
-            return
         for i in range(lo, len(self._chunks) if hi is None else hi):
             yield _decode(self._chunks[i])
 

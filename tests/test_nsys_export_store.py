@@ -69,7 +69,7 @@ def test_export_lies_in_the_store_and_a_stored_report_needs_neither_it_nor_nsys(
     # the stored export is nsys's export of this report: every kernel record in it is a kernel of the tables
     import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    parts = [pq.read_table(f) for f in (root / "entries").glob("*/gpu_activities/*/part-0.parquet")]
+    parts = [pq.read_table(f) for f in (root / "entries").glob("*/rank=*/gpu_activities.parquet")]
     assert _count(db, "SELECT count(*) FROM CUPTI_ACTIVITY_KIND_KERNEL") == \
         sum(pc.sum(pc.equal(t.column("kind"), "kernel")).as_py() or 0 for t in parts) > 0
     assert list(rep.parent.iterdir()) == [rep] and list(private_tmp.iterdir()) == []

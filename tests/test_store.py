@@ -43,7 +43,9 @@ def test_dlrm_from_store_is_byte_identical_to_parsing(tmp_path):
     # Hive-partitioned by rank, zstd Parquet, a manifest saying where each came from
     man = json.loads((entries[0] / "manifest.json").read_text())
     rank = man["ranks"][0]
-    assert (entries[0] / "gpu_activities" / f"rank={rank}" / "part-0.parquet").is_file()
+    assert (entries[0] / f"rank={rank}" / "gpu_activities.parquet").is_file()
+    # one folder for all of the rank's tables (and one for the tables without a rank: no syncs here)
+    assert sorted(p.name for p in entries[0].iterdir() if p.is_dir()) == sorted([f"rank={rank}", "rank=none"])
     assert man["store_schema_version"] == store_mod.STORE_SCHEMA_VERSION and man["format"] == ["kineto"]
     src = Path(man["source"]["path"])
     assert src.parent == DLRM.resolve() and man["source"]["size"] == src.stat().st_size
@@ -54,8 +56,16 @@ def test_dlrm_from_store_is_byte_identical_to_parsing(tmp_path):
             on_disk = entries[0] / f["file"]
             assert f["size"] == on_disk.stat().st_size and f["hash"] == store_mod.file_hash(on_disk)
     import pyarrow.parquet as pq
-    md = pq.ParquetFile(entries[0] / "gpu_activities" / f"rank={rank}" / "part-0.parquet").metadata
+    md = pq.ParquetFile(entries[0] / f"rank={rank}" / "gpu_activities.parquet").metadata
     assert md.row_group(0).column(0).compression == "ZSTD"
+    # a dictionary page only for the columns that are dictionaries in Arrow (names, kinds); plain
+    # values elsewhere; no statistics
+    names = md.schema.names
+    for i in range(md.num_columns):
+        col = md.row_group(0).column(i)
+        dictionary = "RLE_DICTIONARY" in col.encodings or "PLAIN_DICTIONARY" in col.encodings
+        assert dictionary == (names[i] in {"kind", "name"}), (names[i], col.encodings)
+        assert col.statistics is None, names[i]
     _, stats = loaded([DLRM], root)
     assert stats["from_store"] == 8 and stats["parsed"] == 0
 
@@ -103,7 +113,7 @@ def test_damaged_entry_is_rebuilt_never_read_short(tmp_path, damage):
     plain = report(tmp_path, job, "--no-store")
     report(tmp_path, job, "--store", root)
     entry = next(e for e in (root / "entries").iterdir() if "worker1" in e.name)
-    part = next(entry.glob("gpu_activities/rank=*/part-0.parquet"))
+    part = next(entry.glob("rank=*/gpu_activities.parquet"))
     if damage == "truncate":
         part.write_bytes(part.read_bytes()[: part.stat().st_size // 2])
     elif damage == "flip":
@@ -257,7 +267,7 @@ def test_partitions_hold_each_ranks_rows_and_give_the_table_back_in_its_order(tm
     table = pa.table({f.name: cols[f.name] for f in want}, schema=want)
     parts = store_mod._write_partitions(tmp_path, "syncs", table)
     expect = {r: ranks.count(r) for r in sorted(set(ranks))} or {None: 0}
-    assert [p["file"] for p in parts] == [f"syncs/rank={'none' if r is None else r}/part-0.parquet" for r in expect]
+    assert [p["file"] for p in parts] == [f"rank={'none' if r is None else r}/syncs.parquet" for r in expect]
     pieces = []
     for p, (r, count) in zip(parts, expect.items(), strict=True):
         t = pq.read_table(tmp_path / p["file"])

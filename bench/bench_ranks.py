@@ -424,11 +424,19 @@ def cores(name: str, path: Path, n: int, work: Path, want: dict | None, jobs_lis
     """--cores: first runs (empty store) of the job with each --jobs in `jobs_list`, `rounds` times over
     (interleaved: the machine's load falls on all alike); per run wall, CPU of all processes and the
     parent's peak RSS; then the median wall of each and its speed-up over the first --jobs given.
-    Every report must be byte-identical to the others, and the planted causes the generator's."""
+    Every report must be byte-identical to the others, and the planted causes the generator's.
+    With --jobs 1 and 2 among them, each round also measures what two cores give at the moment
+    (capacity()) and prints the bound that sets on --jobs 2 for the CPU it spent: --jobs 1's wall
+    over --jobs 2's CPU spread over `capacity` cores."""
     import statistics
     walls: dict[int, list[float]] = {j: [] for j in jobs_list}
+    cpus: dict[int, list[float]] = {j: [] for j in jobs_list}
+    pair = 1 in jobs_list and 2 in jobs_list
+    caps: list[float] = []
     digests = set()
     for r in range(rounds):
+        if pair:
+            caps.append(capacity())
         for jobs in jobs_list:
             store = work / f"store-{name}-cores-{jobs}"
             shutil.rmtree(store, ignore_errors=True)
@@ -436,6 +444,7 @@ def cores(name: str, path: Path, n: int, work: Path, want: dict | None, jobs_lis
             got = analyze(path, out, "--jobs", str(jobs), "--store", str(store))
             digests.add(_digest(out))
             walls[jobs].append(got["wall_s"])
+            cpus[jobs].append(got["tree_cpu_s"])
             print(f"  {name:10s} round {r + 1} --jobs {jobs:3d}: wall {got['wall_s']:8.2f} s  "
                   f"all processes' CPU {got['tree_cpu_s']:8.2f} s  per rank {got['wall_s'] / n * 1e3:7.1f} ms  "
                   f"parent peak RSS {got['rss_mb']:7.1f} MB  workers' peak RSS {got['kids_rss_mb']:7.1f} MB",
@@ -445,6 +454,16 @@ def cores(name: str, path: Path, n: int, work: Path, want: dict | None, jobs_lis
         med = statistics.median(walls[jobs])
         print(f"  {name:10s} --jobs {jobs:3d}: median wall {med:8.2f} s, {base / med:5.2f}x --jobs {jobs_list[0]} "
               f"(rounds {', '.join(f'{w:.2f}' for w in walls[jobs])})")
+    if pair:
+        ratios = [a / b for a, b in zip(walls[1], walls[2], strict=True)]
+        bounds = [a / (c / min(k, 2.0)) for a, c, k in zip(walls[1], cpus[2], caps, strict=True)]
+        for r in range(rounds):
+            print(f"  {name:10s} round {r + 1}: --jobs 1 / --jobs 2 {ratios[r]:.2f}x; two CPU-bound processes ran "
+                  f"at {caps[r]:.2f}x one; bound for --jobs 2's CPU ({cpus[2][r]:.2f} s) on such cores "
+                  f"{bounds[r]:.2f}x; reached {ratios[r] / bounds[r]:.2f}")
+        print(f"  {name:10s} medians: --jobs 1 / --jobs 2 {statistics.median(ratios):.2f}x, capacity "
+              f"{statistics.median(caps):.2f}x, bound {statistics.median(bounds):.2f}x, CPU --jobs 1 "
+              f"{statistics.median(cpus[1]):.2f} s, --jobs 2 {statistics.median(cpus[2]):.2f} s")
     print(f"  {name:10s} reports byte-identical across the {rounds * len(jobs_list)} runs: {len(digests) == 1}")
     if want is not None:
         planted(name, work / f"{name}-cores-{jobs_list[-1]}.json", want)

@@ -30,3 +30,10 @@ def connect() -> duckdb.DuckDBPyConnection:
         db = _local.db = duckdb.connect(":memory:")
         _local.pid = os.getpid()
     return db.cursor()
+
+
+def arrow_reader(rel: duckdb.DuckDBPyRelation, batch_rows: int):
+    """The relation's result as a reader of Arrow record batches of `batch_rows` rows (a newer
+    DuckDB names it to_arrow_reader and warns that fetch_arrow_reader is deprecated)."""
+    read = rel.to_arrow_reader if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader
+    return read(batch_rows)

@@ -473,10 +473,9 @@ def _layer_part(session, scratch: Path, batch: int):
     parent reads layer_times: as it lies), written to the scratch folder, or None where they cannot
     be packed. The parent joins the batches' parts (layers.layer_rows) instead of packing every row
     itself (at 1,024 ranks some 6 s of its own time that no other core could share)."""
-    from .document.packed import reader_row_bytes
-    rel = session.con.sql("SELECT * FROM layer_times")
-    read = rel.to_arrow_reader if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader
-    rows = reader_row_bytes(read(1024))
+    from .document.packed import CHUNK, reader_row_bytes
+    from .duck import arrow_reader
+    rows = reader_row_bytes(arrow_reader(session.con.sql("SELECT * FROM layer_times"), CHUNK))
     if rows is not None and len(rows):
         rows.spill(str(_file(scratch, batch, "part-layers").with_suffix(".rows")))
         if _in_this_process():     # (run in the parent itself: the part mapped as a worker's comes)
@@ -701,8 +700,8 @@ def _body_ranges(todo: list[tuple[str, Any]], workers: int) -> list[tuple[str, A
     the largest (at 1,024 ranks the stall rows, some half of all: 6.4 s for 8.6 s of CPU on two
     workers). A merged source is cut to the range's rows (its order arrays: 12 bytes a row, not
     pickled whole to every task); a file's by the chunks the task writes."""
-    from .document.packed import CHUNK
-    counts = [len(src[2]) if src[0] == "file" else -(-src[5] // CHUNK) for _, src in todo]
+    from .document.packed import source_chunks, source_range
+    counts = [source_chunks(src) for _, src in todo]
     size = max(BODY_MIN_CHUNKS, -(-sum(counts) // max(1, workers * BODY_TASKS_PER_WORKER)))
     out: list[tuple[str, Any, int, int | None]] = []
     for (k, src), n in zip(todo, counts, strict=True):
@@ -710,13 +709,7 @@ def _body_ranges(todo: list[tuple[str, Any]], workers: int) -> list[tuple[str, A
         if len(cuts) <= 2:
             out.append((k, src, 0, None))
             continue
-        for lo, hi in zip(cuts[:-1], cuts[1:], strict=True):
-            if src[0] == "file":
-                out.append((k, src, lo, hi))
-            else:
-                kind, parts, part_of, index_of, ordered, rows, shape = src
-                a, b = lo * CHUNK, min(rows, hi * CHUNK)
-                out.append((k, (kind, parts, part_of[a:b], index_of[a:b], ordered, b - a, shape), 0, None))
+        out += [(k, *source_range(src, lo, hi)) for lo, hi in zip(cuts[:-1], cuts[1:], strict=True)]
     return out
 
 

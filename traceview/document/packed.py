@@ -137,6 +137,22 @@ class PackedRows(Sequence):
 register_packed(PackedRows)
 
 
+def source_chunks(src) -> int:
+    """The chunks of the PackedRows that PackedRows.source described (list_body writes them)."""
+    return len(src[2]) if src[0] == "file" else -(-src[5] // CHUNK)
+
+
+def source_range(src, lo: int, hi: int) -> tuple:
+    """(source, lo, hi) for chunks lo to hi of `src`, as list_body_file takes them: a chunk file is
+    read in that range; a merge is cut to that range's rows (its order arrays, 12 bytes a row, not
+    sent whole to every task), all of which are then written."""
+    if src[0] == "file":
+        return src, lo, hi
+    kind, parts, part_of, index_of, ordered, n, shape = src
+    a, b = lo * CHUNK, min(n, hi * CHUNK)
+    return (kind, parts, part_of[a:b], index_of[a:b], ordered, b - a, shape), 0, None
+
+
 def from_source(src) -> PackedRows:
     """The PackedRows that PackedRows.source described (in another process: its files mapped)."""
     if src[0] == "file":
@@ -355,7 +371,11 @@ def row_bytes(rows: list):
     shape = scan(rows)
     if not packable(rows, shape):
         return rows
-    blobs = list(map(_encode, rows))
+    return _joined_blobs(list(map(_encode, rows)), shape)
+
+
+def _joined_blobs(blobs: list[bytes], shape: Shape) -> RowBytes:
+    """Rows' msgpack blobs, in order, as RowBytes (their bytes joined, each row's end beside)."""
     return RowBytes(b"".join(blobs), array("q", accumulate(map(len, blobs))), shape)
 
 
@@ -374,8 +394,7 @@ def reader_row_bytes(batches) -> RowBytes | None:
         shapes.append(shape)
         blobs.extend(map(_encode, rows))
         del rows
-    return RowBytes(b"".join(blobs), array("q", accumulate(map(len, blobs))),
-                    combine(shapes) if shapes else scan([]))
+    return _joined_blobs(blobs, combine(shapes) if shapes else scan([]))
 
 
 def concatenated(parts: list[RowBytes]) -> PackedRows:

@@ -108,16 +108,21 @@ def list_body_file(source, path: str, lo: int = 0, hi: int | None = None) -> int
     file `path`; its size. Only what `pieces` would write itself: the caller uses it where the
     document's shape lets `pieces` write its values with msgspec (raw floats where the rows hold
     some: the same bytes)."""
-    from traceview.document.packed import from_source
-    rows = from_source(source)
     tmp = f"{path}.tmp"
     size = 0
     with open(tmp, "wb") as fh:
-        for piece in list_body(rows, rows.shape.exponent_floats, lo, hi):
+        for piece in list_body_of(source, lo, hi):
             size += fh.write(piece)
     import os
     os.replace(tmp, path)
     return size
+
+
+def list_body_of(source, lo: int = 0, hi: int | None = None) -> Iterator[bytes]:
+    """The pieces list_body_file writes (in this process: a range whose task failed)."""
+    from traceview.document.packed import from_source
+    rows = from_source(source)
+    yield from list_body(rows, rows.shape.exponent_floats, lo, hi)
 
 
 def _streamed(v) -> bool:

@@ -8,7 +8,6 @@ import decimal
 import enum
 import json
 import math
-import os
 import pickle
 import random
 import struct
@@ -275,8 +274,6 @@ def test_long_lists_written_by_another_process_give_the_same_report(tmp_path):
         for k in ("plain", "merged"):
             src = doc[k].source()
             assert src is not None
-            if k == "merged":        # the rows' bytes: the parts' files' sizes
-                assert mapped._source_bytes(src) == sum(os.path.getsize(tmp_path / f"p{j}.rows") for j in range(3))
             path = str(tmp_path / f"{k}.body")
             size = pool.apply(json_report.list_body_file, (src, path))
             formatted[k] = mapped._file_pieces(path, size, piece=4096)
@@ -318,3 +315,49 @@ def test_long_lists_written_in_ranges_by_several_tasks_give_the_same_report(tmp_
         pieces.setdefault(k, []).append(mapped._file_pieces(path, json_report.list_body_file(src, path, lo, hi), 4096))
     formatted = {k: mapped._joined_pieces(fns) for k, fns in pieces.items()}
     assert b"".join(json_report.pieces(doc, scan(doc), formatted)) == want
+
+
+def test_long_list_ranges_come_from_their_tasks_files_or_are_written_here(tmp_path, monkeypatch):
+    """The ranges of a mapped job's long lists as the report takes them (mapped._Bodies): each from
+    its task's file once the task is done, a range whose task failed written by this process
+    (json_report.list_body_of) and only that one; the standard library's report, byte for byte."""
+    from concurrent.futures import Future
+
+    import pyarrow as pa
+
+    from traceview import mapped
+    from traceview.document import packed
+    rows = [{"i": i, "f": [0.5, 1e-7, 2.5e17][i % 3], "s": "x\u2028y" if i % 5 else "é"} for i in range(5000)]
+    parts = []
+    for j in range(2):
+        rb = packed.row_bytes(rows[j * 2500:(j + 1) * 2500])
+        rb.spill(str(tmp_path / f"p{j}.rows"))
+        parts.append(pickle.loads(pickle.dumps(rb)))
+    table = pa.Table.from_pylist([{"a": i, "g": i / 8} for i in range(6000)])
+    doc = {"joined": packed.concatenated(parts), "top": 1e-9,
+           "plain": packed.pack_reader(table.to_batches(max_chunksize=700), str(tmp_path / "t.rows"), [])}
+    want = stdlib_report({k: list(v) if type(v) is packed.PackedRows else v for k, v in doc.items()}).encode()
+    monkeypatch.setattr(mapped, "BODY_MIN_CHUNKS", 2)
+    tasks = mapped._body_ranges([(k, doc[k].source()) for k in ("joined", "plain")], workers=2)
+    assert len(tasks) >= 4
+    paths, futs = [], []
+    for i, (_, src, lo, hi) in enumerate(tasks):
+        paths.append(str(tmp_path / f"b{i}.body"))
+        fut: Future = Future()
+        if i % 2:
+            fut.set_exception(OSError("the task's worker died"))
+        else:
+            fut.set_result(json_report.list_body_file(src, paths[-1], lo, hi))
+        futs.append(fut)
+    here = []
+    real = json_report.list_body_of
+    monkeypatch.setattr(json_report, "list_body_of", lambda *a: here.append(a[1:]) or real(*a))
+    bodies = mapped._Bodies(tasks, paths, futs)
+    idx: dict = {}
+    for i, (k, _, _, _) in enumerate(tasks):
+        idx.setdefault(k, []).append(i)
+    formatted = {k: mapped._joined_pieces([bodies.lazy(i) for i in ii]) for k, ii in idx.items()}
+    assert here == []                          # nothing taken before the report is written
+    assert b"".join(json_report.pieces(doc, scan(doc), formatted)) == want
+    assert here == [(lo, hi) for i, (_, _, lo, hi) in enumerate(tasks) if i % 2]
+

@@ -124,14 +124,52 @@ def test_a_job_with_long_stall_lists_on_two_workers_with_a_store_gives_the_same_
     """Long lists whose rows, ends and sort keys come back from the workers as files (RowBytes.spill)
     and are written by the workers into the JSON (mapped.start_list_bodies): a first run with a
     store, its repeat from the store and one process give the same bytes, and every run succeeds."""
+    job = _long_list_job(tmp_path)
+    one = report(tmp_path, "json", job, "--jobs", "1", "--no-store")
+    assert one.count(b'"cause"') > 4096              # more stall rows than a short list holds
+    two = report(tmp_path, "json", job, "--jobs", "2", "--store", tmp_path / "s")
+    again = report(tmp_path, "json", job, "--jobs", "2", "--store", tmp_path / "s")
+    assert one == two == again
+
+
+def _long_list_job(tmp_path):
     from fixtures import moe_job
     job = moe_job.Job(ranks=24, steps=4, layers=12)
     moe_job.write(tmp_path / "job", job)
-    one = report(tmp_path, "json", tmp_path / "job", "--jobs", "1", "--no-store")
-    assert one.count(b'"cause"') > 4096              # more stall rows than a short list holds
-    two = report(tmp_path, "json", tmp_path / "job", "--jobs", "2", "--store", tmp_path / "s")
-    again = report(tmp_path, "json", tmp_path / "job", "--jobs", "2", "--store", tmp_path / "s")
-    assert one == two == again
+    return tmp_path / "job"
+
+
+def test_long_lists_whose_tasks_fail_are_written_here_alike(tmp_path, monkeypatch):
+    """The workers write a JSON report's long lists in ranges (mapped.start_list_bodies); where
+    their tasks fail (here: a function no worker can be given), each range is written by this
+    process from the same rows as the report is written (json_report.list_body_of): the bytes of
+    one process. (A failed range among written ones: test_json_writer.)"""
+    from traceview.reports import json_report
+    job = _long_list_job(tmp_path)
+    one = report(tmp_path, "json", job, "--jobs", "1", "--no-store")
+    real_here = json_report.list_body_of
+    here = []
+    monkeypatch.setattr(json_report, "list_body_file", lambda *a: pytest.fail("run"))   # not picklable
+    monkeypatch.setattr(json_report, "list_body_of", lambda *a: here.append(a[1:]) or real_here(*a))
+    assert report(tmp_path, "json", job, "--jobs", "2", "--no-store") == one
+    assert here                                # every range, written here
+
+
+def test_long_lists_not_written_out_during_the_run_are_taken_at_its_end(tmp_path):
+    """A job's report asked for after its run ended (the pool and the scratch folder gone): the
+    ranges the workers wrote were taken as the run ended (RunState.drains), the same bytes."""
+    from traceview.job_cache import open_job
+    job = _long_list_job(tmp_path)
+
+    def run(p):
+        return run_job(p, AnalyzeOptions())[0]
+    with executors.configured(executors.RunSettings(store=None, jobs=1)):
+        want = b"".join(open_job([str(job)], {}, run, "json").output("json"))
+    with executors.configured(executors.RunSettings(store=tmp_path / "s", jobs=2)) as state:
+        j = open_job([str(job)], {}, run, "json")
+        assert j._formatted and state.drains              # the long lists, by the workers
+    assert executors.current() is None
+    assert b"".join(j.output("json")) == want
 
 
 def test_one_process_maps_a_job_beyond_one_batch_in_turn(tmp_path, monkeypatch):

@@ -183,27 +183,29 @@ def analyze_main(paths: List[Path], fmt: str, out: Optional[Path], out_dir: Opti
         replayable = replay.INVOCATION is not None and rs.store is not None and out_dir is None \
             and per_rank_rows is None
         before = replay.snapshot([str(p) for p in paths], named) if replayable else None
+        # the report is written while the run's workers are there: a mapped job's long lists are
+        # written out as the workers' tasks give them (mapped.start_list_bodies)
         with configured(rs) as state:
             from .job_cache import open_job  # the store may keep this job's document and report
             job = open_job([str(p) for p in paths], fields, compute,
                            fmt if out_dir is None and per_rank_rows is None else None)
-        if state.skipped:
-            job.document["skipped_ranks"] = state.skipped
-        text = job.output(fmt, per_rank_rows)
-        if out_dir is not None:
-            from .output import write_tree
-            from .reports import bundle_files
-            files: list[tuple[str, Any]] = list(bundle_files(cast(Any, job.document), per_rank_rows))
-            if staged:                  # -o inside the bundle: written with it, all or nothing
-                files = [f for f in files if f[0] != staged] + [(staged, text)]
-            write_tree(files, out_dir)
-        coloured = False
-        if fmt == "text" and out is None:
-            from .reports.tty import colorize, want_color
-            if want_color(sys.stdout) and isinstance(text, str):
-                text, coloured = colorize(text), True
-        if staged is None and (out_dir is None or out is not None or fmt == "text"):
-            write_output(text, out)
+            if state.skipped:
+                job.document["skipped_ranks"] = state.skipped
+            text = job.output(fmt, per_rank_rows)
+            if out_dir is not None:
+                from .output import write_tree
+                from .reports import bundle_files
+                files: list[tuple[str, Any]] = list(bundle_files(cast(Any, job.document), per_rank_rows))
+                if staged:                  # -o inside the bundle: written with it, all or nothing
+                    files = [f for f in files if f[0] != staged] + [(staged, text)]
+                write_tree(files, out_dir)
+            coloured = False
+            if fmt == "text" and out is None:
+                from .reports.tty import colorize, want_color
+                if want_color(sys.stdout) and isinstance(text, str):
+                    text, coloured = colorize(text), True
+            if staged is None and (out_dir is None or out is not None or fmt == "text"):
+                write_output(text, out)
         violated = job.budget_violated
         kept = job.kept
         if before is not None and rs.store is not None and kept is not None and not coloured and not state.skipped:

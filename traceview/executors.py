@@ -67,6 +67,9 @@ class RunState:
     stats: dict = field(default_factory=dict)            # what the last map did (for bench/tests)
     pool: Any = None                                    # the process pool of mapped rounds (map_tasks)
     cleanups: list = field(default_factory=list)         # called when the run ends (scratch folders)
+    # called with whether the run's work ended without an exception, before the pool is shut down
+    # (a JSON report's long lists still being written by the workers: mapped.start_list_bodies)
+    drains: list = field(default_factory=list)
 
 
 _STATE: RunState | None = None
@@ -98,9 +101,13 @@ def configured(settings: RunSettings) -> Iterator[RunState]:
                 raise UsageError(settings.store, f"cannot use as the store: {e.strerror or e}") from None
             settings.store = None        # the default place is unusable: run without a store
     previous, _STATE = _STATE, state
+    ok = False
     try:
         yield state
+        ok = True
     finally:
+        for drain in state.drains:
+            drain(ok)
         from .store import settle
         settle()                         # the store's copies of the tables parsed here, written
         _STATE = previous

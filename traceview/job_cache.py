@@ -219,7 +219,7 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
             state.stats = {**state.stats, "document_from_store": True}
             return Job(paths, run, doc, store, k, from_store=True)
     doc = _packed(run(paths))
-    bodies = _start_bodies(doc, fmt)       # (taken before the run's scratch folder is removed)
+    bodies = _start_bodies(doc, fmt)
     if state.skipped:                      # not the job's whole answer: nothing kept
         return Job(paths, run, doc, formatted=bodies() if bodies is not None else None)
     k = key(paths, fields, store)          # the traces are in the store now
@@ -227,6 +227,8 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
         return Job(paths, run, doc, formatted=bodies() if bodies is not None else None)
     from .plain_data import scan
     shape = scan(doc)                      # once, for the store and the JSON writer
+    # kept while a mapped job's workers write the report's long lists (not on a thread beside the
+    # report's own writing: the two then took turns at the interpreter's lock, a piece at a time)
     store.put_document(k, doc, shape=shape)    # (not when msgpack would not give it back exactly)
     return Job(paths, run, doc, store, k, shape=shape, formatted=bodies() if bodies is not None else None)
 

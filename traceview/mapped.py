@@ -648,14 +648,19 @@ _LEAVES = frozenset({int, float, bool, type(None), bytes})
 # A mapped job's document holds its long row lists (stalls, layers, all-to-alls) in files of the
 # scratch folder (document/packed.py). When the report is JSON, the workers, idle once the stall
 # parts are merged, write each list's JSON (json_report.list_body_file, the code and bytes of the
-# report's own writer) while this process keeps the document in the store; the report is then
-# written from those pieces instead of formatting the rows here.
+# report's own writer) in ranges, in the order the report holds them, while this process keeps the
+# document in the store and then writes the report, each range as soon as its task is done: the
+# report is written beside the workers instead of after them (at 1,024 ranks its 976 MB took 1.3 s
+# of this process's time once the workers were done).
 
 def start_list_bodies(doc: dict):
     """The JSON of `doc`'s long lists whose rows lie in files, started on the run's pool: a
-    function that waits and returns {key: a function giving that list's body in pieces} (what
-    json_report.pieces takes; a list whose task failed is left out: written here as before).
-    None where there is no local pool or no such list."""
+    function that returns {key: a function giving that list's body in pieces} (what
+    json_report.pieces takes) without waiting: each range's pieces wait for its task there; a
+    range whose task failed is written here from the same rows (the same bytes, or the same
+    error). Ranges not written out by the time the run ends are taken then, before the pool and
+    the scratch folder go (executors.configured: RunState.drains). None where there is no local
+    pool or no such list."""
     from concurrent.futures import BrokenExecutor  # a broken pool's error (the pool module not imported)
 
     from . import executors
@@ -664,30 +669,62 @@ def start_list_bodies(doc: dict):
     state = executors.current()
     if state is None or state.client is not None or state.pool is None:
         return None
-    todo = [(k, src) for k, v in doc.items() if type(v) is PackedRows and (src := v.source()) is not None]
+    # in the order the report writes them (json_report.pieces: sorted keys), each list's ranges in
+    # order: the report is written as the tasks end
+    todo = sorted((k, src) for k, v in doc.items() if type(v) is PackedRows and (src := v.source()) is not None)
     if not todo:
         return None
-    todo.sort(key=lambda ks: -_source_bytes(ks[1]))      # the largest first: the workers end together
     folder = Path(_first_file(todo[0][1])).parent
     stamp = uuid.uuid4().hex[:8]
     tasks = _body_ranges(todo, executors.parallel(state))
     paths = [str(folder / f"json-{stamp}-{i}.body") for i in range(len(tasks))]
     try:
-        futs = [(k, path, state.pool.submit(*executors._task(list_body_file, (src, path, lo, hi))))
-                for (k, src, lo, hi), path in zip(tasks, paths, strict=True)]
+        futs = [state.pool.submit(*executors._task(list_body_file, (src, path, lo, hi)))
+                for (_, src, lo, hi), path in zip(tasks, paths, strict=True)]
     except (BrokenExecutor, RuntimeError):
         return None
+    bodies = _Bodies(tasks, paths, futs)
+    state.drains.append(bodies.drain)
 
     def take() -> dict:
-        got: dict[str, list] = {}
-        failed = set()
-        for k, path, fut in futs:
-            try:
-                got.setdefault(k, []).append(_file_pieces(path, fut.result()))
-            except Exception:            # written here instead (the same bytes, or the same error)
-                failed.add(k)
-        return {k: _joined_pieces(fns) for k, fns in got.items() if k not in failed}
+        by_key: dict[str, list[int]] = {}
+        for i, (k, _, _, _) in enumerate(tasks):
+            by_key.setdefault(k, []).append(i)
+        return {k: _joined_pieces([bodies.lazy(i) for i in idx]) for k, idx in by_key.items()}
     return take
+
+
+class _Bodies:
+    """The ranges of a JSON report's long lists being written by the pool's tasks (start_list_bodies):
+    each range's pieces come from its task's file once it is done, or are written here."""
+
+    def __init__(self, tasks: list, paths: list[str], futs: list):
+        self.tasks, self.paths, self.futs = tasks, paths, futs
+        self.fns: list = [None] * len(tasks)
+
+    def pieces(self, i: int):
+        """The function giving range i's pieces: its task's file, memory-mapped (it outlives the
+        scratch folder), once the task is done; where the task failed, list_body here."""
+        if self.fns[i] is None:
+            try:
+                self.fns[i] = _file_pieces(self.paths[i], self.futs[i].result())
+            except Exception:
+                _, src, lo, hi = self.tasks[i]
+                from .reports.json_report import list_body_of
+                self.fns[i] = lambda: list_body_of(src, lo, hi)
+        return self.fns[i]
+
+    def lazy(self, i: int):
+        """A function giving range i's pieces, which waits for its task only when called."""
+        return lambda: self.pieces(i)()
+
+    def drain(self, ok: bool) -> None:
+        """The run ends (executors.configured): where it ended well, every range not taken yet is
+        taken now, while the pool and the scratch folder are there (a caller may write the report
+        after); otherwise the pool's shutdown cancels what has not started."""
+        if ok:
+            for i in range(len(self.tasks)):
+                self.pieces(i)
 
 
 BODY_TASKS_PER_WORKER = 3         # a JSON report's long lists in about this many ranges per worker
@@ -724,13 +761,6 @@ def _joined_pieces(fns: list):
                 yield b",\n"
             yield from fn()
     return gen
-
-
-def _source_bytes(src) -> int:
-    if src[0] == "file":
-        return src[2][-1] if len(src[2]) else 0
-    # a part's rows are its file's bytes (RowBytes.spill), its ends given as theirs where they are
-    return sum(os.path.getsize(p) if type(e) is str else e[-1] for p, e, _ in src[1] if p is not None and len(e))
 
 
 def _first_file(src) -> str:

@@ -155,11 +155,16 @@ def test_long_lists_whose_tasks_fail_are_written_here_alike(tmp_path, monkeypatc
     assert here                                # every range, written here
 
 
-def test_long_lists_not_written_out_during_the_run_are_taken_at_its_end(tmp_path):
+@pytest.mark.parametrize("tasks_fail", [False, True])
+def test_long_lists_not_written_out_during_the_run_are_taken_at_its_end(tmp_path, monkeypatch, tasks_fail):
     """A job's report asked for after its run ended (the pool and the scratch folder gone): the
-    ranges the workers wrote were taken as the run ended (RunState.drains), the same bytes."""
+    ranges the workers wrote were taken as the run ended (RunState.drains), and those whose task
+    failed were written here then, from rows that lie in the scratch folder: the same bytes."""
     from traceview.job_cache import open_job
+    from traceview.reports import json_report
     job = _long_list_job(tmp_path)
+    if tasks_fail:
+        monkeypatch.setattr(json_report, "list_body_file", lambda *a: pytest.fail("run"))   # not picklable
 
     def run(p):
         return run_job(p, AnalyzeOptions())[0]

@@ -701,6 +701,7 @@ class _Bodies:
     def __init__(self, tasks: list, paths: list[str], futs: list):
         self.tasks, self.paths, self.futs = tasks, paths, futs
         self.fns: list = [None] * len(tasks)
+        self.here: set[int] = set()          # the ranges whose task failed
 
     def pieces(self, i: int):
         """The function giving range i's pieces: its task's file, memory-mapped (it outlives the
@@ -712,6 +713,7 @@ class _Bodies:
                 _, src, lo, hi = self.tasks[i]
                 from .reports.json_report import list_body_of
                 self.fns[i] = lambda: list_body_of(src, lo, hi)
+                self.here.add(i)
         return self.fns[i]
 
     def lazy(self, i: int):
@@ -725,6 +727,9 @@ class _Bodies:
         if ok:
             for i in range(len(self.tasks)):
                 self.pieces(i)
+            for i in self.here:         # written here from rows in the scratch folder: now, while it is there
+                got = list(self.fns[i]())
+                self.fns[i] = lambda got=got: iter(got)
 
 
 BODY_TASKS_PER_WORKER = 3         # a JSON report's long lists in about this many ranges per worker

@@ -131,7 +131,7 @@ if hasattr(mapped, "start_list_bodies"):   # a JSON report's long lists, written
     start_bodies = mapped.start_list_bodies
     def _bodies(doc):
         take = span("started list_body_file", start_bodies)(doc)
-        return None if take is None else span("round list_body_file (wait)", take)
+        return None if take is None else span("list_body_file taken (the report's writing waits)", take)
     mapped.start_list_bodies = _bodies
 mapped.load_job = span("load_job (parse + place)", mapped.load_job)
 import traceview.load as ld

@@ -649,9 +649,9 @@ _LEAVES = frozenset({int, float, bool, type(None), bytes})
 # scratch folder (document/packed.py). When the report is JSON, the workers, idle once the stall
 # parts are merged, write each list's JSON (json_report.list_body_file, the code and bytes of the
 # report's own writer) in ranges, in the order the report holds them, while this process keeps the
-# document in the store and then writes the report, each range as soon as its task is done: the
-# report is written beside the workers instead of after them (at 1,024 ranks its 976 MB took 1.3 s
-# of this process's time once the workers were done).
+# document in the store and then writes the report, each range as soon as its task is done, beside
+# the workers instead of after them (on two cores no gain measurable at 1,024 ranks: the list tasks
+# then share the cores with the writing; docs/SCALE.md).
 
 def start_list_bodies(doc: dict):
     """The JSON of `doc`'s long lists whose rows lie in files, started on the run's pool: a

@@ -426,9 +426,8 @@ class _MergedChunks(Sequence):
         if isinstance(c, slice):
             return [self[i] for i in range(*c.indices(len(self)))]
         c = chunk_index(c, len(self))
-        last = self._last           # (read once: two threads may read one document, job_cache.open_job)
-        if last is not None and last[0] == c:
-            return last[1]
+        if self._last is not None and self._last[0] == c:
+            return self._last[1]
         lo, hi = c * CHUNK, min(len(self._index), (c + 1) * CHUNK)
         parts = self._parts
         pa_, pb, ia, ib = self._part[lo], self._part[hi - 1], self._index[lo], self._index[hi - 1]

@@ -54,6 +54,13 @@ def test_id_maps_cut_and_pickled_answer_as_the_whole(always_packed):
     assert {i: until[i] for i in inside} == {i: want["wait_until"][i] for i in inside}
     assert all(by_id[i] == got["by_id"][i] for i in inside)
     assert until.get(hi) is None and by_id.get(ids[0] if ids[0] < lo else -1) is None
+    # head_wait (a stall's evidence) and `in`: the values of by_id[i], without building it
+    for i in inside:
+        c = by_id[i]
+        ((r, w),) = c["wait_ns"].items()
+        assert i in by_id and by_id.head_wait(i, int(r)) == ({k: v for k, v in c.items() if k != "wait_ns"}, w)
+        assert by_id.head_wait(i, int(r) + 1000)[1] is None
+    assert hi not in by_id and by_id.head_wait(hi, 0) is None and by_id.get(hi, 5) == 5
     assert "_at" not in pickle.loads(pickle.dumps(got["by_id"])).__dict__     # the lookup dict stays behind
 
 

@@ -180,3 +180,40 @@ def test_presort_keeps_no_keys_it_cannot_sort_exactly():
         if odd is not None:
             merged, _ = packed.sort_rows([rb, packed.row_bytes(rows[:10])], key, keys=False)
             assert list(merged) == sorted(rows + rows[:10], key=key)
+
+
+def _same_part(a, b) -> None:
+    """Two parts are the same bytes, row ends, shape and sort keys (or the same list)."""
+    assert type(a) is type(b)
+    if type(a) is list:
+        assert a == b
+        return
+    assert bytes(a.data) == bytes(b.data) and list(a.ends) == list(b.ends) and a.shape == b.shape
+    assert (a.keys is None) == (b.keys is None)
+    if a.keys is not None:
+        assert a.keys.equals(b.keys) and a.keys.schema.equals(b.keys.schema)
+
+
+def test_rows_sorted_as_they_are_packed_are_the_presort_of_their_packing():
+    """packed.presorted_row_bytes (a mapped job's worker packs its stall part in merge's order) is
+    presort(row_bytes(rows)) without decoding what it packed: the same bytes, ends, shape and keys,
+    and the rows in that order; for keys presort cannot sort exactly (left in their order, no
+    keys), for rows in order already, for no rows, and for rows msgpack would not give back
+    exactly (a tuple: the list itself, unsorted, as row_bytes and presort leave it)."""
+    rnd = random.Random(11)
+    rows = [{"rank": rnd.randrange(4), "step": rnd.randrange(3), "dur_ns": rnd.randrange(9),
+             "cause": rnd.choice(["idle", "peer_wait", "é"]), "evidence": {"x": [i, 0.5], "y": None}}
+            for i in range(3000)]
+    key = lambda r: (-r["dur_ns"], r["rank"], r["step"], r["cause"])      # noqa: E731
+    odd = [{"a": i % 3, "b": 1.5 if i == 5 else i} for i in range(500)]
+    in_order = sorted(rows, key=key)
+    tupled = rows[:100] + [{"rank": 0, "step": 0, "dur_ns": 1, "cause": "idle", "evidence": (1, 2)}]
+    for case, k in ((rows, key), (odd, lambda r: (r["a"], r["b"])), (in_order, key), ([], key), (tupled, key)):
+        want_part, want_rows = packed.presort(packed.row_bytes(case), k) if type(packed.row_bytes(case)) \
+            is packed.RowBytes else (case, case)
+        got_part, got_rows = packed.presorted_row_bytes(case, k)
+        _same_part(got_part, want_part)
+        assert got_rows == want_rows
+    part, got = packed.presorted_row_bytes(rows, key)
+    assert got == in_order and part.keys is not None and list(part) == in_order   # (sorted, stably)
+    assert packed.presorted_row_bytes(tupled, key)[0] is tupled                  # (not packable: as given)

@@ -12,6 +12,7 @@ from fixtures import moe_job
 from traceview import schema
 from traceview.analysis import breakdown, layers, stalls
 from traceview.config import Rules
+from traceview.document import packed
 from traceview.engine.pipeline import build
 from traceview.engine.session import Session
 from traceview.load import load
@@ -129,3 +130,24 @@ def test_window_columns_match_the_cp_preds_step(job):
         assert [acts.row(k)["name"] for k in range(len(acts))] == [r["name"] for r in rows]
         seen += len(rows)
     assert seen == sum(len(v) for v in want.values()) > 0
+
+
+def test_a_presorted_rank_part_is_the_presort_of_the_rank_part(job):
+    """rank_part(presorted=True), what a mapped job's worker sends, packs each section in merge's
+    order as it packs it: the part that packed.presort of rank_part's sections gives (the same
+    bytes, row ends and sort keys), the stalls summed as stall_sums sums them; merged, the same
+    sections."""
+    _, _, s, rows, _, whole = job
+    inputs = stalls.job_inputs(s)
+    plain = stalls.rank_part(s, inputs, _idle(rows))
+    pre = stalls.rank_part(s, inputs, _idle(rows), presorted=True)
+    for k, key in stalls.MERGE_ORDER.items():
+        assert type(plain[k]) is packed.RowBytes and len(plain[k])
+        want, decoded = packed.presort(plain[k], key)
+        got = pre[k]
+        assert bytes(got.data) == bytes(want.data) and list(got.ends) == list(want.ends)
+        assert got.keys is not None and got.keys.equals(want.keys)
+        assert list(got) == decoded
+    assert pre["stall_sums"] == stalls.stall_sums(list(plain["stalls"]))
+    assert "stall_sums" not in plain and pre["non_compute_ns"] == plain["non_compute_ns"]
+    assert stalls.merge(inputs, [pre], top=10) == whole

@@ -490,17 +490,11 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
     from .analysis import stalls
     session = _batch_session(Path(scratch), batch, given, keep)
     _KEPT.pop((scratch, batch), None)
-    part = stalls.rank_part(session, job, idle)
+    # each section's rows sorted here in merge's order as they are packed, their keys beside them,
+    # and the stalls summed: the parent merges the parts from the keys and decodes no row (stalls.merge)
+    part = stalls.rank_part(session, job, idle, presorted=True)
     session.con.close()
-    from .document.packed import RowBytes, presort
-    # each section's rows sorted here in merge's order, their keys beside them, and the stalls
-    # summed: the parent merges the parts from the keys and decodes no row (stalls.merge)
-    for k, key in stalls.MERGE_ORDER.items():
-        if type(part.get(k)) is RowBytes:
-            part[k], rows = presort(part[k], key)
-            if k == "stalls":
-                part["stall_sums"] = stalls.stall_sums(rows)
-            del rows
+    from .document.packed import RowBytes
     here = _in_this_process()
     for k, v in part.items():     # the long row lists go back as files, which the parent maps
         if type(v) is RowBytes and len(v):

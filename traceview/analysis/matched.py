@@ -188,6 +188,14 @@ class _Ids(Mapping):
     def __len__(self) -> int:
         return len(self.ids)
 
+    def __contains__(self, i) -> bool:
+        # (Mapping's would build the value and catch a KeyError: a stall group asks it of each
+        # of its activities)
+        return i in self._pos()
+
+    def get(self, i, default=None):
+        return self[i] if i in self._pos() else default
+
     def __getstate__(self):
         return {k: v for k, v in self.__dict__.items() if k != "_at"}
 
@@ -217,6 +225,15 @@ class ById(_Ids):
     def __getitem__(self, i: int) -> dict:
         p = self._pos()[i]
         return {**self.heads[self.coll[p]], "wait_ns": {str(self.rank[p]): self.wait[p]}}
+
+    def head_wait(self, i: int, rank: int) -> tuple[dict, int | None] | None:
+        """(the head of id i's collective, the wait_ns of `rank` there: self[i]["wait_ns"].get(str(rank))),
+        or None where i has none, without building self[i] (a stall's evidence asks it of each
+        collective it names)."""
+        p = self._pos().get(i)
+        if p is None:
+            return None
+        return self.heads[self.coll[p]], (self.wait[p] if self.rank[p] == rank else None)
 
     def collective(self, i: int) -> int:
         """The index of id i's collective in the document's `collectives`."""

@@ -24,11 +24,12 @@ from bisect import bisect_right
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..document.packed import row_bytes, sort_rows
+from ..document.packed import RowBytes, presorted_row_bytes, row_bytes, sort_rows
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..later import Later
 from . import collectives, cp_split, critical_path
+from .matched import ById
 
 COMM_CAUSES = ("exposed_a2a", "exposed_comm", "peer_wait", "imbalance")
 INDEPENDENT_STAGES = ("shared_expert",)  # MoE work that does not depend on the dispatch
@@ -117,6 +118,18 @@ class _Group:
         self.colls: list = []
 
 
+def _head_wait(coll_by_id, i: int, rank: int) -> tuple[dict, int | None] | None:
+    """(activity i's collective, the wait of `rank` at it) from a matched.ById (or a dict of the
+    same values), or None where i is in no collective."""
+    if type(coll_by_id) is ById:
+        return coll_by_id.head_wait(i, rank)
+    c = coll_by_id.get(i)
+    if c is None:
+        return None
+    waits = c.get("wait_ns")      # (a gap's evidence reads only the head: a hand-made dict may hold no waits)
+    return c, (None if waits is None else waits.get(str(rank)))
+
+
 def _evidence(cause: str, g: _Group, w: dict, coll_by_id) -> dict:
     """Evidence of one stall: the path rows of one group `g`."""
     acts, path = w["acts"], w["path"]
@@ -127,10 +140,11 @@ def _evidence(cause: str, g: _Group, w: dict, coll_by_id) -> dict:
         a, b, rid = acts.start[k], acts.end[k], acts.id[k]
         hidden = _overlap_compute(w["segments"], a, b)
         ev.update(comm_dur_ns=b - a, hidden_ns=hidden, hidden_share=hidden / max(1, b - a))
-        c = coll_by_id.get(rid)
-        if c is not None:
+        hw = _head_wait(coll_by_id, rid, w["rank"])
+        if hw is not None:
+            c, wait = hw
             ev.update(collective={"kind": c["kind"], "group": c["group"], "index": c["index"]},
-                      straggler=c["straggler"], skew_ns=c["skew_ns"], wait_ns=c["wait_ns"].get(str(w["rank"])))
+                      straggler=c["straggler"], skew_ns=c["skew_ns"], wait_ns=wait)
             if cause == "imbalance" and c.get("imbalance"):
                 ev.update(splits=c["imbalance"]["splits"], max_over_mean=c["imbalance"]["max_over_mean"])
         if cause in ("exposed_a2a", "exposed_comm"):
@@ -164,9 +178,9 @@ def _evidence(cause: str, g: _Group, w: dict, coll_by_id) -> dict:
         rank = w["rank"]
         late = []
         for kk in g.colls:
-            c = coll_by_id.get(acts.id[kk])
-            if c is not None and c["straggler"] == rank and c["skew_ns"] > 0:
-                late.append(c)
+            hw = _head_wait(coll_by_id, acts.id[kk], rank)
+            if hw is not None and hw[0]["straggler"] == rank and hw[0]["skew_ns"] > 0:
+                late.append(hw[0])
         if late:  # the gap delayed this rank's arrival at a collective where it was the last rank
             ev["late_to_collectives"] = [{"kind": c["kind"], "group": c["group"], "index": c["index"],
                                           "skew_ns": c["skew_ns"]} for c in late]
@@ -364,13 +378,16 @@ def _rank_filter(ranks: list[int] | None, col: str = "rank") -> str:
     return "TRUE" if ranks is None else f"list_contains($ranks, {col})"
 
 
-def rank_part(session: Session, job: dict, idle: dict, ranks: list[int] | None = None) -> dict:
+def rank_part(session: Session, job: dict, idle: dict, ranks: list[int] | None = None,
+              presorted: bool = False) -> dict:
     """Critical path rows, stall rows, all-to-all rows and the non-compute total of the ranks in
     `ranks` (every rank in the session when None), read from those ranks' rows only. `job` is
     job_inputs(); `idle`: (rank, step) -> GPU idle ns of the breakdown. The session may hold only
-    these ranks' tables (activity ids as in the whole job). Picklable output; `merge` combines parts."""
+    these ranks' tables (activity ids as in the whole job). Picklable output; `merge` combines parts.
+    `presorted`: each section's rows packed in merge's order with their keys (packed.presort's
+    part) and the stalls summed (`stall_sums`), as a mapped job's worker sends its part."""
     ranks, comm, data = _rank_inputs(session, job, ranks)
-    return _walk_part(session, job, idle, ranks, comm, data)
+    return _walk_part(session, job, idle, ranks, comm, data, presorted=presorted)
 
 
 def start_rank_part(session: Session, job: dict, idle: dict):
@@ -418,7 +435,7 @@ def _rank_inputs(session: Session, job: dict, ranks: list[int] | None) -> tuple:
 
 
 def _walk_part(session: Session | None, job: dict, idle: dict, ranks: list[int] | None, comm: dict, data: dict,
-               fetched: dict | None = None) -> dict:
+               fetched: dict | None = None, presorted: bool = False) -> dict:
     """rank_part's rows from its inputs (`_rank_inputs`; `fetched`: critical_path.iter_paths)."""
     cp, stalls, a2a = [], [], []
     non_compute = 0
@@ -445,8 +462,16 @@ def _walk_part(session: Session | None, job: dict, idle: dict, ranks: list[int] 
                    "idle_assigned_ns": comp["host_sync_ns"] + comp["launch_bound_ns"] + comp["idle_ns"]})
         del w, mine
     pa.default_memory_pool().release_unused()   # (the walks' Arrow memory, back to the system)
-    return {"ranks": ranks, "critical_path": row_bytes(cp), "stalls": row_bytes(stalls), "a2a": row_bytes(a2a),
-            "non_compute_ns": non_compute}
+    if not presorted:
+        return {"ranks": ranks, "critical_path": row_bytes(cp), "stalls": row_bytes(stalls), "a2a": row_bytes(a2a),
+                "non_compute_ns": non_compute}
+    out: dict = {"ranks": ranks, "non_compute_ns": non_compute}
+    for k, rows in (("critical_path", cp), ("stalls", stalls), ("a2a", a2a)):
+        out[k], rows = presorted_row_bytes(rows, MERGE_ORDER[k])
+        if k == "stalls" and type(out[k]) is RowBytes:
+            out["stall_sums"] = stall_sums(rows)
+        del rows
+    return out
 
 
 # merge's order of each section's rows: a stable sort of the parts' rows by these keys (a worker of

@@ -374,6 +374,27 @@ def row_bytes(rows: list):
     return _joined_blobs(list(map(_encode, rows)), shape)
 
 
+def presorted_row_bytes(rows: list, key) -> tuple:
+    """presort(row_bytes(rows), key), without decoding the rows it has just packed: the rows are
+    put in the stable order of `key` before they are packed (a mapped job's worker: its part of
+    the stalls, sorted for the parent's merge). Returns (the part, its rows in that order); the
+    part is `rows` itself where row_bytes would give the list back (msgpack would not give it
+    back exactly), left in its order, as presort leaves a list."""
+    shape = scan(rows)
+    if not packable(rows, shape):
+        return rows, rows
+    ks = [key(r) for r in rows]          # (the rows' own values: msgpack gives these back exactly)
+    cols = _key_columns(ks)
+    if cols is not None:
+        order = sorted(range(len(ks)), key=ks.__getitem__)
+        if any(order[i] != i for i in range(len(order))):
+            rows = [rows[i] for i in order]
+            cols = cols.take(order)
+    part = _joined_blobs(list(map(_encode, rows)), shape)
+    part.keys = cols
+    return part, rows
+
+
 def _joined_blobs(blobs: list[bytes], shape: Shape) -> RowBytes:
     """Rows' msgpack blobs, in order, as RowBytes (their bytes joined, each row's end beside)."""
     return RowBytes(b"".join(blobs), array("q", accumulate(map(len, blobs))), shape)

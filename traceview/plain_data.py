@@ -44,9 +44,11 @@ def register_packed(cls: type) -> None:
 BATCH = 4096                    # containers looked at together: memory bounded by a batch's values
 
 
-def scan(doc) -> Shape:
+def scan(doc, ints: bool = True) -> Shape:
     """The shape of `doc` (dict keys are only looked at for their type: msgpack gives back the keys
-    it can write)."""
+    it can write). `ints=False`: its ints are not looked at (wide_ints is False): for rows about to
+    be encoded by msgspec, which raises OverflowError for an int it cannot write (a fifth of a row
+    list's scan)."""
     if type(doc) in PACKED:
         return doc.shape
     if type(doc) not in PLAIN:
@@ -93,7 +95,7 @@ def scan(doc) -> Shape:
             elif not exponent:
                 sizes = list(map(abs, floats))
                 exponent = sum(map(operator.lt, sizes, repeat(LOW))) != sizes.count(0.0) or max(sizes) >= HIGH
-        if int in present and not wide:
+        if ints and int in present and not wide:
             ints = list(compress(values, map(operator.is_, types, repeat(int))))
             wide = max(ints) >= INT_HIGH or min(ints) < INT_LOW
         kinds = present & CONTAINERS

@@ -181,7 +181,7 @@ def pack(rows):
     `rows` itself."""
     if type(rows) is not list or len(rows) < MIN_ROWS:
         return rows
-    shape = scan(rows)
+    shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
     if not packable(rows, shape):
         return rows
     chunks = [_encode(rows[i:i + CHUNK]) for i in range(0, len(rows), CHUNK)]
@@ -368,7 +368,7 @@ def _ends_at(path: str, maps: list):
 def row_bytes(rows: list):
     """`rows` (a list of row dicts) as RowBytes, or the list itself when msgpack would not give it
     back exactly."""
-    shape = scan(rows)
+    shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
     if not packable(rows, shape):
         return rows
     return _joined_blobs(list(map(_encode, rows)), shape)
@@ -380,7 +380,7 @@ def presorted_row_bytes(rows: list, key) -> tuple:
     the stalls, sorted for the parent's merge). Returns (the part, its rows in that order); the
     part is `rows` itself where row_bytes would give the list back (msgpack would not give it
     back exactly), left in its order, as presort leaves a list."""
-    shape = scan(rows)
+    shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
     if not packable(rows, shape):
         return rows, rows
     ks = [key(r) for r in rows]          # (the rows' own values: msgpack gives these back exactly)
@@ -409,7 +409,7 @@ def reader_row_bytes(batches) -> RowBytes | None:
     shapes = []
     for batch in batches:
         rows = batch.to_pylist()
-        shape = scan(rows)
+        shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
         if not packable(rows, shape):
             return None
         shapes.append(shape)
@@ -706,7 +706,7 @@ def pack_reader(batches, path: str | None = None, maps: list | None = None, rele
     fh = open(tmp, "wb") if tmp is not None else None
 
     def emit(rows: list) -> bool:
-        shape = scan(rows)
+        shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
         if not packable(rows, shape):
             return False
         shapes.append(shape)

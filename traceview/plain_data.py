@@ -96,8 +96,8 @@ def scan(doc, ints: bool = True) -> Shape:
                 sizes = list(map(abs, floats))
                 exponent = sum(map(operator.lt, sizes, repeat(LOW))) != sizes.count(0.0) or max(sizes) >= HIGH
         if ints and int in present and not wide:
-            ints = list(compress(values, map(operator.is_, types, repeat(int))))
-            wide = max(ints) >= INT_HIGH or min(ints) < INT_LOW
+            ivals = list(compress(values, map(operator.is_, types, repeat(int))))
+            wide = max(ivals) >= INT_HIGH or min(ivals) < INT_LOW
         kinds = present & CONTAINERS
         if not kinds:
             continue

@@ -69,6 +69,18 @@ def _overlap_compute(segs: critical_path.Segments, a: int, b: int) -> int:
     return tot
 
 
+def _hidden(w: dict, a: int, b: int) -> int:
+    """_overlap_compute over the window's segments, once per span (an all-to-all's peer wait,
+    imbalance and exposed part are groups of their own, and a2a_exposure asks it again)."""
+    memo = w.get("_hidden")
+    if memo is None:
+        memo = w["_hidden"] = {}
+    got = memo.get((a, b))
+    if got is None:
+        got = memo[(a, b)] = _overlap_compute(w["segments"], a, b)
+    return got
+
+
 def _independent(w: dict) -> dict:
     """(layer, phase) -> indices (k) of the compute activities of stages that do not depend on the
     dispatch."""
@@ -142,7 +154,7 @@ def _evidence(cause: str, g: _Group, w: dict, coll_by_id) -> dict:
     ev: dict = {"activity": acts.name(k) if ref is not None else None, "pieces": g.count}
     if cause in COMM_CAUSES and ref is not None:
         a, b, rid = acts.start[k], acts.end[k], acts.id[k]
-        hidden = _overlap_compute(w["segments"], a, b)
+        hidden = _hidden(w, a, b)
         ev.update(comm_dur_ns=b - a, hidden_ns=hidden, hidden_share=hidden / max(1, b - a))
         hw = _head_wait(coll_by_id, rid, w["rank"])
         if hw is not None:
@@ -154,7 +166,10 @@ def _evidence(cause: str, g: _Group, w: dict, coll_by_id) -> dict:
         if cause in ("exposed_a2a", "exposed_comm"):
             layer, phase, _ = acts.attr[k]
             o0 = _nz(acts.ostart[k])
-            indep = [i for i in _independent(w).get((layer, phase), []) if _nz(acts.ostart[i]) >= o0]
+            ostart, same = acts.ostart, _independent(w).get((layer, phase), [])
+            # (_nz(ostart[i]) >= o0: NULL is below every time, so one test where o0 > 0)
+            indep = [i for i in same if ostart[i] >= o0] if o0 > 0 else \
+                [i for i in same if ostart[i] >= o0 or ostart[i] == critical_path.NULL]
             starts, ends = acts.start, acts.end
             work = sum(ends[i] - starts[i] for i in indep)
             after = sum(ends[i] - max(starts[i], b) for i in indep if ends[i] > b)
@@ -362,7 +377,7 @@ def a2a_exposure(paths: list[dict], comm: dict, a2a: pa.Array | None = None) -> 
             layer, phase, stage = acts.attr[k]
             a, b = acts.start[k], acts.end[k]
             out.append({"rank": w["rank"], "step": w["step"], "layer": layer, "phase": phase, "stage": stage,
-                        "start_ns": a, "dur_ns": b - a, "hidden_ns": _overlap_compute(w["segments"], a, b),
+                        "start_ns": a, "dur_ns": b - a, "hidden_ns": _hidden(w, a, b),
                         "exposed_on_path_ns": on_path.get(k, 0)})
     return sorted(out, key=lambda d: (d["rank"], d["step"], d["start_ns"]))
 

@@ -166,10 +166,7 @@ def _evidence(cause: str, g: _Group, w: dict, coll_by_id) -> dict:
         if cause in ("exposed_a2a", "exposed_comm"):
             layer, phase, _ = acts.attr[k]
             o0 = _nz(acts.ostart[k])
-            ostart, same = acts.ostart, _independent(w).get((layer, phase), [])
-            # (_nz(ostart[i]) >= o0: NULL is below every time, so one test where o0 > 0)
-            indep = [i for i in same if ostart[i] >= o0] if o0 > 0 else \
-                [i for i in same if ostart[i] >= o0 or ostart[i] == critical_path.NULL]
+            indep = [i for i in _independent(w).get((layer, phase), []) if _nz(acts.ostart[i]) >= o0]
             starts, ends = acts.start, acts.end
             work = sum(ends[i] - starts[i] for i in indep)
             after = sum(ends[i] - max(starts[i], b) for i in indep if ends[i] > b)

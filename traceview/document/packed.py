@@ -176,13 +176,21 @@ def packable(rows: list, shape: Shape | None = None) -> bool:
     return shape.plain and not shape.tuples and all(type(r) is dict for r in rows)
 
 
+def _packing_shape(rows: list) -> Shape | None:
+    """The shape of row dicts about to be encoded with msgspec, or None where msgpack would not give
+    them back exactly (packable). Their ints are not looked at (scan(ints=False)): msgspec raises
+    for an int it cannot write, as it did after a full scan (packable never looked at them)."""
+    shape = scan(rows, ints=False)
+    return shape if packable(rows, shape) else None
+
+
 def pack(rows):
     """`rows` as PackedRows when it is a long list of row dicts msgpack gives back exactly, else
     `rows` itself."""
     if type(rows) is not list or len(rows) < MIN_ROWS:
         return rows
-    shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
-    if not packable(rows, shape):
+    shape = _packing_shape(rows)
+    if shape is None:
         return rows
     chunks = [_encode(rows[i:i + CHUNK]) for i in range(0, len(rows), CHUNK)]
     return PackedRows(chunks, len(rows), shape)
@@ -368,8 +376,8 @@ def _ends_at(path: str, maps: list):
 def row_bytes(rows: list):
     """`rows` (a list of row dicts) as RowBytes, or the list itself when msgpack would not give it
     back exactly."""
-    shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
-    if not packable(rows, shape):
+    shape = _packing_shape(rows)
+    if shape is None:
         return rows
     return _joined_blobs(list(map(_encode, rows)), shape)
 
@@ -380,16 +388,12 @@ def presorted_row_bytes(rows: list, key) -> tuple:
     the stalls, sorted for the parent's merge). Returns (the part, its rows in that order); the
     part is `rows` itself where row_bytes would give the list back (msgpack would not give it
     back exactly), left in its order, as presort leaves a list."""
-    shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
-    if not packable(rows, shape):
+    shape = _packing_shape(rows)
+    if shape is None:
         return rows, rows
-    ks = [key(r) for r in rows]          # (the rows' own values: msgpack gives these back exactly)
-    cols = _key_columns(ks)
-    if cols is not None:
-        order = sorted(range(len(ks)), key=ks.__getitem__)
-        if any(order[i] != i for i in range(len(order))):
-            rows = [rows[i] for i in order]
-            cols = cols.take(order)
+    cols, order = _key_order(rows, key)   # (the rows' own values: msgpack gives these back exactly)
+    if order is not None:
+        rows = [rows[i] for i in order]
     part = _joined_blobs(list(map(_encode, rows)), shape)
     part.keys = cols
     return part, rows
@@ -409,8 +413,8 @@ def reader_row_bytes(batches) -> RowBytes | None:
     shapes = []
     for batch in batches:
         rows = batch.to_pylist()
-        shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
-        if not packable(rows, shape):
+        shape = _packing_shape(rows)
+        if shape is None:
             return None
         shapes.append(shape)
         blobs.extend(map(_encode, rows))
@@ -500,20 +504,32 @@ def _key_columns(ks: list[tuple]):
     return pa.table(cols, names=[f"k{j}" for j in range(width)])
 
 
-def presort(part: RowBytes, key) -> tuple[RowBytes, list]:
-    """`part` with its rows in the stable order of `key`, and those keys kept beside them (`keys`),
-    so that `sort_rows` merges such parts without decoding a row (a worker sorts its own part:
-    mapped.stalls_task); and the rows decoded, in that order. A part whose keys are not columns of
-    int64 or text (or an empty one) comes back in its order, without keys: sorted as before."""
-    rows = list(part)
+def _key_order(rows: list, key) -> tuple:
+    """(the sort keys of `rows` as columns (_key_columns) in their stable order, that order) where
+    it is not the rows' own; (columns, None) where it is; (None, None) where the keys are not such
+    columns (the rows are then left in their order)."""
     ks = [key(r) for r in rows]
     cols = _key_columns(ks)
     if cols is None:
-        return part, rows
+        return None, None
     order = sorted(range(len(ks)), key=ks.__getitem__)
-    if any(order[i] != i for i in range(len(order))):
+    if all(order[i] == i for i in range(len(order))):
+        return cols, None
+    return cols.take(order), order
+
+
+def presort(part: RowBytes, key) -> tuple[RowBytes, list]:
+    """`part` with its rows in the stable order of `key`, and those keys kept beside them (`keys`),
+    so that `sort_rows` merges such parts without decoding a row (a part packed already: a mapped
+    job's worker packs its rows in that order to begin with, presorted_row_bytes); and the rows
+    decoded, in that order. A part whose keys are not columns of
+    int64 or text (or an empty one) comes back in its order, without keys: sorted as before."""
+    rows = list(part)
+    cols, order = _key_order(rows, key)
+    if cols is None:
+        return part, rows
+    if order is not None:
         rows = [rows[i] for i in order]
-        cols = cols.take(order)
         body = b"".join([part.row(i) for i in order])
         ends = array("q", accumulate(part.ends[i] - (part.ends[i - 1] if i else 0) for i in order))
         part = RowBytes(body, ends, part.shape)
@@ -706,8 +722,8 @@ def pack_reader(batches, path: str | None = None, maps: list | None = None, rele
     fh = open(tmp, "wb") if tmp is not None else None
 
     def emit(rows: list) -> bool:
-        shape = scan(rows, ints=False)   # (msgspec raises for an int it cannot write)
-        if not packable(rows, shape):
+        shape = _packing_shape(rows)
+        if shape is None:
             return False
         shapes.append(shape)
         blob = _encode(rows)

@@ -39,7 +39,11 @@ def _more_params(step_params: dict, rules: Rules) -> dict:
 
 
 def _release(session: Session) -> None:
-    """A mapped job: the pages of its tables that the last section's queries touched let go."""
+    """Between sections: the critical paths' next chunk started where the walk before has ended
+    (session.between); a mapped job: the pages of its tables that the last section's queries
+    touched let go."""
+    if session.between is not None:
+        session.between()
     remote = session.profile.remote if session.profile is not None else None
     if remote is not None:
         remote.release_pages()
@@ -92,6 +96,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     remote = session.profile.remote if session.profile is not None else None
     pending = remote.start_stall_parts(session, job, idle) if remote is not None \
         else stalls.start_rank_part(session, job, idle)
+    session.between = getattr(pending, "poll", None)
     # a mapped job's long layer rows are written to its scratch folder as they are packed
     layer_rows = layers.layer_rows(session, *((str(remote.scratch / "doc-layers.rows"), remote.maps,
                                                remote.release_pages) if remote is not None else ()))
@@ -136,6 +141,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     _release(session)
     if not keep_tables:
         _let_go(session)
+    session.between = None
     parts = pending()
     _release(session)
     sec = stalls.merge(job, parts, opts.top, remote.presorted_order if remote is not None else None)

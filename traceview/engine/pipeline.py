@@ -117,6 +117,9 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
         session.built[step.name] = own
         session.build_counts[step.name] = session.build_counts.get(step.name, 0) + 1
         built_now.append(step.name)
+        between = getattr(session, "between", None)
+        if between is not None:
+            between()
     return built_now
 
 

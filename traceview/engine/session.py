@@ -7,6 +7,7 @@ string formatting of trace text.
 from __future__ import annotations
 
 from importlib import resources
+from typing import Callable
 
 import pyarrow as pa
 
@@ -64,6 +65,9 @@ class Session:
         self.build_counts: dict[str, int] = {}    # step -> times materialized (a test holds it at 1)
         self._strings: dict[str, str] = {}         # rows(): one object per distinct string
         self.freed: set[str] = set()               # steps whose tables were dropped after their last use
+        # called after each step built here (engine/pipeline.py): a caller's work that queries the
+        # session on this thread between steps (the critical paths' next chunk: stalls._Walks.poll)
+        self.between: Callable[[], None] | None = None
         if profile is not None:
             self.attach(profile)
 

@@ -333,3 +333,57 @@ def test_family_names_from_kernels_are_escaped_in_every_format():
     assert "\x1b" not in m and "kernel:evil\\|\\*\\_&amp;?\\[31m" in m
     h = html_r.render(doc).split("<h2>Achieved TFLOP/s by kernel family</h2>", 1)[1].split("</table>", 1)[0]
     assert "\x1b" not in h and "kernel:evil|*_&amp;?[31m" in h
+
+
+def _sums_by_group_by(table, keys):
+    """The same sums by Arrow's hash aggregation (Table.group_by), a second method for
+    OpColumns.sums (its groups' order is not always the order they first appear in)."""
+    g = table.group_by(list(keys), use_threads=False).aggregate([("flops", "list")])
+    names = zip(*(g.column(k).to_pylist() for k in keys), strict=True)
+    return {k: math.fsum(v) for k, v in zip(names, g.column("flops_list").to_pylist(), strict=True)}
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_op_sums_equal_arrows_hash_aggregation(seed):
+    import random
+
+    import pyarrow as pa
+    rng = random.Random(seed)
+    n = rng.choice([1, 2, 7, 300, 5000])
+    names = [rng.choice(["aten::mm", "aten::bmm", "aten::_scaled_mm", None]) for _ in range(n)]
+    kinds = [rng.choice(["gemm", "attention", None]) for _ in range(n)]
+    precs = [rng.choice(["bf16", "fp8", "tf32", None]) for _ in range(n)]
+    flops = [rng.choice([0.0, 1e-3, 2.5e12, 1e30, rng.random() * 1e12]) for _ in range(n)]
+    cut = n // 3   # two chunks, the precision column dictionary-coded in one of the tables
+    cols = {"name": names, "kind": kinds, "precision": precs, "flops": flops}
+    table = pa.Table.from_batches([pa.record_batch({k: v[:cut] for k, v in cols.items()}),
+                                   pa.record_batch({k: v[cut:] for k, v in cols.items()})]) if cut else pa.table(cols)
+    coded = table.set_column(2, "precision", table.column("precision").dictionary_encode())
+    for t in (table, coded):
+        ops = precision.OpColumns(t)
+        for keys in (("precision",), ("kind", "precision"), ("name", "kind", "precision")):
+            got = ops.sums(keys)
+            assert got == _sums_by_group_by(table, keys)     # the same groups and the same exact sums
+            first: list = []                                  # in the order they first appear
+            for row in zip(*(cols[k] for k in keys), strict=True):
+                if row not in first:
+                    first.append(row)
+            assert list(got) == first
+    assert precision.OpColumns(table.slice(0, 0)).sums(("precision",)) == {}
+
+
+def test_an_analysis_does_not_import_arrows_query_engine(tmp_path):
+    """OpColumns.sums groups without Table.group_by: pyarrow.acero (~11 ms to import) stays out of
+    an analysis of a trace with counted ops."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    trace = Path(__file__).resolve().parents[1] / "fixtures" / "h200_moe_overlap.json.gz"
+    code = ("import sys; from traceview.runs import AnalyzeOptions, run_analyze; "
+            f"doc = run_analyze([{str(trace)!r}], AnalyzeOptions()); "
+            "assert doc['flops'].get('flops_by_precision'), 'no counted ops'; "
+            "print('pyarrow.acero' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env={**__import__('os').environ, "TRACEVIEW_CACHE_DIR": str(tmp_path)})
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip().splitlines()[-1] == "False"

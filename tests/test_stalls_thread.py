@@ -27,6 +27,18 @@ def _prepared(paths):
     return s, {(r["rank"], r["step"]): r["idle_ns"] for r in rows}
 
 
+def _recorded(monkeypatch) -> list:
+    """("fetch", rank) for each chunk's rows fetched and ("walk", rank) for each window walked, in
+    the order they happen (one rank a chunk)."""
+    events: list = []
+    fetch, walk = critical_path._chunk, critical_path.walk_columns
+    monkeypatch.setattr(critical_path, "_chunk", lambda session, ranks: events.append(("fetch", ranks[0]))
+                        or fetch(session, ranks))
+    monkeypatch.setattr(critical_path, "walk_columns", lambda acts, *a, **k: events.append(("walk", acts.rank))
+                        or walk(acts, *a, **k))
+    return events
+
+
 def _plain(part):
     return {k: list(v) if k in ("critical_path", "stalls", "a2a") else v for k, v in part.items()}
 
@@ -54,12 +66,7 @@ def test_several_chunks_walk_on_threads_one_chunk_after_the_other(monkeypatch):
     monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)    # one rank a chunk: 8 chunks
     chunks = critical_path.windows_data(s)["chunks"]
     assert chunks == [[r] for r in range(8)]
-    events: list = []
-    fetch, walk = critical_path._chunk, critical_path.walk_columns
-    monkeypatch.setattr(critical_path, "_chunk", lambda session, ranks: events.append(("fetch", ranks[0]))
-                        or fetch(session, ranks))
-    monkeypatch.setattr(critical_path, "walk_columns", lambda acts, *a, **k: events.append(("walk", acts.rank))
-                        or walk(acts, *a, **k))
+    events = _recorded(monkeypatch)
     threads = []
     make = later.threading.Thread
     monkeypatch.setattr(later.threading, "Thread", lambda *a, **k: threads.append(k.get("name")) or make(*a, **k))
@@ -104,12 +111,7 @@ def test_poll_walks_the_next_chunk_once_the_walk_before_has_ended(monkeypatch):
     s, idle = _prepared(paths)
     job = stalls.job_inputs(s)
     monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)    # one rank a chunk: 8 chunks
-    events: list = []
-    fetch, walk = critical_path._chunk, critical_path.walk_columns
-    monkeypatch.setattr(critical_path, "_chunk", lambda session, ranks: events.append(("fetch", ranks[0]))
-                        or fetch(session, ranks))
-    monkeypatch.setattr(critical_path, "walk_columns", lambda acts, *a, **k: events.append(("walk", acts.rank))
-                        or walk(acts, *a, **k))
+    events = _recorded(monkeypatch)
     walks = stalls.start_rank_part(s, job, idle)
     deadline = time.monotonic() + 60
     while sum(e == "fetch" for e, _ in events) < 8 and time.monotonic() < deadline:

@@ -428,7 +428,6 @@ class _Walks:
         self.parts: list[dict] = []
         self.pending: Later | None = None
         self.next = 0           # the next chunk to fetch
-        self.polling = False
         if data["chunks"]:
             self._start(critical_path.fetch_chunk(session, data, 0))
 
@@ -441,17 +440,13 @@ class _Walks:
     def poll(self) -> None:
         """Between the caller's queries: where the walk going on has ended, its part kept and the
         next chunk's rows fetched and walked."""
-        if self.polling or self.pending is None or self.next >= len(self.data["chunks"]):
+        if self.pending is None or self.next >= len(self.data["chunks"]):
             return
-        if (self.pending.thread is not None and self.pending.thread.is_alive()) or self.pending.error is not None:
+        if not self.pending.done() or self.pending.error is not None:
             return      # (still walking; or failed: its error is raised by the call, not here)
-        self.polling = True
-        try:
-            self.parts.append(self.pending.result())
-            self.pending = None
-            self._start(critical_path.fetch_chunk(self.session, self.data, self.next))
-        finally:
-            self.polling = False
+        self.parts.append(self.pending.result())
+        self.pending = None     # (a poll from within the fetch below does nothing)
+        self._start(critical_path.fetch_chunk(self.session, self.data, self.next))
 
     def __call__(self) -> list[dict]:
         if not self.data["chunks"]:

@@ -122,9 +122,8 @@ class OpColumns:
                 col = col.cast(col.type.value_type)
             enc = pc.dictionary_encode(col, null_encoding="encode")
             idx = enc.indices.cast(pa.int64())
-            if code is not None:
-                idx = pc.add(pc.multiply(code, len(enc.dictionary)), idx)
-            code = pc.dictionary_encode(idx).indices.cast(pa.int64())
+            code = idx if code is None else \
+                pc.dictionary_encode(pc.add(pc.multiply(code, len(enc.dictionary)), idx)).indices.cast(pa.int64())
         assert code is not None
         order = pc.sort_indices(code)          # stable: a group's rows keep their order, its first row first
         grouped = pc.take(code, order)

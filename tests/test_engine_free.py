@@ -1,4 +1,4 @@
-"""engine/pipeline.free_transient: a TRANSIENT step's temp table is dropped once every step that
+"""engine/pipeline.free_transient: a TRANSIENT step's table is dropped once every step that
 requires it is built (at the next `build`), never before, and never a table someone still reads."""
 import pytest
 from helpers import TRACES, make_profile
@@ -8,8 +8,8 @@ from traceview.engine.pipeline import build
 from traceview.engine.session import Session
 from traceview.engine.steps import python_step
 
-# the tables a session still holds: temp tables, and views (a Python step's Arrow table is registered as one)
-_LEFT = ("SELECT table_name AS name FROM duckdb_tables() "
+# the tables a session still holds: those of its schema, and views (a Python step's Arrow table is registered as one)
+_LEFT = ("SELECT table_name AS name FROM duckdb_tables() WHERE temporary OR schema_name = current_schema() "
          "UNION ALL SELECT view_name FROM duckdb_views() WHERE NOT internal")
 
 

@@ -10,8 +10,10 @@ against the tree before, paired medians of interleaved runs: 0.105 s less wall (
 
 One database per thread, not per process: settings such as `threads` belong to the database, and a
 session changes them around a step and sets them back, which is safe only where no other thread
-queries the same database meanwhile (a Dask worker runs tasks on several threads). The parser sets
-the threads it uses while it runs and gives the session's back (parsers/nsys.py). A process forked
+queries the same database meanwhile (a Dask worker runs tasks on several threads; a session's own
+readers, which query its tables from other threads, wait for such a step: engine/session.py
+`settings_lock`). The parser sets the threads it uses while it runs and gives the session's back
+(parsers/nsys.py). A process forked
 from one that made a database (a pool worker) makes its own: DuckDB's threads do not survive a fork."""
 from __future__ import annotations
 

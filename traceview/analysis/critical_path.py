@@ -505,7 +505,7 @@ def windows_data(session: Session, ranks: list[int] | None = None) -> dict:
     return {"windows": win, "wait_ranks": wait_ranks, "chunks": chunks}
 
 
-def _chunk_sql() -> str:
+def _chunk_sql(session) -> str:
     """cp_preds' CTEs (its step's SQL less last_sync and the final SELECT: the walk reads the host
     syncs itself) over the ranks $ranks only, each input shadowed by its rows of those ranks, and
     the integer columns of its rows in (rank, step, end, start, id) order. The strings (class,
@@ -519,7 +519,7 @@ def _chunk_sql() -> str:
     ctes = sql[head + len("WITH "):cut].rstrip()
     if not ctes.endswith(","):
         raise RuntimeError("cp_preds.sql: last_sync no longer follows the other CTEs")
-    shadows = ",\n".join(f"{n} AS (SELECT * FROM temp.main.{n} WHERE list_contains($ranks, rank))"
+    shadows = ",\n".join(f"{n} AS (SELECT * FROM {session.qualified(n)} WHERE list_contains($ranks, rank))"
                           for n in _CHUNK_INPUTS)
     return f"""WITH {shadows},
 {ctes}
@@ -604,7 +604,7 @@ def fetch_chunk(session: Session, data: dict, i: int = 0) -> dict:
 def _chunk(session: Session, ranks: list[int]) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs."""
-    acts = _with_strings(session, session.con.sql(_chunk_sql(), params={"ranks": ranks}).to_arrow_table(), ranks)
+    acts = _with_strings(session, session.sql(_chunk_sql(session), ranks=ranks), ranks)
     cols, act_bounds = _Columns(acts), _bounds(acts)
     del acts   # (before the segments are read: one chunk's Arrow rows at a time)
     segs = session.sql("SELECT rank, step, t, t_end, c::BIGINT AS c, m::BIGINT AS m, x::BIGINT AS x FROM segments "

@@ -5,7 +5,7 @@ import pyarrow as pa
 
 from ..config import Rules
 from ..document import packed
-from ..engine.pipeline import build
+from ..engine.pipeline import build, start as start_step
 from ..engine.session import Session
 from ..engine.steps import python_step
 from . import range_tree  # noqa: F401  (declares the Python step range_context_raw)
@@ -72,6 +72,13 @@ def layer_blocks(session: Session, params: dict) -> pa.Table:
     return pa.table({"id": pa.array(list(ordinals), pa.int64()),
                      "rank": pa.array([rank[i] for i in ordinals], pa.int32()),
                      "layer": pa.array(list(ordinals.values()), pa.int32())})
+
+
+def start(session: Session, rules: Rules) -> None:
+    """Begin range_context_raw (Arrow compute over every CPU range) on a thread now, its name_tags
+    built first, so that it runs while the breakdown's queries run here (engine/pipeline.start);
+    `prepare` takes it."""
+    start_step(session, "range_context_raw", rule_params(rules))
 
 
 def prepare(session: Session, rules: Rules) -> None:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from array import array
 from bisect import bisect_right
+from typing import Callable
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -406,67 +407,32 @@ def rank_part(session: Session, job: dict, idle: dict, ranks: list[int] | None =
     return _walk_part(session, job, idle, ranks, comm, data, presorted=presorted)
 
 
-def start_rank_part(session: Session, job: dict, idle: dict) -> _Walks:
+def start_rank_part(session: Session, job: dict, idle: dict) -> Callable[[], list[dict]]:
     """`rank_part` over every rank of the session, started now: returns a function that gives its
-    parts (one per chunk of ranks: `merge` gives the same sections as from one part). Its queries
-    run in this thread, the walk, which is Python only, on a thread while the caller goes on with
-    its own queries (DuckDB lets go of the GIL while a query runs): the first chunk's now; each
-    next chunk's rows are fetched, and its walk started, by the function's `poll` (which the caller
-    calls between its own queries: session.between) once the walk before has ended, or else when
-    the function is called, while the chunk before is walked (so at most two chunks' rows live at
-    once). The parts are the same either way (a walk reads only what was fetched for it); an error
-    of a walk is raised by the function."""
+    parts (one per chunk of ranks: `merge` gives the same sections as from one part). The chunks
+    are fetched and walked one after the other on a thread of their own while the caller goes on
+    with its own queries: the fetch through a reader of the session (another connection onto its
+    tables: DuckDB lets go of the GIL while a query runs), the walk in Python; one chunk's rows
+    live at a time. An error of a fetch or a walk is raised by the function."""
     ranks, comm, data = _rank_inputs(session, job, None)
-    return _Walks(session, job, idle, ranks, comm, data)
+    if not data["chunks"]:
+        part = _walk_part(session, job, idle, ranks, comm, data)
+        return lambda: [part]
+    return Later(_walk_chunks, session.reader(), job, idle, comm, data, name="traceview-critical-path").result
 
 
-class _Walks:
-    """The walks of `start_rank_part`, one chunk of ranks at a time on a thread of its own."""
-
-    def __init__(self, session: Session, job: dict, idle: dict, ranks, comm: dict, data: dict):
-        self.session, self.job, self.idle, self.ranks, self.comm, self.data = session, job, idle, ranks, comm, data
-        self.parts: list[dict] = []
-        self.pending: Later | None = None
-        self.next = 0           # the next chunk to fetch
-        if data["chunks"]:
-            self._start(critical_path.fetch_chunk(session, data, 0))
-
-    def _start(self, fetched: dict) -> None:
-        i, self.next = self.next, self.next + 1
-        one = {**self.data, "chunks": [self.data["chunks"][i]]}
-        self.pending = Later(_walk_part, None, self.job, self.idle, None, self.comm, one, fetched,
-                             name=f"traceview-critical-path-{i}")
-
-    def poll(self) -> None:
-        """Between the caller's queries: where the walk going on has ended, its part kept and the
-        next chunk's rows fetched and walked."""
-        if self.pending is None or self.next >= len(self.data["chunks"]):
-            return
-        if not self.pending.done() or self.pending.error is not None:
-            return      # (still walking; or failed: its error is raised by the call, not here)
-        self.parts.append(self.pending.result())
-        self.pending = None     # (a poll from within the fetch below does nothing)
-        self._start(critical_path.fetch_chunk(self.session, self.data, self.next))
-
-    def __call__(self) -> list[dict]:
-        if not self.data["chunks"]:
-            return [_walk_part(self.session, self.job, self.idle, self.ranks, self.comm, self.data)]
-        try:
-            while self.next < len(self.data["chunks"]):
-                # the next chunk's rows fetched while the chunk before is walked
-                fetched = critical_path.fetch_chunk(self.session, self.data, self.next)
-                assert self.pending is not None
-                self.parts.append(self.pending.result())
-                self._start(fetched)
-                del fetched
-        finally:
-            if self.pending is not None:
-                self.pending.wait()   # (no walk goes on past the call, even when a fetch failed)
-        assert self.pending is not None
-        self.parts.append(self.pending.result())
-        self.pending = None
-        parts, self.parts = self.parts, []
+def _walk_chunks(reader, job: dict, idle: dict, comm: dict, data: dict) -> list[dict]:
+    """start_rank_part's parts: each chunk's rows fetched through `reader` (closed at the end), then
+    walked, before the next chunk is fetched."""
+    try:
+        parts = []
+        for i, chunk in enumerate(data["chunks"]):
+            fetched = critical_path.fetch_chunk(reader, data, i)
+            parts.append(_walk_part(None, job, idle, None, comm, {**data, "chunks": [chunk]}, fetched))
+            del fetched
         return parts
+    finally:
+        reader.close()
 
 
 def _rank_inputs(session: Session, job: dict, ranks: list[int] | None) -> tuple:

@@ -39,11 +39,8 @@ def _more_params(step_params: dict, rules: Rules) -> dict:
 
 
 def _release(session: Session) -> None:
-    """Between sections: the critical paths' next chunk started where the walk before has ended
-    (session.between); a mapped job: the pages of its tables that the last section's queries
+    """Between sections, on a mapped job: the pages of its tables that the last section's queries
     touched let go."""
-    if session.between is not None:
-        session.between()
     remote = session.profile.remote if session.profile is not None else None
     if remote is not None:
         remote.release_pages()
@@ -78,6 +75,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
                               top=opts.top, whole_trace=opts.whole_trace)
     # the per-rank steps the sections below build are asked for with the step rule's (on a mapped
     # job: one round of the workers)
+    layers.start(session, rules)    # (on a thread while the breakdown is computed)
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
     _release(session)
@@ -96,7 +94,6 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     remote = session.profile.remote if session.profile is not None else None
     pending = remote.start_stall_parts(session, job, idle) if remote is not None \
         else stalls.start_rank_part(session, job, idle)
-    session.between = getattr(pending, "poll", None)
     # a mapped job's long layer rows are written to its scratch folder as they are packed
     layer_rows = layers.layer_rows(session, *((str(remote.scratch / "doc-layers.rows"), remote.maps,
                                                remote.release_pages) if remote is not None else ()))
@@ -141,7 +138,6 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     _release(session)
     if not keep_tables:
         _let_go(session)
-    session.between = None
     parts = pending()
     _release(session)
     sec = stalls.merge(job, parts, opts.top, remote.presorted_order if remote is not None else None)

@@ -1,7 +1,7 @@
 """`build(session, targets, params)`: materialize what the targets need, in dependency order, each
 step once per session, and check that each produced exactly the columns it declares.
 
-A step's result is a DuckDB temp table of the step's name (a Python step's Arrow table is
+A step's result is a DuckDB table of the step's name in the session's schema (a Python step's Arrow table is
 registered under that name instead, read in place). Building a step that the session already
 holds is free when its parameters are the same and an error when they differ (a session answers one
 question; ask another in another session); a later `build` may leave out the parameters of
@@ -15,6 +15,7 @@ from typing import Iterable, Mapping
 import pyarrow as pa
 
 from .. import schema
+from ..later import Later
 from .steps import Step, StepError, all_steps, lookup
 
 # Steps whose tables only other steps read (no analysis, report or API user queries them): dropped
@@ -105,7 +106,7 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
             parallel = step.parallel and session.worth_threads(step.requires)
             session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers, parallel)
         elif step.run is not None:
-            session.materialize_arrow(step.name, step.run(session, own))
+            session.materialize_arrow(step.name, _started(session, step, own) or step.run(session, own))
             pa.default_memory_pool().release_unused()    # what the step freed (its arrays on the way)
         else:
             raise StepError(f"step {step.name} has neither SQL nor a Python function")
@@ -117,10 +118,44 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
         session.built[step.name] = own
         session.build_counts[step.name] = session.build_counts.get(step.name, 0) + 1
         built_now.append(step.name)
-        between = getattr(session, "between", None)
-        if between is not None:
-            between()
     return built_now
+
+
+def start(session, name: str, params: Mapping[str, object]) -> bool:
+    """Begin Python step `name` on a thread of its own, its requirements built here first: it reads
+    them through a reader of the session (another connection), and `build` takes its table when the
+    step is asked for with the same parameters (else builds it anew). Where it may: a session with
+    readers, the step not built or begun already, not on a mapped job's workers. Returns whether
+    it began."""
+    step = lookup(name)
+    if step is None or step.run is None:
+        raise StepError(f"{name} is not a Python step")
+    started = getattr(session, "started", None)
+    if started is None or _remote(session) is not None or name in session.built or name in started:
+        return False
+    build(session, [r for r in step.requires if r not in schema.TABLES], params)
+    own = {p: params[p] for p in step.params}
+    started[name] = (own, Later(_run_apart, step.run, session.reader(), own, name=f"traceview-step-{name}"))
+    return True
+
+
+def _run_apart(run, reader, params: dict):
+    try:
+        return run(reader, params)
+    finally:
+        reader.close()
+
+
+def _started(session, step: Step, params: dict):
+    """The table of `step` begun by `start` with `params` (waited for), else None."""
+    started = getattr(session, "started", None)
+    begun = started.pop(step.name, None) if started else None
+    if begun is None:
+        return None
+    if begun[0] != params:
+        begun[1].wait()    # (not what is asked now: built anew, once this one has ended)
+        return None
+    return begun[1].result()
 
 
 def free_transient(session) -> list[str]:

@@ -2,12 +2,15 @@
 under their names, the interval macros (traceview/sql/intervals/*.sql) loaded, and the tables the
 engine's steps materialized (`build` in engine/pipeline.py is the way to make them). `sql()` and
 `rows()` are for one-line lookups; parameters travel as DuckDB named parameters (`$name`), never by
-string formatting of trace text.
+string formatting of trace text. `reader()` is another connection onto the session's tables, for
+queries on another thread (engine/pipeline.start, the critical paths' walk).
 """
 from __future__ import annotations
 
+import itertools
+import threading
+import weakref
 from importlib import resources
-from typing import Callable
 
 import pyarrow as pa
 
@@ -30,6 +33,16 @@ ALLOCATOR_SETTINGS = ("SET allocator_flush_threshold = '32MB'", "SET allocator_b
 # hta_df_index_resolver (22,290) 0.73 -> 0.92 s slower on two; overlap x34 (250,920 activities,
 # 1,017,654 CPU ranges) 6.68 -> 6.55 s faster.
 PARALLEL_MIN_ROWS = 2 * 122_880
+_SCHEMAS = itertools.count(1)   # each session's tables in a schema of its own (Session.schema)
+
+
+def _drop_schema(con, schema: str) -> None:
+    """A session gone: its tables with it (a schema's tables outlive the connection that made them)."""
+    try:
+        con.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+        con.close()
+    except Exception:  # noqa: BLE001 - the database itself may be gone (interpreter exit)
+        pass
 
 
 class Session:
@@ -41,6 +54,17 @@ class Session:
     def __init__(self, profile: Profile | None = None, threads: int = 1):
         self.profile: Profile | None = None
         self.con = duck.connect()   # onto the thread's database (traceview/duck.py)
+        # The steps' tables live in a schema of the session's own (not temp tables, which only
+        # their connection sees): a reader on another connection (`reader`) queries them from
+        # another thread while this one goes on. Names resolve there first, then in temp (the
+        # registered Arrow tables) and main (the interval macros).
+        self.schema = f"tv_s{next(_SCHEMAS)}"
+        self.con.execute(f"CREATE SCHEMA {self.schema}")
+        self.con.execute(f"SET search_path = '{self.schema},main'")
+        weakref.finalize(self, _drop_schema, self.con.cursor(), self.schema).atexit = False
+        # Held while a step runs with database-wide settings of its own (threads, optimizers), which
+        # a reader's query on another thread must not run under (its plan and order as on this one)
+        self.settings_lock = threading.Lock()
         # One thread by default: floating-point sums then run in one order, so the same input
         # gives byte-identical reports (and on traces of this size it is not slower: measured).
         self.threads = max(1, int(threads))
@@ -52,7 +76,7 @@ class Session:
         self.parallel_min_rows = PARALLEL_MIN_ROWS   # (tests set 0: every declared step on step_threads)
         self._rows: dict[str, int] = {}   # rows of the tables materialized or registered here
         self._arrow: dict[str, pa.Table] = {}   # Python steps' tables kept as Arrow (materialize_arrow)
-        # Memory a query freed goes back to the system when it is done (the temp tables stay):
+        # Memory a query freed goes back to the system when it is done (the steps' tables stay):
         # without these, the allocator kept the peak of every large query (measured on a 644 MiB
         # Kineto trace: the process peak 1,019 MiB -> 942 MiB, the same CPU time).
         for setting in ALLOCATOR_SETTINGS:
@@ -61,13 +85,12 @@ class Session:
             self.con.execute(text)
         self._views: set[str] = set()
         self._registered: set[str] = set()
+        self._given: dict[str, pa.Table] = {}    # the tables of `_registered` (a reader registers them too)
         self.built: dict[str, dict] = {}          # step -> the parameters it was built with (engine/pipeline.py)
         self.build_counts: dict[str, int] = {}    # step -> times materialized (a test holds it at 1)
         self._strings: dict[str, str] = {}         # rows(): one object per distinct string
         self.freed: set[str] = set()               # steps whose tables were dropped after their last use
-        # called after each step built here (engine/pipeline.py): a caller's work that queries the
-        # session on this thread between steps (the critical paths' next chunk: stalls._Walks.poll)
-        self.between: Callable[[], None] | None = None
+        self.started: dict[str, tuple] = {}        # Python steps begun on threads (engine/pipeline.start)
         if profile is not None:
             self.attach(profile)
 
@@ -96,6 +119,13 @@ class Session:
         if self.profile is None or name not in schema.TABLES or name in self._registered:
             return None
         return getattr(self.profile, name)
+
+    def qualified(self, name: str) -> str:
+        """Table `name` by its full name (a query that shadows it with a CTE of that name reads it so):
+        a step's table in the session's schema, a registered Arrow table in temp."""
+        if name in self._views and name not in self._arrow:
+            return f"{self.schema}.{name}"
+        return f"temp.main.{name}"
 
     def columns(self, name: str) -> list[str]:
         """The column names of table `name` (a relation's, bound without running a query: a
@@ -127,27 +157,41 @@ class Session:
 
     def materialize_sql(self, name: str, sql: str, params: dict,
                         disabled_optimizers: tuple[str, ...] = (), parallel: bool = False) -> None:
-        """Keep the result of a step's SQL inside DuckDB as temp table `name` (engine/pipeline.py),
+        """Keep the result of a step's SQL inside DuckDB as table `name` of the session's schema (engine/pipeline.py),
         with the DuckDB optimizers its header names off while it runs (names checked by
         steps.parse_header), on `step_threads` threads where the step is `parallel`."""
         self._replace(name)
         threads = self.step_threads if parallel else self.threads
-        if disabled_optimizers:
-            self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
-        if threads != self.threads:
-            self.con.execute(f"SET threads = {threads}")
+        # Settings of the database's, not of this connection's: changed only while no reader's
+        # query runs (the lock); a step declared `threads: all` (the same table on any number)
+        # that would wait for one runs on the session's threads instead.
+        own = bool(disabled_optimizers)
+        if own:
+            self.settings_lock.acquire()
+        elif threads != self.threads:
+            own = self.settings_lock.acquire(blocking=False)
+            threads = threads if own else self.threads
         try:
-            got = self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS {sql}", params or None).fetchone()
-            self._rows[name] = int(got[0]) if got else 0
-        finally:
-            if threads != self.threads:
-                self.con.execute(f"SET threads = {self.threads}")
             if disabled_optimizers:
-                self.con.execute("RESET disabled_optimizers")
+                self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
+            if threads != self.threads:
+                self.con.execute(f"SET threads = {threads}")
+            try:
+                got = self.con.execute(f"CREATE OR REPLACE TABLE {self.schema}.{name} AS {sql}",
+                                       params or None).fetchone()
+                self._rows[name] = int(got[0]) if got else 0
+            finally:
+                if threads != self.threads:
+                    self.con.execute(f"SET threads = {self.threads}")
+                if disabled_optimizers:
+                    self.con.execute("RESET disabled_optimizers")
+        finally:
+            if own:
+                self.settings_lock.release()
         self._views.add(name)
 
     def materialized(self, name: str) -> bool:
-        """Whether `name` is a step's table materialized here (a temp table, or a Python step's Arrow
+        """Whether `name` is a step's table materialized here (a table of the session's schema, or a Python step's Arrow
         table kept as it is), not a table a caller registered."""
         return name in self._views
 
@@ -166,12 +210,12 @@ class Session:
             self.con.unregister(name)
             pa.default_memory_pool().release_unused()   # its memory back to the system (Arrow's pool keeps it)
         else:
-            self.con.execute(f"DROP TABLE IF EXISTS {name}")
+            self.con.execute(f"DROP TABLE IF EXISTS {self.schema}.{name}")
 
     def materialize_arrow(self, name: str, table: pa.Table | pa.RecordBatchReader) -> None:
         """Keep a Python step's Arrow result as step table `name` (engine/pipeline.py). A table is
         kept as it is, DuckDB reading it in place (no copy: range_context_raw at x34, 1,017,654 rows,
-        took 0.14 s to copy); a reader of batches (read once) is copied into a temp table, each batch
+        took 0.14 s to copy); a reader of batches (read once) is copied into a table, each batch
         let go once copied."""
         self._replace(name)
         if isinstance(table, pa.Table):
@@ -181,7 +225,8 @@ class Session:
             self._views.add(name)
             return
         self.con.register("__step_result", table)
-        got = self.con.execute(f"CREATE OR REPLACE TEMP TABLE {name} AS SELECT * FROM __step_result").fetchone()
+        got = self.con.execute(f"CREATE OR REPLACE TABLE {self.schema}.{name} AS SELECT * FROM __step_result")\
+            .fetchone()
         self._rows[name] = int(got[0]) if got else 0
         self.con.unregister("__step_result")
         self._views.add(name)
@@ -201,7 +246,14 @@ class Session:
             self._views.discard(name)
         self.con.register(name, table)
         self._registered.add(name)
+        self._given[name] = table
         self._rows[name] = table.num_rows
+
+    def reader(self) -> Reader:
+        """Another connection onto this session's tables, for queries on another thread while this
+        one goes on (DuckDB lets go of the GIL while a query runs): it sees the steps' tables and
+        the Arrow tables registered here so far. Close it when done."""
+        return Reader(self)
 
     def sql(self, sql: str, **params) -> pa.Table:
         params = {k: v for k, v in params.items() if f"${k}" in sql}
@@ -229,3 +281,39 @@ class Session:
             cols.append(vals)
         return [dict(zip(names, vs, strict=True)) for vs in zip(*cols, strict=True)] if cols else \
             [{} for _ in range(t.num_rows)]
+
+
+class Reader:
+    """A session's tables queried from another thread (Session.reader): its own connection onto the
+    session's database, the session's Arrow tables registered on it as they are when it is made.
+    Each query runs under the session's `settings_lock`: never while a step of the session runs
+    with database-wide settings of its own, so its plan and threads are those the session's own
+    query would have had."""
+
+    def __init__(self, session: Session):
+        self.profile = session.profile
+        self._registered = set(session._registered)
+        self._strings: dict[str, str] = {}
+        self._qualified = session.qualified
+        self._lock = session.settings_lock
+        self.con = session.con.cursor()
+        self.con.execute(f"SET search_path = '{session.schema},main'")
+        for name in schema.TABLES:
+            if name not in self._registered and self.profile is not None:
+                self.con.register(name, getattr(self.profile, name))
+        for name, table in {**session._given, **session._arrow}.items():
+            self.con.register(name, table)
+
+    attached = Session.attached
+    rows = Session.rows
+
+    def qualified(self, name: str) -> str:
+        return self._qualified(name)
+
+    def sql(self, sql: str, **params) -> pa.Table:
+        params = {k: v for k, v in params.items() if f"${k}" in sql}
+        with self._lock:
+            return self.con.sql(sql, params=params or None).to_arrow_table()
+
+    def close(self) -> None:
+        self.con.close()

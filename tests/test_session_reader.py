@@ -1,0 +1,164 @@
+"""The session's tables seen from another thread (engine/session.py `reader`, engine/pipeline.py
+`start`): each session's step tables live in a schema of its own (two sessions on one thread never
+see each other's; a session gone takes its tables with it); a reader sees the steps' tables and the
+Arrow tables registered so far; a reader's query never runs while a step of the session runs with
+database-wide settings of its own; a Python step begun on a thread is taken by `build`, once, with
+the same table and error it would have given in line."""
+import gc
+import threading
+import time
+
+import pyarrow as pa
+import pytest
+from helpers import make_profile
+
+from traceview.engine import pipeline
+from traceview.engine.pipeline import build
+from traceview.engine.session import Session
+from traceview.engine.steps import StepError, python_step
+
+RUNS: list = []     # (step, thread name) of each run of the Python steps below
+
+
+@python_step("tr_counts", scope="rank", requires=("gpu_activities",), produces=("rank", "n"), params=("bias",))
+def _tr_counts(session, params):
+    RUNS.append(("tr_counts", threading.current_thread().name))
+    if params["bias"] < 0:
+        raise ValueError("a negative bias")
+    return session.sql("SELECT rank, (count(*) + $bias)::BIGINT AS n FROM gpu_activities GROUP BY rank",
+                       bias=params["bias"])
+
+
+@python_step("tr_total", scope="rank", requires=("tr_counts",), produces=("rank", "total"))
+def _tr_total(session, params):
+    return session.sql("SELECT rank, n * 100 AS total FROM tr_counts")
+
+
+def _session() -> Session:
+    return Session(make_profile(gpu=[dict(id=1, rank=0, start_ns=0, end_ns=10),
+                                     dict(id=2, rank=0, start_ns=10, end_ns=30),
+                                     dict(id=3, rank=1, start_ns=5, end_ns=9)]))
+
+
+def _on_thread(fn):
+    out: dict = {}
+
+    def run():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - handed to the test
+            out["error"] = e
+    t = threading.Thread(target=run)
+    t.start()
+    return t, out
+
+
+def test_two_sessions_on_one_thread_keep_their_own_tables_and_take_them_when_gone():
+    a, b = _session(), _session()
+    assert a.schema != b.schema
+    a.materialize_sql("tr_x", "SELECT 1 AS v", {})
+    b.materialize_sql("tr_x", "SELECT 2 AS v", {})
+    assert a.rows("SELECT v FROM tr_x") == [{"v": 1}] and b.rows("SELECT v FROM tr_x") == [{"v": 2}]
+    gone = a.schema
+    del a
+    gc.collect()
+    schemas = {r["s"] for r in b.rows("SELECT schema_name AS s FROM duckdb_schemas()")}
+    assert gone not in schemas and b.schema in schemas
+    assert b.rows("SELECT v FROM tr_x") == [{"v": 2}]
+
+
+def test_a_reader_on_another_thread_sees_the_steps_and_registered_tables():
+    s = _session()
+    s.materialize_sql("tr_sql", "SELECT rank, count(*)::BIGINT AS n FROM gpu_activities GROUP BY rank", {})
+    s.materialize_arrow("tr_arrow", pa.table({"k": pa.array([7, 8], pa.int64())}))
+    s.register("tr_given", pa.table({"g": pa.array(["x"])}))
+    r = s.reader()
+    assert r.con is not s.con
+    t, out = _on_thread(lambda: (r.rows("SELECT rank, n FROM tr_sql ORDER BY rank"),
+                                 r.rows("SELECT k FROM tr_arrow ORDER BY k"), r.rows("SELECT g FROM tr_given"),
+                                 r.rows("SELECT count(*) AS n FROM gpu_activities"),
+                                 r.rows(f"SELECT count(*) AS n FROM {s.qualified('tr_sql')}")))
+    t.join()
+    assert "error" not in out
+    assert out["value"] == ([{"rank": 0, "n": 2}, {"rank": 1, "n": 1}], [{"k": 7}, {"k": 8}], [{"g": "x"}],
+                            [{"n": 3}], [{"n": 2}])
+    assert s.qualified("tr_sql") == f"{s.schema}.tr_sql" and s.qualified("tr_arrow") == "temp.main.tr_arrow"
+    assert r.attached("gpu_activities") is s.profile.gpu_activities
+    r.close()
+
+
+def test_a_readers_query_waits_for_a_step_with_settings_of_its_own():
+    s = _session()
+    r = s.reader()
+    s.settings_lock.acquire()       # as a step with optimizers of its own holds it while it runs
+    t, out = _on_thread(lambda: r.rows("SELECT count(*) AS n FROM gpu_activities"))
+    time.sleep(0.2)
+    assert out == {} and t.is_alive()           # waiting
+    s.settings_lock.release()
+    t.join()
+    assert out["value"] == [{"n": 3}]
+    r.close()
+
+
+def test_a_parallel_step_runs_on_the_sessions_threads_while_a_reader_queries():
+    s = _session()
+    s.step_threads, s.parallel_min_rows = 2, 0
+    sql = "SELECT current_setting('threads')::BIGINT AS n"
+    s.materialize_sql("tr_free", sql, {}, parallel=True)
+    assert s.rows("SELECT n FROM tr_free") == [{"n": 2}]        # the lock free: on step_threads
+    s.settings_lock.acquire()                                  # a reader's query going on
+    try:
+        s.materialize_sql("tr_held", sql, {}, parallel=True)
+    finally:
+        s.settings_lock.release()
+    assert s.rows("SELECT n FROM tr_held") == [{"n": 1}]        # on the session's one thread
+    assert s.rows(sql) == [{"n": 1}]                           # and the setting given back
+
+
+def test_a_step_with_optimizers_of_its_own_waits_for_a_readers_query():
+    s = _session()
+    s.settings_lock.acquire()       # a reader's query going on
+    t, out = _on_thread(lambda: s.materialize_sql("tr_opt", "SELECT 1 AS v", {}, ("build_side_probe_side",)))
+    time.sleep(0.2)
+    assert t.is_alive()
+    s.settings_lock.release()
+    t.join()
+    assert "error" not in out and s.rows("SELECT v FROM tr_opt") == [{"v": 1}]
+    assert s.rows("SELECT current_setting('disabled_optimizers') AS d") == [{"d": ""}]
+
+
+def test_a_step_begun_on_a_thread_is_taken_by_build_once():
+    RUNS.clear()
+    s, ref = _session(), _session()
+    assert pipeline.start(s, "tr_counts", {"bias": 5})
+    assert not pipeline.start(s, "tr_counts", {"bias": 5})      # begun already: not again
+    assert build(s, ["tr_total"], {"bias": 5}) == ["tr_counts", "tr_total"]
+    build(ref, ["tr_total"], {"bias": 5})                       # the reference: in line
+    assert s.rows("SELECT * FROM tr_total ORDER BY rank") == ref.rows("SELECT * FROM tr_total ORDER BY rank") \
+        == [{"rank": 0, "total": 700}, {"rank": 1, "total": 600}]
+    assert s.build_counts["tr_counts"] == 1 and not s.started
+    assert RUNS[0] == ("tr_counts", "traceview-step-tr_counts") and RUNS[1] == ("tr_counts", "MainThread")
+    assert len(RUNS) == 2
+    assert not pipeline.start(s, "tr_counts", {"bias": 5})      # built: nothing begun
+
+
+def test_a_step_begun_with_other_parameters_is_built_anew():
+    RUNS.clear()
+    s = _session()
+    pipeline.start(s, "tr_counts", {"bias": 1})
+    build(s, ["tr_counts"], {"bias": 2})
+    assert s.rows("SELECT n FROM tr_counts ORDER BY rank") == [{"n": 4}, {"n": 3}]
+    assert [r[1] for r in RUNS] == ["traceview-step-tr_counts", "MainThread"] and not s.started
+
+
+def test_the_error_of_a_step_begun_on_a_thread_is_raised_by_build():
+    s = _session()
+    assert pipeline.start(s, "tr_counts", {"bias": -1})          # begun: its error not raised here
+    with pytest.raises(ValueError, match="negative bias"):
+        build(s, ["tr_counts"], {"bias": -1})
+    assert "tr_counts" not in s.built
+
+
+def test_only_a_python_step_is_begun():
+    with pytest.raises(StepError, match="not a Python step"):
+        pipeline.start(_session(), "activity_origin", {})

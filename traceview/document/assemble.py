@@ -79,11 +79,11 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
     _release(session)
-    # the FLOPs steps that read only the profile's tables, built on a thread while the layers and
-    # the critical paths are computed here, mostly on one core (where a second core is given and
-    # the trace is large: flops/early.py)
-    early = flops_early.start(session, tokens=opts.tokens_per_step is None)
     layers.prepare(session, rules)
+    # the FLOPs steps that read only the profile's tables, built on a thread while the critical
+    # paths and the later sections are computed here (where a second core is given and the trace
+    # is large: flops/early.py)
+    early = flops_early.start(session, tokens=opts.tokens_per_step is None)
     if not keep_tables:
         _let_go(session)
     # the critical paths and stalls need the job's collectives and the steps' idle time: on a

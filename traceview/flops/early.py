@@ -9,11 +9,15 @@ second core (`step_threads` > 1) and whose CPU ranges are many (at least the ses
 `parallel_min_rows`, as for a step declared `threads: all`): on a small trace a second database and
 thread cost more than they give. The early session is single-threaded like every session, on its
 own DuckDB database (the thread's: traceview/duck.py), so its tables are the ones the analysis
-session would have built. Started once the step rows are computed: from the start of `assemble` it
-competed with the breakdown's steps, which use both cores already. Measured on Kineto overlap x34
-(1,017,654 CPU ranges) in one process, one loaded profile, `assemble` with and without it, 15
-interleaved pairs on 2 cores: median 4.69 -> 4.43 s, paired -0.20 s (faster in 11 pairs); the
-early build takes 0.5-0.6 s on its thread and the FLOPs section 1.0 -> 0.6 s; whole-process peak RSS
+session would have built. Started once the layers are prepared: from the start of `assemble` it
+competed with the breakdown's steps, which use both cores already, and once range_context_raw was
+computed on a thread during the breakdown (engine/pipeline.start), started after the step rows it
+ran beside activity_attribution, the largest query: overlap x34, 5 interleaved pairs, peak RSS
+900 -> 803 MiB (the peak of the tree before the thread), wall 5.93 -> 5.86 s; nsys x100 unchanged.
+The thread itself, measured on Kineto overlap x34 (1,017,654 CPU ranges) in one process, one loaded
+profile, `assemble` with and without it, 15 interleaved pairs on 2 cores: median 4.69 -> 4.43 s,
+paired -0.20 s (faster in 11 pairs); the early build takes 0.5-0.6 s on its thread and the FLOPs
+section 1.0 -> 0.6 s; whole-process peak RSS
 785 -> 801 MiB.
 """
 from __future__ import annotations

@@ -3,7 +3,8 @@
 see each other's; a session gone takes its tables with it); a reader sees the steps' tables and the
 Arrow tables registered so far; a reader's query never runs while a step of the session runs with
 database-wide settings of its own; a Python step begun on a thread is taken by `build`, once, with
-the same table and error it would have given in line."""
+the same table and error it would have given in line; a session shared with another's database
+changes none of its settings and waits for its steps that do."""
 import gc
 import threading
 import time
@@ -12,7 +13,7 @@ import pyarrow as pa
 import pytest
 from helpers import make_profile
 
-from traceview.engine import pipeline
+from traceview.engine import pipeline, steps
 from traceview.engine.pipeline import build
 from traceview.engine.session import Session
 from traceview.engine.steps import StepError, python_step
@@ -20,7 +21,6 @@ from traceview.engine.steps import StepError, python_step
 RUNS: list = []     # (step, thread name) of each run of the Python steps below
 
 
-@python_step("tr_counts", scope="rank", requires=("gpu_activities",), produces=("rank", "n"), params=("bias",))
 def _tr_counts(session, params):
     RUNS.append(("tr_counts", threading.current_thread().name))
     if params["bias"] < 0:
@@ -29,9 +29,18 @@ def _tr_counts(session, params):
                        bias=params["bias"])
 
 
-@python_step("tr_total", scope="rank", requires=("tr_counts",), produces=("rank", "total"))
 def _tr_total(session, params):
     return session.sql("SELECT rank, n * 100 AS total FROM tr_counts")
+
+
+@pytest.fixture(autouse=True)
+def _steps(monkeypatch):
+    """The two Python steps above, declared for each test only (another test module that builds every
+    declared step would not know their parameter)."""
+    monkeypatch.setattr(steps, "_PYTHON", dict(steps._PYTHON))
+    python_step("tr_counts", scope="rank", requires=("gpu_activities",), produces=("rank", "n"),
+                params=("bias",))(_tr_counts)
+    python_step("tr_total", scope="rank", requires=("tr_counts",), produces=("rank", "total"))(_tr_total)
 
 
 def _session() -> Session:
@@ -162,3 +171,25 @@ def test_the_error_of_a_step_begun_on_a_thread_is_raised_by_build():
 def test_only_a_python_step_is_begun():
     with pytest.raises(StepError, match="not a Python step"):
         pipeline.start(_session(), "activity_origin", {})
+
+
+def test_a_shared_session_changes_no_setting_and_waits_for_the_lock():
+    parent = _session()
+    parent.materialize_sql("tr_parent", "SELECT 1 AS v", {})
+    parent.con.execute("SET threads = 3")        # a step of the parent's with threads of its own
+    s = Session(parent.profile, share=parent)
+    assert s.con is not parent.con and s.schema != parent.schema
+    assert parent.rows("SELECT current_setting('threads')::BIGINT AS n") == [{"n": 3}]   # left as it was
+    parent.con.execute(f"SET threads = {parent.threads}")
+    build(s, ["tr_total"], {"bias": 0})          # its own steps, in its own schema
+    assert s.rows("SELECT total FROM tr_total ORDER BY rank") == [{"total": 200}, {"total": 100}]
+    assert "tr_total" not in parent.tables()
+    parent.settings_lock.acquire()
+    t, out = _on_thread(lambda: s.materialize_sql("tr_later", "SELECT 2 AS v", {}))
+    time.sleep(0.2)
+    assert t.is_alive()                          # waits for the parent's step
+    parent.settings_lock.release()
+    t.join()
+    assert "error" not in out and s.rows("SELECT v FROM tr_later") == [{"v": 2}]
+    with pytest.raises(RuntimeError, match="optimizers"):
+        s.materialize_sql("tr_opt", "SELECT 1 AS v", {}, ("build_side_probe_side",))

@@ -76,6 +76,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     # the per-rank steps the sections below build are asked for with the step rule's (on a mapped
     # job: one round of the workers)
     layers.start(session, rules)    # (on a thread while the breakdown is computed)
+    # on a small trace, the early FLOPs steps too (below for a large one: flops/early.py)
+    early = flops_early.start_small(session, tokens=opts.tokens_per_step is None)
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
     _release(session)
@@ -83,7 +85,7 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     # the FLOPs steps that read only the profile's tables, built on a thread while the critical
     # paths and the later sections are computed here (where a second core is given and the trace
     # is large: flops/early.py)
-    early = flops_early.start(session, tokens=opts.tokens_per_step is None)
+    early = early or flops_early.start(session, tokens=opts.tokens_per_step is None)
     if not keep_tables:
         _let_go(session)
     # the critical paths and stalls need the job's collectives and the steps' idle time: on a

@@ -7,11 +7,13 @@ queries on another thread (engine/pipeline.start, the critical paths' walk).
 """
 from __future__ import annotations
 
+import contextlib
 import itertools
 import threading
 import weakref
 from importlib import resources
 
+import duckdb
 import pyarrow as pa
 
 from .. import duck, schema
@@ -51,9 +53,14 @@ class Session:
     The connection opens before the profile is loaded (`Session()` then `attach(profile)`), so
     that checks of user patterns, which must compile in DuckDB, run on it before any work."""
 
-    def __init__(self, profile: Profile | None = None, threads: int = 1):
+    def __init__(self, profile: Profile | None = None, threads: int = 1, share: Session | None = None):
         self.profile: Profile | None = None
-        self.con = duck.connect()   # onto the thread's database (traceview/duck.py)
+        # `share`: a session of another thread's database, this one a second connection onto it
+        # (`shared`), for steps built on a thread of its own beside that session's: its queries wait
+        # for that session's steps with settings of their own (the settings lock, as a reader's),
+        # and it changes no setting of the database.
+        self.shared = share is not None
+        self.con: duckdb.DuckDBPyConnection = share.con.cursor() if share is not None else duck.connect()
         # The steps' tables live in a schema of the session's own (not temp tables, which only
         # their connection sees): a reader on another connection (`reader`) queries them from
         # another thread while this one goes on. Names resolve there first, then in temp (the
@@ -64,11 +71,12 @@ class Session:
         weakref.finalize(self, _drop_schema, self.con.cursor(), self.schema).atexit = False
         # Held while a step runs with database-wide settings of its own (threads, optimizers), which
         # a reader's query on another thread must not run under (its plan and order as on this one)
-        self.settings_lock = threading.Lock()
+        self.settings_lock: threading.Lock = share.settings_lock if share is not None else threading.Lock()
         # One thread by default: floating-point sums then run in one order, so the same input
         # gives byte-identical reports (and on traces of this size it is not slower: measured).
-        self.threads = max(1, int(threads))
-        self.con.execute(f"SET threads = {self.threads}")
+        self.threads: int = share.threads if share is not None else max(1, int(threads))
+        if share is None:
+            self.con.execute(f"SET threads = {self.threads}")
         # Steps declared `threads: all` (engine/steps.py) run on this many threads: their tables are
         # the same on any number. A run that analyzes its job in this process gives it --jobs (the
         # cores by default: runs.run_job); a mapped job's sessions keep one (the workers use the cores).
@@ -79,9 +87,7 @@ class Session:
         # Memory a query freed goes back to the system when it is done (the steps' tables stay):
         # without these, the allocator kept the peak of every large query (measured on a 644 MiB
         # Kineto trace: the process peak 1,019 MiB -> 942 MiB, the same CPU time).
-        for setting in ALLOCATOR_SETTINGS:
-            self.con.execute(setting)
-        for text in _macros():
+        for text in (ALLOCATOR_SETTINGS + tuple(_macros())) if share is None else ():
             self.con.execute(text)
         self._views: set[str] = set()
         self._registered: set[str] = set()
@@ -157,15 +163,18 @@ class Session:
 
     def materialize_sql(self, name: str, sql: str, params: dict,
                         disabled_optimizers: tuple[str, ...] = (), parallel: bool = False) -> None:
-        """Keep the result of a step's SQL inside DuckDB as table `name` of the session's schema (engine/pipeline.py),
-        with the DuckDB optimizers its header names off while it runs (names checked by
-        steps.parse_header), on `step_threads` threads where the step is `parallel`."""
+        """Keep the result of a step's SQL inside DuckDB as table `name` of the session's schema
+        (engine/pipeline.py), with the DuckDB optimizers its header names off while it runs (names
+        checked by steps.parse_header), on `step_threads` threads where the step is `parallel`."""
         self._replace(name)
-        threads = self.step_threads if parallel else self.threads
+        if self.shared and disabled_optimizers:
+            raise RuntimeError(f"step {name} sets optimizers of the database: not built on a shared session")
+        threads = self.step_threads if parallel and not self.shared else self.threads
         # Settings of the database's, not of this connection's: changed only while no reader's
         # query runs (the lock); a step declared `threads: all` (the same table on any number)
-        # that would wait for one runs on the session's threads instead.
-        own = bool(disabled_optimizers)
+        # that would wait for one runs on the session's threads instead. A shared session's steps
+        # hold the lock as a reader's queries do.
+        own = self.shared or bool(disabled_optimizers)
         if own:
             self.settings_lock.acquire()
         elif threads != self.threads:
@@ -191,8 +200,8 @@ class Session:
         self._views.add(name)
 
     def materialized(self, name: str) -> bool:
-        """Whether `name` is a step's table materialized here (a table of the session's schema, or a Python step's Arrow
-        table kept as it is), not a table a caller registered."""
+        """Whether `name` is a step's table materialized here (a table of the session's schema, or a
+        Python step's Arrow table kept as it is), not a table a caller registered."""
         return name in self._views
 
     def drop(self, name: str) -> None:
@@ -225,8 +234,9 @@ class Session:
             self._views.add(name)
             return
         self.con.register("__step_result", table)
-        got = self.con.execute(f"CREATE OR REPLACE TABLE {self.schema}.{name} AS SELECT * FROM __step_result")\
-            .fetchone()
+        with self._guard():
+            got = self.con.execute(f"CREATE OR REPLACE TABLE {self.schema}.{name} AS SELECT * FROM __step_result")\
+                .fetchone()
         self._rows[name] = int(got[0]) if got else 0
         self.con.unregister("__step_result")
         self._views.add(name)
@@ -257,10 +267,15 @@ class Session:
 
     def sql(self, sql: str, **params) -> pa.Table:
         params = {k: v for k, v in params.items() if f"${k}" in sql}
-        return self.con.sql(sql, params=params or None).to_arrow_table()
+        with self._guard():
+            return self.con.sql(sql, params=params or None).to_arrow_table()
+
+    def _guard(self):
+        """What a query of this session holds: the settings lock where the session is shared."""
+        return self.settings_lock if self.shared else contextlib.nullcontext()
 
     def table(self, name: str) -> pa.Table:
-        return self.con.sql(f"SELECT * FROM {name}").to_arrow_table()
+        return self.sql(f"SELECT * FROM {name}")
 
     def arrow(self, name: str) -> pa.Table:
         """Table `name` as Arrow: a Python step's table as it is kept (no copy), else `table`."""

@@ -7,7 +7,12 @@ core.
 Where it runs: a job analyzed in its own process (no mapped workers) whose session was given a
 second core (`step_threads` > 1) and whose CPU ranges are many (at least the session's
 `parallel_min_rows`, as for a step declared `threads: all`): on a small trace a second database and
-thread cost more than they give. The early session is single-threaded like every session, on its
+thread cost more than they gave. On a small trace (`start_small`: no table of the profile that
+large) the steps are built from the start of `assemble` instead, while the breakdown's steps run on
+one thread, in a session shared with the analysis session's database (a second connection: no
+database to make). farm-bench against the tree without it, interleaved pairs: overlap x5 (12 pairs)
+A/B wall 1.028, hta_df_index_resolver (15) 1.008, the bundled fixture (15) 1.016, nsys
+h100_2gpu_train_a2a (15) 0.995; peak RSS +0-12 MiB. The early session is single-threaded like every session, on its
 own DuckDB database (the thread's: traceview/duck.py), so its tables are the ones the analysis
 session would have built. Started once the layers are prepared: from the start of `assemble` it
 competed with the breakdown's steps, which use both cores already, and once range_context_raw was
@@ -24,6 +29,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from .. import schema
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..later import Later
@@ -38,11 +44,11 @@ TOKENS = "flops_embedding_tokens"    # only where the tokens per step are not gi
 
 
 class Early:
-    """The early FLOPs steps of one profile, being built on a thread (`start`)."""
+    """The early FLOPs steps of one profile, being built on a thread (`start`, `start_small`)."""
 
-    def __init__(self, profile: Profile, tokens: bool):
+    def __init__(self, profile: Profile, tokens: bool, share: Session | None = None):
         targets = TARGETS + ((TOKENS,) if tokens else ())
-        self.later = Later(_build, profile, targets, name="traceview-flops-early")
+        self.later = Later(_build, profile, targets, share, name="traceview-flops-early")
 
     def adopt(self, session: Session) -> list[str]:
         """Wait for the early tables and give `session` those it has not built (built with no
@@ -67,11 +73,25 @@ def start(session: Session, tokens: bool) -> Early | None:
     return Early(profile, tokens)
 
 
-def _build(profile: Profile, targets: tuple[str, ...]) -> dict[str, pa.Table]:
+def start_small(session: Session, tokens: bool) -> Early | None:
+    """On a small trace (no table of the profile as large as a step declared `threads: all` needs to
+    run on more than one: the session's steps all run on one thread, the second core idle), start
+    the early FLOPs steps now, from the start of `assemble`, on a second connection onto the
+    session's own database (a shared session: no second database to make, which cost more than it
+    gave); None elsewhere (`start` decides there, later)."""
+    profile = session.profile
+    if profile is None or getattr(profile, "remote", None) is not None or session.step_threads <= session.threads \
+            or any((session.rows_in(t) or 0) >= session.parallel_min_rows for t in schema.TABLES):
+        return None
+    return Early(profile, tokens, share=session)
+
+
+def _build(profile: Profile, targets: tuple[str, ...], share: Session | None = None) -> dict[str, pa.Table]:
     """On the early thread: the tables of SHAPED and, where ops record their shapes, of `targets`
-    and what they need, as Arrow tables."""
+    and what they need, as Arrow tables (built in a session of the thread's own database, or a
+    session `share`d with the analysis session's)."""
     from .mfu import SHAPED_SQL
-    s = Session(profile)
+    s = Session(profile, share=share)
     try:
         build(s, [SHAPED])
         shaped = s.rows(SHAPED_SQL)[0]

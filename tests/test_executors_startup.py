@@ -153,8 +153,8 @@ def test_a_batch_takes_the_session_opened_ahead_then_opens_its_own():
     assert first is ahead and first.profile is prof and mapped._SPARE == []
     assert second is not ahead and second.profile is prof
     assert first.rows("SELECT count(*) AS n FROM gpu_activities") == [{"n": 0}]
-    first.con.close()
-    second.con.close()
+    first.close()
+    second.close()
 
 
 def test_start_pool_forks_one_worker_for_one_file_and_none_without_a_pool():

@@ -16,6 +16,16 @@ NO_RANK = TRACES / "kineto" / "param_linear_2080ti" / "linear_kineto.json.gz"
 pytestmark = pytest.mark.skipif(not DLRM.exists(), reason="the shared corpus is not beside the checkout")
 
 
+def _schemas() -> set[str]:
+    """The sessions' schemas in this thread's database (each session keeps its tables in one)."""
+    from traceview import duck
+    con = duck.connect()
+    try:
+        return {r[0] for r in con.sql("SELECT schema_name FROM duckdb_schemas()").fetchall() if r[0].startswith("tv_s")}
+    finally:
+        con.close()
+
+
 def report(tmp_path, fmt, *args):
     out = tmp_path / f"r{len(list(tmp_path.iterdir()))}.{fmt}"
     assert run_cli(["analyze", *map(str, args), "-f", fmt, "-o", str(out)]) == 0
@@ -191,7 +201,10 @@ def test_one_process_maps_a_job_beyond_one_batch_in_turn(tmp_path, monkeypatch):
     monkeypatch.setattr(mapped, "BATCH_BYTES", size // 3)  # three batches' bytes or more
     with executors.configured(executors.RunSettings(store=tmp_path / "s", jobs=1)):
         assert mapped.eligible(files)
+        before = _schemas()
         doc, session = run_job([str(DLRM)], AnalyzeOptions())
+        # the batches' sessions, done with, took their tables with them: only the job's is left
+        assert _schemas() - before == {session.schema}
         remote = session.profile.remote
         assert remote is not None and len(remote.batches) >= 3 and remote.rounds == 2
         assert executors.current().pool is None           # no process started: all ran here

@@ -74,6 +74,13 @@ def test_two_sessions_on_one_thread_keep_their_own_tables_and_take_them_when_gon
     schemas = {r["s"] for r in b.rows("SELECT schema_name AS s FROM duckdb_schemas()")}
     assert gone not in schemas and b.schema in schemas
     assert b.rows("SELECT v FROM tr_x") == [{"v": 2}]
+    # closed (as a mapped job's batch sessions are, while still referenced): its tables go at once
+    c = _session()
+    c.materialize_sql("tr_x", "SELECT 3 AS v", {})
+    c.close()
+    c.close()                                    # (twice: nothing more)
+    schemas = {r["s"] for r in b.rows("SELECT schema_name AS s FROM duckdb_schemas()")}
+    assert c.schema not in schemas
 
 
 def test_a_reader_on_another_thread_sees_the_steps_and_registered_tables():

@@ -54,7 +54,7 @@ class Job:
     def close(self) -> None:
         """Close the DuckDB session (the document and the DataFrames of it stay usable)."""
         if self._session is not None:
-            self._session.con.close()
+            self._session.close()
             self._session = None
 
     def __enter__(self) -> Job:

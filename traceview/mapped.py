@@ -423,7 +423,7 @@ def place_task(scratch: str, batch: int, files: list[Placement], store_root: str
     if keep:
         _keep(scratch, batch, session)
     else:
-        session.con.close()
+        session.close()
     return built
 
 
@@ -463,7 +463,7 @@ def steps_task(scratch: str, batch: int, given: list[tuple[str, dict]], targets:
     if "layer_times" in built:
         out["layers"] = _layer_part(session, Path(scratch), batch)
     if not keep:
-        session.con.close()
+        session.close()
     _stat(f"  batch {batch}: session {t1 - t0:.3f}s, build {t2 - t1:.3f}s, write", t2)
     return out
 
@@ -493,7 +493,7 @@ def stalls_task(scratch: str, batch: int, given: list[tuple[str, dict]], job: di
     # each section's rows sorted here in merge's order as they are packed, their keys beside them,
     # and the stalls summed: the parent merges the parts from the keys and decodes no row (stalls.merge)
     part = stalls.rank_part(session, job, idle, presorted=True)
-    session.con.close()
+    session.close()
     from .document.packed import RowBytes
     here = _in_this_process()
     for k, v in part.items():     # the long row lists go back as files, which the parent maps
@@ -554,7 +554,7 @@ def _keep(scratch: str, batch: int, session) -> None:
 def _drop(scratch: str, batch: int) -> None:
     old = _KEPT.pop((scratch, batch), None)
     if old is not None:
-        old.con.close()
+        old.close()
 
 
 def _claim(scratch: str, rnd: str, batch: int) -> bool:

@@ -68,7 +68,10 @@ class Session:
         self.schema = f"tv_s{next(_SCHEMAS)}"
         self.con.execute(f"CREATE SCHEMA {self.schema}")
         self.con.execute(f"SET search_path = '{self.schema},main'")
-        weakref.finalize(self, _drop_schema, self.con.cursor(), self.schema).atexit = False
+        # its tables go when the session does (`close`, or when no longer referenced): closing its
+        # connection alone would leave them in the database
+        self._gone = weakref.finalize(self, _drop_schema, self.con.cursor(), self.schema)
+        self._gone.atexit = False
         # Held while a step runs with database-wide settings of its own (threads, optimizers), which
         # a reader's query on another thread must not run under (its plan and order as on this one)
         self.settings_lock: threading.Lock = share.settings_lock if share is not None else threading.Lock()
@@ -258,6 +261,11 @@ class Session:
         self._registered.add(name)
         self._given[name] = table
         self._rows[name] = table.num_rows
+
+    def close(self) -> None:
+        """Drop the session's tables and close its connection (the session is done with)."""
+        self._gone()
+        self.con.close()
 
     def reader(self) -> Reader:
         """Another connection onto this session's tables, for queries on another thread while this

@@ -99,4 +99,4 @@ def _build(profile: Profile, targets: tuple[str, ...], share: Session | None = N
             build(s, list(targets))
         return {name: s.arrow(name) for name in s.built}
     finally:
-        s.con.close()
+        s.close()

@@ -73,11 +73,11 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     session = session or Session(profile)
     bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=list(opts.comm_regex) + rules.comm_regex,
                               top=opts.top, whole_trace=opts.whole_trace)
-    # the per-rank steps the sections below build are asked for with the step rule's (on a mapped
-    # job: one round of the workers)
     layers.start(session, rules)    # (on a thread while the breakdown is computed)
     # on a small trace, the early FLOPs steps too (below for a large one: flops/early.py)
     early = flops_early.start_small(session, tokens=opts.tokens_per_step is None)
+    # the per-rank steps the sections below build are asked for with the step rule's (on a mapped
+    # job: one round of the workers)
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
     _release(session)

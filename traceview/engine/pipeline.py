@@ -1,8 +1,8 @@
 """`build(session, targets, params)`: materialize what the targets need, in dependency order, each
 step once per session, and check that each produced exactly the columns it declares.
 
-A step's result is a DuckDB table of the step's name in the session's schema (a Python step's Arrow table is
-registered under that name instead, read in place). Building a step that the session already
+A step's result is a DuckDB table of the step's name in the session's schema (a Python step's
+Arrow table is registered under that name instead, read in place). Building a step that the session already
 holds is free when its parameters are the same and an error when they differ (a session answers one
 question; ask another in another session); a later `build` may leave out the parameters of
 steps already built. Scope is enforced: a per-rank step may require canonical

@@ -5,25 +5,29 @@ the FLOPs section then takes their tables as built (`adopt`) instead of building
 core.
 
 Where it runs: a job analyzed in its own process (no mapped workers) whose session was given a
-second core (`step_threads` > 1) and whose CPU ranges are many (at least the session's
-`parallel_min_rows`, as for a step declared `threads: all`): on a small trace a second database and
-thread cost more than they gave. On a small trace (`start_small`: no table of the profile that
-large) the steps are built from the start of `assemble` instead, while the breakdown's steps run on
-one thread, in a session shared with the analysis session's database (a second connection: no
-database to make). farm-bench against the tree without it, interleaved pairs: overlap x5 (12 pairs)
-A/B wall 1.028, hta_df_index_resolver (15) 1.008, the bundled fixture (15) 1.016, nsys
-h100_2gpu_train_a2a (15) 0.995; peak RSS +0-12 MiB. The early session is single-threaded like every session, on its
-own DuckDB database (the thread's: traceview/duck.py), so its tables are the ones the analysis
-session would have built. Started once the layers are prepared: from the start of `assemble` it
-competed with the breakdown's steps, which use both cores already, and once range_context_raw was
-computed on a thread during the breakdown (engine/pipeline.start), started after the step rows it
-ran beside activity_attribution, the largest query: overlap x34, 5 interleaved pairs, peak RSS
-900 -> 803 MiB (the peak of the tree before the thread), wall 5.93 -> 5.86 s; nsys x100 unchanged.
-The thread itself, measured on Kineto overlap x34 (1,017,654 CPU ranges) in one process, one loaded
-profile, `assemble` with and without it, 15 interleaved pairs on 2 cores: median 4.69 -> 4.43 s,
-paired -0.20 s (faster in 11 pairs); the early build takes 0.5-0.6 s on its thread and the FLOPs
-section 1.0 -> 0.6 s; whole-process peak RSS
-785 -> 801 MiB.
+second core (`step_threads` > 1). On a large trace (`start`: CPU ranges at least the session's
+`parallel_min_rows`, as for a step declared `threads: all`) in a session of its own on the thread's
+own DuckDB database (traceview/duck.py), started once the layers are prepared. On a small trace
+(`start_small`: no table of the profile that large) from the start of `assemble`, while the
+breakdown's steps run on one thread, in a session shared with the analysis session's database (a
+second connection: Session(share=...)), because a second database cost more than the thread gave
+there. Either session is single-threaded like every session, so its tables are the ones the
+analysis session would have built.
+
+Measured (whole process, interleaved pairs, unless said):
+- the thread itself, on Kineto overlap x34 (1,017,654 CPU ranges), in one process, one loaded
+  profile, `assemble` with and without it, 15 pairs on 2 cores: median 4.69 -> 4.43 s, paired
+  -0.20 s (faster in 11 pairs); the early build takes 0.5-0.6 s on its thread and the FLOPs section
+  1.0 -> 0.6 s; whole-process peak RSS 785 -> 801 MiB. From the start of `assemble` it competed
+  with the breakdown's steps, which use both cores there;
+- started after the layers rather than after the step rows, once range_context_raw ran on a thread
+  during the breakdown (engine/pipeline.start): after the step rows it ran beside
+  activity_attribution, the largest query. Overlap x34, 5 pairs: peak RSS 900 -> 803 MiB, wall
+  5.93 -> 5.86 s; nsys x100 unchanged;
+- `start_small` against the tree without it: overlap x5 (12 pairs) A/B wall 1.028,
+  hta_df_index_resolver (15) 1.008, the bundled fixture (15) 1.016, nsys h100_2gpu_train_a2a (15)
+  0.995; peak RSS +0-12 MiB. With a second database instead (the previous stop): x5 -2.8 %, the
+  resolver +0.8 %, the fixture +1.9 %.
 """
 from __future__ import annotations
 

@@ -8,7 +8,7 @@ from typing import Any, Callable
 
 class Later:
     """`fn(*args)` run on a thread of its own (or at once, when not `threaded`); `result()` waits for
-    it and gives its value or raises its exception, `wait()` only waits, `done()` does not wait."""
+    it and gives its value or raises its exception, `wait()` only waits."""
 
     def __init__(self, fn: Callable, *args, threaded: bool = True, name: str = "traceview-later"):
         self.value: Any = None
@@ -25,10 +25,6 @@ class Later:
             self.value = fn(*args)
         except BaseException as e:  # noqa: BLE001 - handed to the caller by result()
             self.error = e
-
-    def done(self) -> bool:
-        """Whether the call has ended (with a value or an error)."""
-        return self.thread is None or not self.thread.is_alive()
 
     def wait(self) -> None:
         if self.thread is not None:

@@ -317,8 +317,8 @@ class Reader:
         self.profile = session.profile
         self._registered = set(session._registered)
         self._strings: dict[str, str] = {}
-        self._qualified = session.qualified
-        self._lock = session.settings_lock
+        self.qualified = session.qualified
+        self.shared, self.settings_lock = True, session.settings_lock   # (its queries hold the lock: _guard)
         self.con = session.con.cursor()
         self.con.execute(f"SET search_path = '{session.schema},main'")
         for name in schema.TABLES:
@@ -329,14 +329,8 @@ class Reader:
 
     attached = Session.attached
     rows = Session.rows
-
-    def qualified(self, name: str) -> str:
-        return self._qualified(name)
-
-    def sql(self, sql: str, **params) -> pa.Table:
-        params = {k: v for k, v in params.items() if f"${k}" in sql}
-        with self._lock:
-            return self.con.sql(sql, params=params or None).to_arrow_table()
+    sql = Session.sql
+    _guard = Session._guard
 
     def close(self) -> None:
         self.con.close()

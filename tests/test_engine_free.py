@@ -89,17 +89,23 @@ def test_analyze_lets_the_sections_tables_go_before_the_walk(monkeypatch):
     from traceview.document import assemble
     from traceview.runs import AnalyzeOptions, run_job
     seen: list = []
-    start = stalls.start_rank_part
+    begin = stalls.begin_rank_part
 
     def spy(session, *a, **k):   # the tables there when the walk starts and when its part is awaited
         seen.append(session.materialized("range_context"))
-        pending = start(session, *a, **k)
+        begun = begin(session, *a, **k)
+        walk = begun.walk
 
-        def wait():
-            seen.append({n: session.materialized(n) for n in assemble.SECTIONS_ONLY})
-            return pending()
-        return wait
-    monkeypatch.setattr(stalls, "start_rank_part", spy)
+        def walk_spied(job):
+            pending = walk(job)
+
+            def wait():
+                seen.append({n: session.materialized(n) for n in assemble.SECTIONS_ONLY})
+                return pending()
+            return wait
+        begun.walk = walk_spied
+        return begun
+    monkeypatch.setattr(stalls, "begin_rank_part", spy)
     kept_doc, kept = run_job([str(path)], AnalyzeOptions())
     doc, session = run_job([str(path)], AnalyzeOptions(), keep_tables=False)
     # range_context goes before the walk starts (its only reader, the attribution, is built), the

@@ -200,3 +200,77 @@ def test_a_shared_session_changes_no_setting_and_waits_for_the_lock():
     assert "error" not in out and s.rows("SELECT v FROM tr_later") == [{"v": 2}]
     with pytest.raises(RuntimeError, match="optimizers"):
         s.materialize_sql("tr_opt", "SELECT 1 AS v", {}, ("build_side_probe_side",))
+
+
+def _sql_step(name: str, sql: str, requires: tuple, produces: tuple, params: tuple = (),
+              optimizers: tuple = ()) -> steps.Step:
+    return steps.Step(name=name, scope="rank", requires=requires, params=params, produces=produces, sql=sql,
+                      disabled_optimizers=optimizers)
+
+
+@pytest.fixture
+def sql_steps(monkeypatch):
+    """SQL steps declared for one test (engine/pipeline.start_sql), and the thread each table of a
+    reader was made on."""
+    declared = {s.name: s for s in (
+        _sql_step("tq_counts", "SELECT rank, (count(*) + $bias)::BIGINT AS n FROM gpu_activities GROUP BY rank",
+                  ("gpu_activities",), ("rank", "n"), ("bias",)),
+        _sql_step("tq_total", "SELECT rank, n * 100 AS total FROM tq_counts", ("tq_counts",), ("rank", "total")),
+        _sql_step("tq_bad", "SELECT rank, error('a broken step')::BIGINT AS n FROM gpu_activities",
+                  ("gpu_activities",), ("rank", "n")),
+        _sql_step("tq_after_bad", "SELECT rank, n FROM tq_bad", ("tq_bad",), ("rank", "n")),
+        _sql_step("tq_opt", "SELECT rank, 1 AS v FROM gpu_activities", ("gpu_activities",), ("rank", "v"),
+                  optimizers=("build_side_probe_side",)),
+    )}
+    everything = dict(steps.sql_steps())
+    monkeypatch.setattr(steps, "sql_steps", lambda: {**everything, **declared})
+    made: list = []
+    from traceview.engine.session import Reader
+    create = Reader.create
+    monkeypatch.setattr(Reader, "create", lambda self, name, *a: made.append((name, threading.current_thread().name))
+                        or create(self, name, *a))
+    return made
+
+
+def test_sql_steps_begun_on_a_thread_are_taken_by_build_once(sql_steps):
+    s, ref = _session(), _session()
+    assert pipeline.start_sql(s, ["tq_counts", "tq_total"], {"bias": 5}) == ["tq_counts", "tq_total"]
+    assert pipeline.start_sql(s, ["tq_counts"], {"bias": 5}) == []          # begun already
+    assert build(s, ["tq_total"], {"bias": 5}) == ["tq_counts", "tq_total"]
+    assert build(ref, ["tq_total"], {"bias": 5}) == ["tq_counts", "tq_total"]   # the reference: in line
+    # gpu rows: rank 0 two, rank 1 one; n = rows + 5, total = n * 100
+    assert s.rows("SELECT * FROM tq_total ORDER BY rank") == ref.rows("SELECT * FROM tq_total ORDER BY rank") \
+        == [{"rank": 0, "total": 700}, {"rank": 1, "total": 600}]
+    assert sql_steps == [("tq_counts", "traceview-steps"), ("tq_total", "traceview-steps")]   # made there only
+    assert s.build_counts == {"tq_counts": 1, "tq_total": 1} and not s.started
+    assert s.materialized("tq_total") and s.rows_in("tq_counts") == 2
+    s.drop("tq_counts")                            # a table taken so is the session's, as one built here
+    assert not s.materialized("tq_counts")
+
+
+def test_only_sql_steps_whose_inputs_are_there_and_that_set_no_optimizer_are_begun(sql_steps):
+    s = _session()
+    assert pipeline.start_sql(s, ["tq_total"], {}) == []                  # tq_counts neither built nor begun
+    assert pipeline.start_sql(s, ["tq_counts"], {}) == []                 # its parameter not given
+    assert pipeline.start_sql(s, ["tq_opt"], {}) == []                    # optimizers of the database's
+    with pytest.raises(StepError, match="not a SQL step"):
+        pipeline.start_sql(s, ["tr_counts"], {"bias": 0})
+    build(s, ["tq_counts"], {"bias": 0})
+    assert pipeline.start_sql(s, ["tq_counts", "tq_total"], {"bias": 0}) == ["tq_total"]   # built: not again
+    assert build(s, ["tq_total"]) == ["tq_total"] and sql_steps == [("tq_total", "traceview-steps")]
+
+
+def test_the_error_of_a_sql_step_begun_on_a_thread_is_raised_by_build_in_its_turn(sql_steps):
+    s = _session()
+    assert pipeline.start_sql(s, ["tq_bad", "tq_after_bad"], {}) == ["tq_bad", "tq_after_bad"]
+    with pytest.raises(Exception, match="a broken step"):      # the step after it is not made: built
+        build(s, ["tq_after_bad"])                             # here, its input first, which fails again
+    assert "tq_bad" not in s.built and "tq_after_bad" not in s.built
+    assert [n for n, _ in sql_steps] == ["tq_bad"]
+
+
+def test_a_sql_step_begun_with_other_parameters_is_built_anew(sql_steps):
+    s = _session()
+    pipeline.start_sql(s, ["tq_counts"], {"bias": 1})
+    build(s, ["tq_counts"], {"bias": 2})
+    assert s.rows("SELECT n FROM tq_counts ORDER BY rank") == [{"n": 4}, {"n": 3}] and not s.started

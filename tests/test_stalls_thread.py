@@ -4,6 +4,8 @@ chunks are fetched (through a reader of the session: another connection) and wal
 other on that one thread, into parts that merge to the same sections, one chunk's rows at a time;
 the walk's error is raised in the caller."""
 
+import time
+
 import pytest
 from helpers import TRACES
 
@@ -123,3 +125,37 @@ def test_a_failed_fetch_is_raised_by_the_call(monkeypatch):
     wait = stalls.start_rank_part(s, job, idle)
     with pytest.raises(OSError, match="could not be read"):
         wait()
+
+
+def test_the_first_chunk_is_fetched_while_the_collectives_are_matched_and_no_more(monkeypatch):
+    paths = sorted(DLRM.glob("*.json*"))[:3]
+    if not paths:
+        pytest.skip("the shared corpus is not beside the checkout")
+    s, idle = _prepared(paths)
+    monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)    # one rank a chunk: 3 chunks
+    events = _recorded(monkeypatch)
+    begun = stalls.begin_rank_part(s, idle)
+    for _ in range(500):                                  # (up to 5 s for the thread's first fetch)
+        if events:
+            break
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert events == [("fetch", 0)]                       # fetched, then waits for the job: no walk, no more rows
+    assert "coll_instances" not in s.built                # the collectives not matched yet
+    job = stalls.job_inputs(s)
+    got = begun.walk(job)()
+    seen = list(events)
+    monkeypatch.setattr(critical_path, "CHUNK_ROWS", 10 ** 9)
+    assert stalls.merge(job, got) == stalls.merge(job, [stalls.rank_part(s, job, idle)])
+    assert [e for e, _ in seen if e == "fetch"] == ["fetch"] * 3 and seen.index(("walk", 0)) > 0
+
+
+def test_a_begun_walk_that_gets_no_job_ends_with_nothing_walked(monkeypatch):
+    if not OVERLAP.exists():
+        pytest.skip("the shared corpus is not beside the checkout")
+    s, idle = _prepared([OVERLAP])
+    events = _recorded(monkeypatch)
+    begun = stalls.begin_rank_part(s, idle)
+    begun.cancel()                                        # (the caller's error): the thread ends
+    assert begun._walks is not None and not begun._walks.thread.is_alive()
+    assert begun._walks.result() == [] and all(e == "fetch" for e, _ in events)

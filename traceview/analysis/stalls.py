@@ -18,6 +18,7 @@ a worker's session may hold just them) and `merge(job, parts, top)`.
 """
 from __future__ import annotations
 
+import threading
 from array import array
 from bisect import bisect_right
 from typing import Callable
@@ -414,20 +415,69 @@ def start_rank_part(session: Session, job: dict, idle: dict) -> Callable[[], lis
     with its own queries: the fetch through a reader of the session (another connection onto its
     tables: DuckDB lets go of the GIL while a query runs), the walk in Python; one chunk's rows
     live at a time. An error of a fetch or a walk is raised by the function."""
-    ranks, comm, data = _rank_inputs(session, job, None)
-    if not data["chunks"]:
-        part = _walk_part(session, job, idle, ranks, comm, data)
-        return lambda: [part]
-    return Later(_walk_chunks, session.reader(), job, idle, comm, data, name="traceview-critical-path").result
+    return begin_rank_part(session, idle).walk(job)
 
 
-def _walk_chunks(reader, job: dict, idle: dict, comm: dict, data: dict) -> list[dict]:
+class Begun:
+    """start_rank_part in two halves (begin_rank_part): the first chunk's rows are fetched on the
+    thread from the start, while the caller matches the job's collectives (job_inputs, which the
+    walks need and the fetch does not); `walk(job)` hands them over and returns what
+    start_rank_part returns. `cancel()` ends the thread where the job never comes (the caller's
+    error)."""
+
+    def __init__(self, session: Session, idle: dict, data: dict):
+        self._session, self._idle, self._data = session, idle, data
+        self._given: list = []
+        self._go = threading.Event()
+        self._walks = Later(_walk_chunks, session.reader(), self._take, idle, data,
+                            name="traceview-critical-path") if data["chunks"] else None
+
+    def _take(self) -> tuple | None:
+        self._go.wait()
+        return self._given[0]
+
+    def walk(self, job: dict) -> Callable[[], list[dict]]:
+        if self._walks is None:     # no chunk: nothing to fetch (walked here, in line)
+            ranks, comm, data = _rank_inputs(self._session, job, None)
+            part = _walk_part(self._session, job, self._idle, ranks, comm, data)
+            return lambda: [part]
+        try:
+            build(self._session, ["coll_instances"])
+            comm = _comm_info(self._session, job, None)
+        except BaseException:
+            self.cancel()
+            raise
+        self._given.append((job, comm))
+        self._go.set()
+        return self._walks.result
+
+    def cancel(self) -> None:
+        if self._walks is not None and not self._go.is_set():
+            self._given.append(None)
+            self._go.set()
+            self._walks.wait()
+
+
+def begin_rank_part(session: Session, idle: dict) -> Begun:
+    """The critical paths' first chunk fetched from now on a thread (Begun): what they read of the
+    session is built first (critical_path.prepare); the collectives are not needed before
+    `walk(job)`."""
+    critical_path.prepare(session)
+    return Begun(session, idle, critical_path.windows_data(session, None))
+
+
+def _walk_chunks(reader, take: Callable[[], tuple | None], idle: dict, data: dict) -> list[dict]:
     """start_rank_part's parts: each chunk's rows fetched through `reader` (closed at the end), then
-    walked, before the next chunk is fetched."""
+    walked, before the next chunk is fetched; the walks wait for `take()`, the job and its comm
+    info (None: cancelled, nothing walked)."""
     try:
-        parts = []
+        parts: list[dict] = []
         for i, chunk in enumerate(data["chunks"]):
             fetched = critical_path.fetch_chunk(reader, data, i)
+            given = take()
+            if given is None:
+                return parts
+            job, comm = given
             parts.append(_walk_part(None, job, idle, None, comm, {**data, "chunks": [chunk]}, fetched))
             del fetched
         return parts

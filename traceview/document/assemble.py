@@ -10,6 +10,7 @@ from ..analysis import breakdown, capture, layers, stalls
 from ..analysis.analyze import flops_sections, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
+from ..engine.pipeline import build, start_sql
 from ..engine.session import Session
 from ..engine.steps import all_steps
 from ..flops import (
@@ -26,6 +27,11 @@ RANK_STEPS = ("breakdown", "activity_attribution", "layer_times", "attribution_g
               "flops_shapes", "flops_ops", "flops_embedding_tokens", "flops_steps", "flops_step_tokens",
               "flops_op_precision", "flops_compute_kernels", "flops_kernels", "flops_shaped_ops", "rank_first_event",
               "top_kernels_rank", "stage_totals_rank", "comm_summary_rank")
+
+
+# Built on a thread while layers.prepare runs here, where the session's steps run on one thread
+# each (Session.one_thread_each): they need only the breakdown's tables and the profile's.
+BESIDE_LAYERS = ("cp_host_syncs", "activity_spans", "activity_shares", "top_kernels_rank")
 
 
 def _more_params(step_params: dict, rules: Rules) -> dict:
@@ -81,6 +87,9 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
     rows = breakdown.step_rows(session)
     _release(session)
+    if session.one_thread_each():
+        # a second core idle: steps later sections need, begun on a thread while the layers are made
+        start_sql(session, BESIDE_LAYERS, {})
     layers.prepare(session, rules)
     # the FLOPs steps that read only the profile's tables, built on a thread while the critical
     # paths and the later sections are computed here (where a second core is given and the trace
@@ -89,13 +98,24 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     if not keep_tables:
         _let_go(session)
     # the critical paths and stalls need the job's collectives and the steps' idle time: on a
-    # mapped job the workers compute them while the sections below are computed here
-    job = stalls.job_inputs(session)
-    _release(session)
+    # mapped job the workers compute them while the sections below are computed here; in this
+    # process the first chunk's rows are fetched on the walks' thread while the collectives are
+    # matched (comm_ops first: a step with optimizers of its own would wait for the fetch)
     idle = {(r["rank"], r["step"]): r["idle_ns"] for r in rows}
     remote = session.profile.remote if session.profile is not None else None
-    pending = remote.start_stall_parts(session, job, idle) if remote is not None \
-        else stalls.start_rank_part(session, job, idle)
+    if remote is None:
+        build(session, ["comm_ops"])
+        begun = stalls.begin_rank_part(session, idle)
+        try:
+            job = stalls.job_inputs(session)
+        except BaseException:
+            begun.cancel()
+            raise
+        pending = begun.walk(job)
+    else:
+        job = stalls.job_inputs(session)
+        _release(session)
+        pending = remote.start_stall_parts(session, job, idle)
     # a mapped job's long layer rows are written to its scratch folder as they are packed
     layer_rows = layers.layer_rows(session, *((str(remote.scratch / "doc-layers.rows"), remote.maps,
                                                remote.release_pages) if remote is not None else ()))

@@ -10,7 +10,8 @@ tables and per-rank steps only, and produces a `rank` column, so the scale work 
 rank's data alone."""
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+import threading
+from typing import Iterable, Mapping, cast
 
 import pyarrow as pa
 
@@ -103,8 +104,9 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
                 raise StepError(f"step {step.name} needs parameter {p!r}")
             own[p] = params[p]
         if step.sql is not None:
-            parallel = step.parallel and session.worth_threads(step.requires)
-            session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers, parallel)
+            if not _taken(session, step, own):
+                parallel = step.parallel and session.worth_threads(step.requires)
+                session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers, parallel)
         elif step.run is not None:
             session.materialize_arrow(step.name, _started(session, step, own) or step.run(session, own))
             pa.default_memory_pool().release_unused()    # what the step freed (its arrays on the way)
@@ -139,6 +141,74 @@ def start(session, name: str, params: Mapping[str, object]) -> bool:
     return True
 
 
+def start_sql(session, names: Iterable[str], params: Mapping[str, object]) -> list[str]:
+    """Begin SQL steps `names` on one thread of their own, one after another in that order, each
+    table made by a reader of the session (another connection) in the session's schema, while this
+    thread goes on; `build` takes each when it is asked for with the same parameters (waiting for
+    it). Begun are the steps whose requirements are built here already or begun before them in
+    `names`, that are neither built nor begun, and that set no optimizers of the database (which
+    the session's own queries would run under); none on a mapped job's workers. Returns the names
+    begun (in order)."""
+    started = getattr(session, "started", None)
+    if started is None or _remote(session) is not None:
+        return []
+    todo: list[tuple[Step, dict]] = []
+    ahead: set[str] = set()
+    for name in names:
+        step = lookup(name)
+        if step is None or step.sql is None:
+            raise StepError(f"{name} is not a SQL step")
+        if name in session.built or name in started or step.disabled_optimizers \
+                or any(p not in params for p in step.params) \
+                or not all(r in schema.TABLES or r in ahead or (r in session.built and session.materialized(r))
+                           for r in step.requires):
+            continue
+        todo.append((step, {p: params[p] for p in step.params}))
+        ahead.add(name)
+    if todo:
+        chain = _Chain(session.reader(), todo)
+        for step, own in todo:
+            started[step.name] = (own, chain)
+    return [step.name for step, _ in todo]
+
+
+class _Chain:
+    """SQL steps built one after another on a thread (start_sql): `result(name)` waits for that
+    step's table and gives its row count, or raises its error; None where it was not made (a step
+    before it failed: `build` then builds both again, and raises that error in its turn)."""
+
+    def __init__(self, reader, steps: list[tuple[Step, dict]]):
+        self._done = {step.name: threading.Event() for step, _ in steps}
+        self._rows: dict[str, int] = {}
+        self._errors: dict[str, BaseException] = {}
+        self._later = Later(self._run, reader, steps, name="traceview-steps")
+
+    def _run(self, reader, steps: list[tuple[Step, dict]]) -> None:
+        try:
+            for step, own in steps:
+                try:
+                    self._rows[step.name] = reader.create(step.name, cast(str, step.sql), own)
+                except BaseException as e:  # noqa: BLE001 - raised by build, in its turn
+                    self._errors[step.name] = e
+                    return
+                finally:
+                    self._done[step.name].set()
+        finally:
+            for done in self._done.values():
+                done.set()
+            reader.close()
+
+    def result(self, name: str) -> int | None:
+        self._done[name].wait()
+        error = self._errors.pop(name, None)
+        if error is not None:
+            raise error
+        return self._rows.get(name)
+
+    def wait(self) -> None:
+        self._later.wait()
+
+
 def _run_apart(run, reader, params: dict):
     try:
         return run(reader, params)
@@ -156,6 +226,24 @@ def _started(session, step: Step, params: dict):
         begun[1].wait()    # (not what is asked now: built anew, once this one has ended)
         return None
     return begun[1].result()
+
+
+def _taken(session, step: Step, params: dict) -> bool:
+    """Whether SQL step `step`, begun by `start_sql` with `params`, is built now (waited for: its
+    table made in the session's schema, taken as the session's); False where it was not begun, or
+    with other parameters, or not made (then `build` makes it here)."""
+    started = getattr(session, "started", None)
+    begun = started.pop(step.name, None) if started else None
+    if begun is None:
+        return False
+    if begun[0] != params:
+        begun[1].wait()    # (not what is asked now: made anew here, replacing it, once that one has ended)
+        return False
+    rows = begun[1].result(step.name)
+    if rows is None:
+        return False
+    session.adopt_made(step.name, rows)
+    return True
 
 
 def free_transient(session) -> list[str]:

@@ -152,6 +152,14 @@ class Session:
             return table.num_rows if isinstance(table, pa.Table) else None
         return None
 
+    def one_thread_each(self) -> bool:
+        """Whether every step of this session runs on one thread although more are given: no table
+        of the profile holds `parallel_min_rows` rows, so a second core is idle while a step runs
+        unless work is begun beside it (engine/pipeline.start_sql, flops/early.start_small)."""
+        return self.profile is not None and getattr(self.profile, "remote", None) is None \
+            and self.step_threads > self.threads \
+            and not any((self.rows_in(t) or 0) >= self.parallel_min_rows for t in schema.TABLES)
+
     def worth_threads(self, names) -> bool:
         """Whether a step declared `threads: all` that reads the tables `names` runs on `step_threads`:
         where it has more than one and one of the tables holds `parallel_min_rows` rows or more."""
@@ -200,6 +208,13 @@ class Session:
         finally:
             if own:
                 self.settings_lock.release()
+        self._views.add(name)
+
+    def adopt_made(self, name: str, rows: int) -> None:
+        """Take table `name`, made in this session's schema by a reader (engine/pipeline.start_sql),
+        as a step's table materialized here."""
+        self._replace(name)
+        self._rows[name] = rows
         self._views.add(name)
 
     def materialized(self, name: str) -> bool:
@@ -319,6 +334,7 @@ class Reader:
         self._strings: dict[str, str] = {}
         self.qualified = session.qualified
         self.shared, self.settings_lock = True, session.settings_lock   # (its queries hold the lock: _guard)
+        self.schema = session.schema
         self.con = session.con.cursor()
         self.con.execute(f"SET search_path = '{session.schema},main'")
         for name in schema.TABLES:
@@ -326,6 +342,14 @@ class Reader:
                 self.con.register(name, getattr(self.profile, name))
         for name, table in {**session._given, **session._arrow}.items():
             self.con.register(name, table)
+
+    def create(self, name: str, sql: str, params: dict) -> int:
+        """Make table `name` of the session's schema from a step's SQL (engine/pipeline.start_sql),
+        on the session's threads and settings (it holds the lock, as every query of a reader does);
+        returns its row count."""
+        with self.settings_lock:
+            got = self.con.execute(f"CREATE TABLE {self.schema}.{name} AS {sql}", params or None).fetchone()
+        return int(got[0]) if got else 0
 
     attached = Session.attached
     rows = Session.rows

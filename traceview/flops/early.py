@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import pyarrow as pa
 
-from .. import schema
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..later import Later
@@ -83,11 +82,9 @@ def start_small(session: Session, tokens: bool) -> Early | None:
     the early FLOPs steps now, from the start of `assemble`, on a second connection onto the
     session's own database (a shared session: no second database to make, which cost more than it
     gave); None elsewhere (`start` decides there, later)."""
-    profile = session.profile
-    if profile is None or getattr(profile, "remote", None) is not None or session.step_threads <= session.threads \
-            or any((session.rows_in(t) or 0) >= session.parallel_min_rows for t in schema.TABLES):
+    if session.profile is None or not session.one_thread_each():
         return None
-    return Early(profile, tokens, share=session)
+    return Early(session.profile, tokens, share=session)
 
 
 def _build(profile: Profile, targets: tuple[str, ...], share: Session | None = None) -> dict[str, pa.Table]:

@@ -25,7 +25,7 @@ from traceview.errors import TraceError
 from traceview.later import Later
 from traceview.profile import Profile
 
-from . import bounded_read, json_depth, kineto_stream
+from . import bounded_read, json_depth, kineto_helper, kineto_stream
 from ._nesting import innermost_container, nest
 from .kineto_events import Args, Trace, TypedEvent, TypedTrace  # noqa: F401
 
@@ -536,7 +536,7 @@ def read(path: Path) -> Profile:
     # passes, 0.17 s of CPU)
     collecting = gc.isenabled()
     gc.disable()
-    from . import huge_pages, kineto_helper
+    from . import huge_pages
     if kineto_helper._estimated_text(path) >= huge_pages.MIN_TEXT:
         huge_pages.turn_off()
     try:
@@ -559,15 +559,21 @@ def _ingest_stream(path: Path) -> tuple:
     large trace some batches decoded by a helper process meanwhile (`kineto_helper`)."""
     accs, dropped, flows = _sinks()
     helper = _helper(path)
-    stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
+    begun = helper.begun if helper is not None else None
+    if begun is not None:       # its first batches handed over already (prime)
+        helper.begun = None
+        stream, items, waiting = begun
+    else:
+        stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
+        # waiting: the parts in file order; None: the helper's answer, not yet taken
+        items, waiting = iter(stream), deque()
     if helper is None:
-        for evs in stream:
+        for evs in items:
             assert not isinstance(evs, bytes)  # without a helper, every batch comes decoded
             part = route_part(evs)
             del evs
             add_part(part, accs, dropped, flows)
         return stream.top, accs, dropped, flows
-    waiting: deque = deque()  # parts in file order; None: the helper's answer, not yet taken
 
     def redo(text: bytes) -> _Part:
         return route_part(kineto_stream.decode_text(text))
@@ -599,7 +605,7 @@ def _ingest_stream(path: Path) -> tuple:
 
     try:
         try:
-            for item in stream:
+            for item in items:
                 if isinstance(item, bytes):
                     helper.send(item)
                     waiting.append(None)
@@ -616,6 +622,38 @@ def _ingest_stream(path: Path) -> tuple:
     return stream.top, accs, dropped, flows
 
 
+def prime(path: Path, batches: int = kineto_helper.MAX_IN_FLIGHT) -> bool:
+    """Begin the parse of `path` with its prestarted helper (kineto_helper.prestart): the first
+    `batches` batches of text are read and handed over now, so that the helper decodes them while
+    this process goes on with its start (the command line: DuckDB's import and connection, the
+    options' checks); the parse (`_ingest_stream`) goes on from there. Only what it cuts and hands
+    over is done here: a batch that this process would decode, or anything unexpected (the text
+    not a trace it can split, the helper not up), ends the priming and closes the helper (the
+    parse then starts afresh, as without). Returns whether it primed."""
+    helper = kineto_helper.started(path)
+    if helper is None or helper.begun is not None or not helper.up(PRIME_WAIT_S):
+        return False
+    stream = kineto_stream.EventStream(path, hand_off=helper.wants)
+    items = iter(stream)
+    waiting: deque = deque()
+    try:
+        while helper.pending() < batches:
+            item = next(items)
+            if not isinstance(item, bytes):   # (the helper not wanting it, or the events' end)
+                raise kineto_stream.Fallback
+            helper.send(item)
+            waiting.append(None)
+    except Exception:  # noqa: BLE001 - the parse says what is wrong with the file, in its turn
+        items.close()
+        kineto_helper.discard()
+        return False
+    helper.begun = (stream, items, waiting)
+    return True
+
+
+PRIME_WAIT_S = 0.1   # how long prime waits for the forked helper's first word (a fork: about a millisecond)
+
+
 class _Failed:
     """A batch's decode error, raised when that batch's turn comes (_ingest_stream's finish)."""
     __slots__ = ("error",)
@@ -625,7 +663,6 @@ class _Failed:
 
 
 def _helper(path: Path):
-    from . import kineto_helper
     early = kineto_helper.take(path)  # forked by the command line before its DuckDB threads
     if early is not None:
         return early

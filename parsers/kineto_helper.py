@@ -296,6 +296,9 @@ class Helper:
         self.seq = 0
         self.sent: deque[bytes] = deque()  # texts handed over, kept until answered (redone here if not)
         self.stolen = 0   # the newest batches handed over, then decoded here instead (steal)
+        # a parse begun by kineto.prime: (its stream, the stream's iterator, the parts waiting), for
+        # the parse to go on with; closed with the helper where no parse takes it
+        self.begun: tuple | None = None
 
     def _remove_folder(self) -> None:
         import shutil
@@ -322,6 +325,17 @@ class Helper:
             self.ready = self._recv()[0] == "ready"
             self.broken = not self.ready
         return self.ready and len(self.sent) < MAX_IN_FLIGHT
+
+    def up(self, timeout: float) -> bool:
+        """Whether the helper said it is ready within `timeout` seconds (waited for)."""
+        if not self.ready and not self.broken:
+            try:
+                if self.conn.poll(timeout):
+                    self.ready = self._recv()[0] == "ready"
+                    self.broken = not self.ready
+            except (EOFError, OSError):
+                self.broken = True
+        return self.ready and not self.broken
 
     def send(self, text: bytes) -> None:
         """Hand a batch over (kept, to be decoded here if the helper cannot answer)."""
@@ -374,6 +388,9 @@ class Helper:
         return redo(text)
 
     def close(self) -> None:
+        if self.begun is not None:      # a parse begun (prime) that no parse took: its file closed
+            self.begun[1].close()
+            self.begun = None
         if self.stolen and not self.broken:
             self.proc.kill()  # it may still be decoding a batch taken back from it: not waited for
         else:
@@ -419,6 +436,12 @@ def prestart(path: Path, serve) -> bool:
         return False
     _STARTED = (os.path.abspath(path), helper)
     return True
+
+
+def started(path: Path) -> Helper | None:
+    """The helper prestart forked for `path`, left for the parse to take; None where there is none."""
+    got = _STARTED
+    return got[1] if got is not None and got[0] == os.path.abspath(path) else None
 
 
 def take(path: Path) -> Helper | None:

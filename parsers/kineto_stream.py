@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Generator, Iterator, Optional
 
 import msgspec
 
@@ -72,7 +72,7 @@ class EventStream:
         self.max_held = max(MAX_HELD, 4 * self.text_bytes)
         self.top: Trace | None = None
 
-    def __iter__(self) -> Iterator[list | bytes]:
+    def __iter__(self) -> Generator[list | bytes, None, None]:
         src = bounded_read.pieces(self.path, size=self.piece)
         try:
             yield from self._batches(src)

@@ -316,3 +316,90 @@ def test_waiting_for_a_helper_already_reaped_returns():
     kineto_helper._Forked(pid).wait(timeout=1)
     kineto_helper._Forked(pid).wait()
     kineto_helper._Forked(pid).kill()                   # gone: nothing to kill
+
+
+_PRIMED = """
+import json, os, sys
+from pathlib import Path
+from traceview.parsers import kineto, kineto_helper, kineto_helper_serve, kineto_stream
+os.environ.pop(kineto_helper.ENV, None)
+kineto_helper._cores = lambda: 2
+kineto_helper._idle_core = lambda cores: True
+kineto_stream.TEXT_BYTES = 1 << 20                    # many batches from a 22 MB text
+path = Path(sys.argv[1])
+sent, routed = [], []
+send = kineto_helper.Helper.send
+kineto_helper.Helper.send = lambda self, text: (sent.append(len(text)), send(self, text))[1]
+route = kineto.route_part
+kineto.route_part = lambda evs: (routed.append(len(evs)), route(evs))[1]
+started = kineto_helper.prestart(path, kineto_helper_serve._serve)
+primed = kineto.prime(path)
+helper = kineto_helper.started(path)
+out = {"started": started, "primed": primed, "at_prime": len(sent), "routed_here": len(routed),
+       "pending": helper.pending() if helper else None}
+if sys.argv[2] == "parse":
+    prof = kineto.read(path)
+    out["sent"] = len(sent)
+    os.environ[kineto_helper.ENV] = "0"
+    one = kineto.read(path)
+    out["same"] = all(getattr(prof, t).equals(getattr(one, t)) for t in
+                      ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta")) and prof.warnings == one.warnings
+else:                                                 # no parse takes it (an option refused)
+    pid = helper.proc.pid if helper else None
+    kineto_helper.discard()
+    fds = [os.readlink(f"/proc/self/fd/{fd}") for fd in os.listdir("/proc/self/fd")
+           if os.path.exists(f"/proc/self/fd/{fd}")]
+    out["trace_open"] = any(str(path.resolve()) in f for f in fds)
+    try:
+        os.waitpid(pid, os.WNOHANG)
+        out["child_gone"] = not os.path.exists(f"/proc/{pid}")
+    except ChildProcessError:                         # waited for by the close
+        out["child_gone"] = True
+print(json.dumps(out))
+"""
+
+
+def test_a_primed_parse_hands_its_first_batches_over_before_it_starts_and_reads_the_same():
+    got = _run(_PRIMED, REAL, "parse")
+    assert got["started"] and got["primed"]
+    # four batches handed over by prime, none decoded here: the helper had them before the parse
+    assert got["at_prime"] == kineto_helper.MAX_IN_FLIGHT == got["pending"] and got["routed_here"] == 0
+    assert got["sent"] > got["at_prime"] and got["same"]
+
+
+def test_a_primed_parse_no_parse_takes_closes_its_file_and_its_helper():
+    got = _run(_PRIMED, REAL, "discard")
+    assert got["primed"] and got["at_prime"] == kineto_helper.MAX_IN_FLIGHT
+    assert got["trace_open"] is False and got["child_gone"] is True
+
+
+_NOT_A_TRACE = """
+import json, os, sys
+from pathlib import Path
+from traceview.parsers import kineto, kineto_helper, kineto_helper_serve
+os.environ.pop(kineto_helper.ENV, None)
+kineto_helper._cores = lambda: 2
+kineto_helper._idle_core = lambda cores: True
+kineto_helper.MIN_TEXT_FORKED = 1 << 20
+path = Path(sys.argv[1])
+out = {"started": kineto_helper.prestart(path, kineto_helper_serve._serve), "primed": kineto.prime(path),
+       "left": kineto_helper._STARTED is not None}
+for label, helper in (("error", None), ("error_one", "0")):
+    if helper is not None:
+        os.environ[kineto_helper.ENV] = helper
+    try:
+        kineto.read(path)
+    except Exception as e:
+        out[label] = str(e)
+print(json.dumps(out))
+"""
+
+
+def test_a_file_prime_cannot_split_is_parsed_as_without_it(tmp_path):
+    # JSON that is not a Kineto trace (no traceEvents array): prime stops as the stream falls back,
+    # closes the helper, and the parse says what one process says
+    bad = tmp_path / "notrace.json"
+    bad.write_text(json.dumps({"other": [{"x": "y" * 200} for _ in range(12_000)]}))
+    got = _run(_NOT_A_TRACE, bad)
+    assert got["started"] and got["primed"] is False and got["left"] is False
+    assert got["error"] == got["error_one"] and "traceEvents" in got["error"]

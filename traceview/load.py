@@ -40,8 +40,11 @@ def prestart_parse(path: Path) -> None:
     if path.name.lower().endswith(KINETO_SUFFIXES):    # (a trace named otherwise keeps the parser's own helper)
         from .parsers import kineto_helper
         if kineto_helper.fork_wanted(path):
-            from .parsers import kineto, kineto_helper_serve  # noqa: F401 - what the helper runs, imported once, before the fork
-            kineto_helper.prestart(path, kineto_helper_serve._serve)
+            from .parsers import kineto, kineto_helper_serve  # what the helper runs, imported once, before the fork
+            if kineto_helper.prestart(path, kineto_helper_serve._serve):
+                # its first batches handed over now: decoded while this process imports DuckDB,
+                # opens its connection and checks the options (the parse goes on from there)
+                kineto.prime(path)
 
 
 def end_prestarted() -> None:

@@ -89,6 +89,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     _release(session)
     if session.one_thread_each():
         # a second core idle: steps later sections need, begun on a thread while the layers are made
+        # (comm_ops first, here: a step with optimizers of its own would wait for the thread's queries)
+        build(session, ["comm_ops"])
         start_sql(session, BESIDE_LAYERS, {})
     layers.prepare(session, rules)
     # the FLOPs steps that read only the profile's tables, built on a thread while the critical

@@ -44,3 +44,34 @@ def test_a_forked_process_makes_its_own(monkeypatch):
     assert "made_before" not in _tables(b)
     a.close()
     b.close()
+
+
+def test_a_database_begun_on_a_thread_is_the_one_connect_takes(monkeypatch):
+    monkeypatch.setattr(duck, "_local", threading.local())
+    made: list = []
+    real = duck.duckdb.connect
+    monkeypatch.setattr(duck.duckdb, "connect", lambda *a, **k: made.append(threading.current_thread().name)
+                        or real(*a, **k))
+    duck.begin()
+    duck.begin()                                      # begun already: not again
+    a, b = duck.connect(), duck.connect()
+    a.execute("CREATE TABLE made_on_a AS SELECT 1 AS x")
+    assert "made_on_a" in _tables(b)                  # one database, this thread's
+    assert made == ["traceview-database"]             # made once, on its own thread
+    duck.begin()                                      # made: nothing begun
+    assert made == ["traceview-database"] and duck._local.making is None
+    a.close()
+    b.close()
+
+
+def test_a_database_begun_before_a_fork_is_not_the_childs(monkeypatch):
+    monkeypatch.setattr(duck, "_local", threading.local())
+    duck.begin()
+    pid, making = duck._local.making
+    monkeypatch.setattr(duck._local, "making", (-1, making))   # as in a child forked after begin
+    a = duck.connect()
+    a.execute("CREATE TABLE made_here AS SELECT 1 AS x")
+    theirs = making.result().cursor()
+    assert "made_here" not in _tables(theirs)          # the child made its own
+    a.close()
+    theirs.close()

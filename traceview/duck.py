@@ -26,12 +26,26 @@ _local = threading.local()
 
 
 def connect() -> duckdb.DuckDBPyConnection:
-    """A new connection onto this thread's in-memory database (made on the thread's first call)."""
+    """A new connection onto this thread's in-memory database (made on the thread's first call, or
+    taken from `begin`)."""
     db = getattr(_local, "db", None)
     if db is None or _local.pid != os.getpid():
-        db = _local.db = duckdb.connect(":memory:")
-        _local.pid = os.getpid()
+        making, _local.making = getattr(_local, "making", None), None
+        db = making[1].result() if making is not None and making[0] == os.getpid() else duckdb.connect(":memory:")
+        _local.db, _local.pid = db, os.getpid()
     return db.cursor()
+
+
+def begin() -> None:
+    """Start making this thread's database on a thread of its own, for `connect` to take: DuckDB
+    lets go of the GIL while it builds its catalog (15-20 ms), so the caller's imports go on
+    meanwhile (runs.run_job). A no-op where the database is made or begun."""
+    if getattr(_local, "db", None) is not None and _local.pid == os.getpid():
+        return
+    if getattr(_local, "making", None) is not None and _local.making[0] == os.getpid():
+        return
+    from .later import Later
+    _local.making = (os.getpid(), Later(duckdb.connect, ":memory:", name="traceview-database"))
 
 
 def arrow_reader(rel: duckdb.DuckDBPyRelation, batch_rows: int):

@@ -67,6 +67,8 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
     if not mapped_job and bad is None and len(files) == 1:
         _prestart(files[0])
     try:
+        if not mapped_job:
+            _begin_database()
         from .engine.session import Session
         session = Session()   # its connection checks the patterns before the work
         if not mapped_job:
@@ -97,6 +99,17 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
     _settle()
     session.attach(profile)
     return assemble(profile, opts, session, rules, budget, keep_tables=keep_tables), session
+
+
+def _begin_database() -> None:
+    """The job analyzed in this process: its DuckDB database made on a thread (duck.begin) while
+    the analysis's modules are imported here (imported after the load otherwise); the session's
+    connection takes it. After `_prestart`, which forks only while no other thread runs."""
+    from . import duck
+    duck.begin()
+    import importlib
+    for m in ("traceview.document.assemble", "traceview.flops.mfu"):
+        importlib.import_module(m)
 
 
 def _prestart(path) -> None:

@@ -337,7 +337,11 @@ primed = kineto.prime(path)
 helper = kineto_helper.started(path)
 out = {"started": started, "primed": primed, "at_prime": len(sent), "routed_here": len(routed),
        "pending": helper.pending() if helper else None}
-if sys.argv[2] == "parse":
+if sys.argv[2] in ("parse", "kill"):
+    if sys.argv[2] == "kill":                         # the helper dies with the primed batches in flight
+        import signal
+        os.kill(helper.proc.pid, signal.SIGKILL)
+        helper.proc.wait()
     prof = kineto.read(path)
     out["sent"] = len(sent)
     os.environ[kineto_helper.ENV] = "0"
@@ -365,6 +369,12 @@ def test_a_primed_parse_hands_its_first_batches_over_before_it_starts_and_reads_
     # four batches handed over by prime, none decoded here: the helper had them before the parse
     assert got["at_prime"] == kineto_helper.MAX_IN_FLIGHT == got["pending"] and got["routed_here"] == 0
     assert got["sent"] > got["at_prime"] and got["same"]
+
+
+def test_a_primed_parse_whose_helper_dies_reads_the_same_here():
+    got = _run(_PRIMED, REAL, "kill")
+    assert got["primed"] and got["at_prime"] == kineto_helper.MAX_IN_FLIGHT
+    assert got["same"]                                # the primed batches decoded here instead
 
 
 def test_a_primed_parse_no_parse_takes_closes_its_file_and_its_helper():

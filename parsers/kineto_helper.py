@@ -313,21 +313,11 @@ class Helper:
 
     def wants(self) -> bool:
         """Whether the next batch should be handed over (ready, and fewer than MAX_IN_FLIGHT out)."""
-        if self.broken:
-            return False
-        if not self.ready:
-            try:
-                up = self.conn.poll()
-            except (EOFError, OSError):
-                up, self.broken = False, True
-            if not up:
-                return False
-            self.ready = self._recv()[0] == "ready"
-            self.broken = not self.ready
-        return self.ready and len(self.sent) < MAX_IN_FLIGHT
+        return self.up(0) and len(self.sent) < MAX_IN_FLIGHT
 
     def up(self, timeout: float) -> bool:
-        """Whether the helper said it is ready within `timeout` seconds (waited for)."""
+        """Whether the helper has said it is ready, within `timeout` seconds (waited for) where it
+        has not yet, and is not broken."""
         if not self.ready and not self.broken:
             try:
                 if self.conn.poll(timeout):

@@ -27,6 +27,14 @@ def _prepared(paths):
     return s, {(r["rank"], r["step"]): r["idle_ns"] for r in rows}
 
 
+def _dlrm(ranks: int | None = None):
+    """The DLRM job's first `ranks` ranks (all where None), prepared; skipped without the corpus."""
+    paths = sorted(DLRM.glob("*.json*"))[:ranks]
+    if not paths:
+        pytest.skip("the shared corpus is not beside the checkout")
+    return _prepared(paths)
+
+
 def _recorded(monkeypatch) -> list:
     """("fetch", rank) for each chunk's rows fetched and ("walk", rank) for each window walked, in
     the order they happen (one rank a chunk)."""
@@ -58,10 +66,7 @@ def test_thread_part_equals_the_inline_part():
 
 
 def test_several_chunks_are_fetched_and_walked_on_one_thread_one_after_the_other(monkeypatch):
-    paths = sorted(DLRM.glob("*.json*"))
-    if not paths:
-        pytest.skip("the shared corpus is not beside the checkout")
-    s, idle = _prepared(paths)
+    s, idle = _dlrm()
     job = stalls.job_inputs(s)
     monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)    # one rank a chunk: 8 chunks
     chunks = critical_path.windows_data(s)["chunks"]
@@ -109,10 +114,7 @@ def test_the_walks_error_is_raised_by_the_caller(monkeypatch):
 
 
 def test_a_failed_fetch_is_raised_by_the_call(monkeypatch):
-    paths = sorted(DLRM.glob("*.json*"))[:2]
-    if not paths:
-        pytest.skip("the shared corpus is not beside the checkout")
-    s, idle = _prepared(paths)
+    s, idle = _dlrm(2)
     job = stalls.job_inputs(s)
     monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)
     fetch = critical_path._chunk
@@ -128,10 +130,7 @@ def test_a_failed_fetch_is_raised_by_the_call(monkeypatch):
 
 
 def test_the_first_chunk_is_fetched_while_the_collectives_are_matched_and_no_more(monkeypatch):
-    paths = sorted(DLRM.glob("*.json*"))[:3]
-    if not paths:
-        pytest.skip("the shared corpus is not beside the checkout")
-    s, idle = _prepared(paths)
+    s, idle = _dlrm(3)
     monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)    # one rank a chunk: 3 chunks
     events = _recorded(monkeypatch)
     begun = stalls.begin_rank_part(s, idle)

@@ -437,16 +437,15 @@ class Begun:
         return self._given[0]
 
     def walk(self, job: dict) -> Callable[[], list[dict]]:
-        if self._walks is None:     # no chunk: nothing to fetch (walked here, in line)
-            ranks, comm, data = _rank_inputs(self._session, job, None)
-            part = _walk_part(self._session, job, self._idle, ranks, comm, data)
-            return lambda: [part]
         try:
             build(self._session, ["coll_instances"])
             comm = _comm_info(self._session, job, None)
         except BaseException:
             self.cancel()
             raise
+        if self._walks is None:     # no chunk: nothing to fetch (walked here, in line)
+            part = _walk_part(self._session, job, self._idle, None, comm, self._data)
+            return lambda: [part]
         self._given.append((job, comm))
         self._go.set()
         return self._walks.result

@@ -11,7 +11,7 @@ rank's data alone."""
 from __future__ import annotations
 
 import threading
-from typing import Iterable, Mapping, cast
+from typing import Callable, Iterable, Mapping, cast
 
 import pyarrow as pa
 
@@ -103,12 +103,15 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
             if p not in params:
                 raise StepError(f"step {step.name} needs parameter {p!r}")
             own[p] = params[p]
+        begun = _begun(session, step, own)   # made on a thread (start, start_sql), else None
         if step.sql is not None:
-            if not _taken(session, step, own):
+            if begun is not None:
+                session.adopt_made(step.name, begun)
+            else:
                 parallel = step.parallel and session.worth_threads(step.requires)
                 session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers, parallel)
         elif step.run is not None:
-            session.materialize_arrow(step.name, _started(session, step, own) or step.run(session, own))
+            session.materialize_arrow(step.name, begun if begun is not None else step.run(session, own))
             pa.default_memory_pool().release_unused()    # what the step freed (its arrays on the way)
         else:
             raise StepError(f"step {step.name} has neither SQL nor a Python function")
@@ -137,7 +140,7 @@ def start(session, name: str, params: Mapping[str, object]) -> bool:
         return False
     build(session, [r for r in step.requires if r not in schema.TABLES], params)
     own = {p: params[p] for p in step.params}
-    started[name] = (own, Later(_run_apart, step.run, session.reader(), own, name=f"traceview-step-{name}"))
+    started[name] = (own, _Chain(session.reader(), [(step, own)], name=f"traceview-step-{name}"))
     return True
 
 
@@ -166,28 +169,31 @@ def start_sql(session, names: Iterable[str], params: Mapping[str, object]) -> li
         todo.append((step, {p: params[p] for p in step.params}))
         ahead.add(name)
     if todo:
-        chain = _Chain(session.reader(), todo)
+        chain = _Chain(session.reader(), todo, name="traceview-steps")
         for step, own in todo:
             started[step.name] = (own, chain)
     return [step.name for step, _ in todo]
 
 
 class _Chain:
-    """SQL steps built one after another on a thread (start_sql): `result(name)` waits for that
-    step's table and gives its row count, or raises its error; None where it was not made (a step
-    before it failed: `build` then builds both again, and raises that error in its turn)."""
+    """Steps built one after another on a thread through a reader of the session (`start`: one
+    Python step; `start_sql`: SQL steps, each table made in the session's schema). `result(name)`
+    waits for that step and gives its Arrow table (a Python step) or row count (a SQL step), or
+    raises its error; None where it was not made (a step before it failed: `build` then builds
+    both again, and raises that error in its turn)."""
 
-    def __init__(self, reader, steps: list[tuple[Step, dict]]):
+    def __init__(self, reader, steps: list[tuple[Step, dict]], name: str):
         self._done = {step.name: threading.Event() for step, _ in steps}
-        self._rows: dict[str, int] = {}
+        self._made: dict[str, object] = {}
         self._errors: dict[str, BaseException] = {}
-        self._later = Later(self._run, reader, steps, name="traceview-steps")
+        self._later = Later(self._run, reader, steps, name=name)
 
     def _run(self, reader, steps: list[tuple[Step, dict]]) -> None:
         try:
             for step, own in steps:
                 try:
-                    self._rows[step.name] = reader.create(step.name, cast(str, step.sql), own)
+                    self._made[step.name] = reader.create(step.name, step.sql, own) if step.sql is not None \
+                        else cast(Callable, step.run)(reader, own)
                 except BaseException as e:  # noqa: BLE001 - raised by build, in its turn
                     self._errors[step.name] = e
                     return
@@ -198,52 +204,29 @@ class _Chain:
                 done.set()
             reader.close()
 
-    def result(self, name: str) -> int | None:
+    def result(self, name: str):
         self._done[name].wait()
         error = self._errors.pop(name, None)
         if error is not None:
             raise error
-        return self._rows.get(name)
+        return self._made.pop(name, None)    # (the caller holds it now: not kept here too)
 
     def wait(self) -> None:
         self._later.wait()
 
 
-def _run_apart(run, reader, params: dict):
-    try:
-        return run(reader, params)
-    finally:
-        reader.close()
-
-
-def _started(session, step: Step, params: dict):
-    """The table of `step` begun by `start` with `params` (waited for), else None."""
+def _begun(session, step: Step, params: dict):
+    """What `start` or `start_sql` made of `step` with `params` (waited for): a Python step's table,
+    a SQL step's row count (its table made in the session's schema); None where it was not begun,
+    or with other parameters (waited for, then made anew here), or not made."""
     started = getattr(session, "started", None)
     begun = started.pop(step.name, None) if started else None
     if begun is None:
         return None
     if begun[0] != params:
-        begun[1].wait()    # (not what is asked now: built anew, once this one has ended)
+        begun[1].wait()
         return None
-    return begun[1].result()
-
-
-def _taken(session, step: Step, params: dict) -> bool:
-    """Whether SQL step `step`, begun by `start_sql` with `params`, is built now (waited for: its
-    table made in the session's schema, taken as the session's); False where it was not begun, or
-    with other parameters, or not made (then `build` makes it here)."""
-    started = getattr(session, "started", None)
-    begun = started.pop(step.name, None) if started else None
-    if begun is None:
-        return False
-    if begun[0] != params:
-        begun[1].wait()    # (not what is asked now: made anew here, replacing it, once that one has ended)
-        return False
-    rows = begun[1].result(step.name)
-    if rows is None:
-        return False
-    session.adopt_made(step.name, rows)
-    return True
+    return begun[1].result(step.name)
 
 
 def free_transient(session) -> list[str]:

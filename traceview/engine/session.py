@@ -38,6 +38,12 @@ PARALLEL_MIN_ROWS = 2 * 122_880
 _SCHEMAS = itertools.count(1)   # each session's tables in a schema of its own (Session.schema)
 
 
+def _create(con, table: str, sql: str, params: dict | None = None) -> int:
+    """CREATE OR REPLACE `table` (qualified) AS `sql` on `con`; its row count."""
+    got = con.execute(f"CREATE OR REPLACE TABLE {table} AS {sql}", params or None).fetchone()
+    return int(got[0]) if got else 0
+
+
 def _drop_schema(con, schema: str) -> None:
     """A session gone: its tables with it (a schema's tables outlive the connection that made them)."""
     try:
@@ -197,9 +203,7 @@ class Session:
             if threads != self.threads:
                 self.con.execute(f"SET threads = {threads}")
             try:
-                got = self.con.execute(f"CREATE OR REPLACE TABLE {self.schema}.{name} AS {sql}",
-                                       params or None).fetchone()
-                self._rows[name] = int(got[0]) if got else 0
+                self._rows[name] = _create(self.con, f"{self.schema}.{name}", sql, params)
             finally:
                 if threads != self.threads:
                     self.con.execute(f"SET threads = {self.threads}")
@@ -253,9 +257,7 @@ class Session:
             return
         self.con.register("__step_result", table)
         with self._guard():
-            got = self.con.execute(f"CREATE OR REPLACE TABLE {self.schema}.{name} AS SELECT * FROM __step_result")\
-                .fetchone()
-        self._rows[name] = int(got[0]) if got else 0
+            self._rows[name] = _create(self.con, f"{self.schema}.{name}", "SELECT * FROM __step_result")
         self.con.unregister("__step_result")
         self._views.add(name)
 
@@ -348,8 +350,7 @@ class Reader:
         on the session's threads and settings (it holds the lock, as every query of a reader does);
         returns its row count."""
         with self.settings_lock:
-            got = self.con.execute(f"CREATE TABLE {self.schema}.{name} AS {sql}", params or None).fetchone()
-        return int(got[0]) if got else 0
+            return _create(self.con, f"{self.schema}.{name}", sql, params)
 
     attached = Session.attached
     rows = Session.rows

@@ -514,6 +514,9 @@ class _Reader:
         sw = {c: _flat(pc.filter(cols.pop(c), keep)) for c in ("gtid", "t", "kid", "kind", "run")}
         del keep
         depth, parent_id, crosses, op = self.nest(sw)
+        # the sweep's arrays (up to 321 MiB of Arrow's pool at 1.9 M ranges) back to the system: the
+        # pool would keep them through the analysis, which allocates elsewhere (docs/MEMORY.md)
+        pa.default_memory_pool().release_unused()
         crossing = pc.sum(crosses).as_py() or 0
         if crossing:
             self.warn(f"{crossing} NVTX push/pop ranges end after their enclosing range (not properly nested)")

@@ -21,7 +21,8 @@ def _schemas() -> set[str]:
     from traceview import duck
     con = duck.connect()
     try:
-        return {r[0] for r in con.sql("SELECT schema_name FROM duckdb_schemas()").fetchall() if r[0].startswith("tv_s")}
+        return {f"{r[0]}.{r[1]}" for r in con.sql("SELECT database_name, schema_name FROM duckdb_schemas()").fetchall()
+                if r[1].startswith("tv_s")}
     finally:
         con.close()
 

@@ -71,7 +71,7 @@ def test_two_sessions_on_one_thread_keep_their_own_tables_and_take_them_when_gon
     gone = a.schema
     del a
     gc.collect()
-    schemas = {r["s"] for r in b.rows("SELECT schema_name AS s FROM duckdb_schemas()")}
+    schemas = {r["s"] for r in b.rows("SELECT database_name || '.' || schema_name AS s FROM duckdb_schemas()")}
     assert gone not in schemas and b.schema in schemas
     assert b.rows("SELECT v FROM tr_x") == [{"v": 2}]
     # closed (as a mapped job's batch sessions are, while still referenced): its tables go at once
@@ -79,7 +79,7 @@ def test_two_sessions_on_one_thread_keep_their_own_tables_and_take_them_when_gon
     c.materialize_sql("tr_x", "SELECT 3 AS v", {})
     c.close()
     c.close()                                    # (twice: nothing more)
-    schemas = {r["s"] for r in b.rows("SELECT schema_name AS s FROM duckdb_schemas()")}
+    schemas = {r["s"] for r in b.rows("SELECT database_name || '.' || schema_name AS s FROM duckdb_schemas()")}
     assert c.schema not in schemas
 
 

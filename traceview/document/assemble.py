@@ -10,7 +10,7 @@ from ..analysis import breakdown, capture, layers, stalls
 from ..analysis.analyze import flops_sections, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
-from ..engine.pipeline import build, start_sql
+from ..engine.pipeline import TRANSIENT, build, start_sql
 from ..engine.session import Session
 from ..engine.steps import all_steps
 from ..flops import (
@@ -77,6 +77,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     opts = opts or AnalyzeOptions()
     rules = rules or Rules()
     session = session or Session(profile)
+    # tables dropped soon after they are made are not compressed for their own sake (Session._made)
+    session.short_lived = TRANSIENT | (frozenset() if keep_tables else frozenset(SECTIONS_ONLY))
     bopts = breakdown.Options(step_regex=opts.step_regex, comm_regex=list(opts.comm_regex) + rules.comm_regex,
                               top=opts.top, whole_trace=opts.whole_trace)
     layers.start(session, rules)    # (on a thread while the breakdown is computed)

@@ -35,6 +35,16 @@ ALLOCATOR_SETTINGS = ("SET allocator_flush_threshold = '32MB'", "SET allocator_b
 # hta_df_index_resolver (22,290) 0.73 -> 0.92 s slower on two; overlap x34 (250,920 activities,
 # 1,017,654 CPU ranges) 6.68 -> 6.55 s faster.
 PARALLEL_MIN_ROWS = 2 * 122_880
+# The steps' tables live in the database's compressed catalog (duck.STORE), which DuckDB compresses
+# only when it is checkpointed. A table of at least COMPRESS_MIN_ROWS rows counts towards the next
+# checkpoint, made once COMPRESS_ROWS rows are counted (on `step_threads`). On nsys
+# h100_2gpu_train_a2a x100 (530,000 GPU activities, 1.9 M NVTX ranges; docs/MEMORY.md) two
+# checkpoints (0.31 s on two threads) take the whole process's peak from 1,270 to 1,063 MiB, its
+# wall from 5.30 to 5.54 s; a trace whose tables stay under these sizes is never checkpointed (a
+# checkpoint costs about 17 ns a value on one thread, and a scan of a compressed table twice a
+# plain one's).
+COMPRESS_MIN_ROWS = 400_000
+COMPRESS_ROWS = 1_000_000
 _SCHEMAS = itertools.count(1)   # each session's tables in a schema of its own (Session.schema)
 
 
@@ -71,7 +81,7 @@ class Session:
         # their connection sees): a reader on another connection (`reader`) queries them from
         # another thread while this one goes on. Names resolve there first, then in temp (the
         # registered Arrow tables) and main (the interval macros).
-        self.schema = f"tv_s{next(_SCHEMAS)}"
+        self.schema = f"{duck.STORE}.tv_s{next(_SCHEMAS)}"
         self.con.execute(f"CREATE SCHEMA {self.schema}")
         self.con.execute(f"SET search_path = '{self.schema},main'")
         # its tables go when the session does (`close`, or when no longer referenced): closing its
@@ -106,6 +116,9 @@ class Session:
         self._strings: dict[str, str] = {}         # rows(): one object per distinct string
         self.freed: set[str] = set()               # steps whose tables were dropped after their last use
         self.started: dict[str, tuple] = {}        # Python steps begun on threads (engine/pipeline.start)
+        self.uncompressed = 0                      # rows counted towards the next checkpoint (_made)
+        self.short_lived: frozenset[str] = frozenset()   # steps whose tables are not counted (_made)
+        self.checkpoints = 0                       # checkpoints of the tables' catalog made (tests)
         if profile is not None:
             self.attach(profile)
 
@@ -213,6 +226,7 @@ class Session:
             if own:
                 self.settings_lock.release()
         self._views.add(name)
+        self._made(name, self._rows[name])
 
     def adopt_made(self, name: str, rows: int) -> None:
         """Take table `name`, made in this session's schema by a reader (engine/pipeline.start_sql),
@@ -220,6 +234,41 @@ class Session:
         self._replace(name)
         self._rows[name] = rows
         self._views.add(name)
+        self._made(name, rows)
+
+    def _made(self, name: str, rows: int) -> None:
+        """Table `name` of `rows` rows made in the session's schema: a large one counts towards a
+        checkpoint of the compressed catalog (COMPRESS_ROWS), made here once enough are counted;
+        one of `short_lived` (dropped soon after: compressing it would cost more than it saves)
+        does not count (a checkpoint still compresses it where it is there then)."""
+        if self.shared or rows < COMPRESS_MIN_ROWS or name in self.short_lived:
+            return
+        self.uncompressed += rows
+        if self.uncompressed >= COMPRESS_ROWS:
+            self.compress()
+
+    def compress(self) -> bool:
+        """Checkpoint the compressed catalog (duck.STORE): the tables made since the last checkpoint
+        are compressed, on `step_threads` threads. Only while no reader's query runs (the settings
+        lock, not waited for) and no other connection writes (DuckDB refuses the checkpoint then):
+        otherwise it is left for the next large table. Whether it was made."""
+        if self.shared or not self.settings_lock.acquire(blocking=False):
+            return False
+        try:
+            if self.step_threads != self.threads:
+                self.con.execute(f"SET threads = {self.step_threads}")
+            try:
+                self.con.execute(f"CHECKPOINT {duck.STORE}")
+            except duckdb.TransactionException:
+                return False
+            finally:
+                if self.step_threads != self.threads:
+                    self.con.execute(f"SET threads = {self.threads}")
+        finally:
+            self.settings_lock.release()
+        self.uncompressed = 0
+        self.checkpoints += 1
+        return True
 
     def materialized(self, name: str) -> bool:
         """Whether `name` is a step's table materialized here (a table of the session's schema, or a
@@ -260,6 +309,7 @@ class Session:
             self._rows[name] = _create(self.con, f"{self.schema}.{name}", "SELECT * FROM __step_result")
         self.con.unregister("__step_result")
         self._views.add(name)
+        self._made(name, self._rows[name])
 
     def adopt(self, name: str, table: pa.Table, params: dict) -> None:
         """Take a step's table built elsewhere (a worker of a mapped job, traceview/mapped.py) as

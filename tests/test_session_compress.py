@@ -1,10 +1,10 @@
 """The steps' tables in the database's compressed catalog (traceview/duck.py `STORE`,
 engine/session.py `compress`): every database has it attached and a session's schema lives there;
 only tables of at least COMPRESS_MIN_ROWS rows count towards a checkpoint, made once COMPRESS_ROWS
-rows are counted; a checkpoint is not made while another thread holds the settings lock or another
-connection writes (it is left for the next large table); after one, DuckDB stores the tables
-compressed; and a report computed with checkpoints after every table is byte for byte the one
-computed with none."""
+rows are counted and no large table dropped soon after is there (then at its drop); a checkpoint is
+not made while another thread holds the settings lock or another connection writes (it is left for
+the next large table); after one, DuckDB stores the tables compressed; and a report computed with
+checkpoints after every table is byte for byte the one computed with none."""
 from __future__ import annotations
 
 import threading
@@ -67,6 +67,23 @@ def test_a_checkpoint_compresses_the_tables():
     got = s.sql("SELECT count(*) AS n, sum(step) AS total, max(step) AS top FROM steps")
     # 300 steps of 1,000 rows each: sum of 0..299 times 1,000
     assert got.to_pylist() == [{"n": 300_000, "total": 1000 * 299 * 300 // 2, "top": 299}]
+    s.close()
+
+
+def test_a_checkpoint_waits_for_a_large_short_lived_table_to_go(monkeypatch):
+    monkeypatch.setattr(session_mod, "COMPRESS_MIN_ROWS", 3)
+    monkeypatch.setattr(session_mod, "COMPRESS_ROWS", 3)
+    s = _session()
+    s.short_lived = frozenset({"scratch", "tiny"})
+    s.materialize_sql("tiny", "SELECT range AS i FROM range(2)", {})      # short-lived and small
+    s.materialize_sql("scratch", "SELECT range AS i FROM range(5)", {})   # short-lived: not counted
+    assert (s.uncompressed, s.checkpoints) == (0, 0)
+    s.materialize_sql("kept", "SELECT range AS i FROM range(4)", {})      # due, but scratch is there
+    assert (s.uncompressed, s.checkpoints) == (4, 0)
+    s.drop("tiny")                                                         # scratch still there
+    assert (s.uncompressed, s.checkpoints) == (4, 0)
+    s.drop("scratch")                                                      # gone: the checkpoint is made
+    assert (s.uncompressed, s.checkpoints) == (0, 1)
     s.close()
 
 

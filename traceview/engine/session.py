@@ -38,13 +38,13 @@ PARALLEL_MIN_ROWS = 2 * 122_880
 # The steps' tables live in the database's compressed catalog (duck.STORE), which DuckDB compresses
 # only when it is checkpointed. A table of at least COMPRESS_MIN_ROWS rows counts towards the next
 # checkpoint, made once COMPRESS_ROWS rows are counted (on `step_threads`). On nsys
-# h100_2gpu_train_a2a x100 (530,000 GPU activities, 1.9 M NVTX ranges; docs/MEMORY.md) two
-# checkpoints (0.31 s on two threads) take the whole process's peak from 1,270 to 1,063 MiB, its
-# wall from 5.30 to 5.54 s; a trace whose tables stay under these sizes is never checkpointed (a
-# checkpoint costs about 17 ns a value on one thread, and a scan of a compressed table twice a
-# plain one's).
+# h100_2gpu_train_a2a x100 (530,000 GPU activities, 1.9 M NVTX ranges; docs/MEMORY.md) four
+# checkpoints (0.42 s on two threads) take the whole process's peak from 1,272 to 1,021 MiB, its
+# wall from 5.32 to 5.65 s (1,000,000 rows a checkpoint: two, 1,063 MiB, 5.54 s); a trace whose
+# tables stay under these sizes is never checkpointed (a checkpoint costs about 17 ns a value on
+# one thread, and a scan of a compressed table twice a plain one's).
 COMPRESS_MIN_ROWS = 400_000
-COMPRESS_ROWS = 1_000_000
+COMPRESS_ROWS = 500_000
 _SCHEMAS = itertools.count(1)   # each session's tables in a schema of its own (Session.schema)
 
 
@@ -244,7 +244,14 @@ class Session:
         if self.shared or rows < COMPRESS_MIN_ROWS or name in self.short_lived:
             return
         self.uncompressed += rows
-        if self.uncompressed >= COMPRESS_ROWS:
+        self._compress_due()
+
+    def _compress_due(self) -> None:
+        """Checkpoint where COMPRESS_ROWS rows are counted and no large table of `short_lived` is
+        there (it would be compressed for nothing: the checkpoint waits for its drop, `drop`)."""
+        if self.uncompressed >= COMPRESS_ROWS and not any(
+                n in self._views and n not in self._arrow and self._rows.get(n, 0) >= COMPRESS_MIN_ROWS
+                for n in self.short_lived):
             self.compress()
 
     def compress(self) -> bool:
@@ -284,6 +291,8 @@ class Session:
         self._views.discard(name)
         self._rows.pop(name, None)
         self.freed.add(name)
+        if self.uncompressed and name in self.short_lived:
+            self._compress_due()
 
     def _drop(self, name: str) -> None:
         if self._arrow.pop(name, None) is not None:

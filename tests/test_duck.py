@@ -75,3 +75,31 @@ def test_a_database_begun_before_a_fork_is_not_the_childs(monkeypatch):
     assert "made_here" not in _tables(theirs)          # the child made its own
     a.close()
     theirs.close()
+
+
+def test_a_duckdb_without_compressed_in_memory_catalogs_gets_a_plain_one(monkeypatch):
+    """DuckDB before 1.4 refuses `ATTACH ':memory:' ... (COMPRESS)` (a binder error, checked with
+    1.1.3): the catalog is then attached plain, under the same name, and sessions work as before."""
+    real = duck.duckdb.connect
+
+    class Old:       # a database of a DuckDB that knows no COMPRESS option
+        def __init__(self, db):
+            self.db = db
+
+        def execute(self, sql, *a):
+            if "(COMPRESS)" in sql:
+                raise duck.duckdb.BinderException('Binder Error: Unrecognized option for attach "compress"')
+            return self.db.execute(sql, *a)
+
+        def __getattr__(self, name):
+            return getattr(self.db, name)
+    monkeypatch.setattr(duck, "_local", threading.local())
+    monkeypatch.setattr(duck.duckdb, "connect", lambda *a, **k: Old(real(*a, **k)))
+    con = duck.connect()
+    catalogs = {r[0] for r in con.execute("SELECT database_name FROM duckdb_databases()").fetchall()}
+    assert duck.STORE in catalogs
+    con.execute(f"CREATE SCHEMA {duck.STORE}.tv_old")
+    con.execute(f"CREATE TABLE {duck.STORE}.tv_old.t AS SELECT 41 + 1 AS x")
+    con.execute(f"CHECKPOINT {duck.STORE}")
+    assert con.execute(f"SELECT x FROM {duck.STORE}.tv_old.t").fetchall() == [(42,)]
+    con.close()

@@ -562,11 +562,7 @@ def _ingest_stream(path: Path) -> tuple:
     begun = helper.begun if helper is not None else None
     if begun is not None:       # its first batches handed over already (prime)
         helper.begun = None
-        stream, items, waiting = begun
-    else:
-        stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
-        # waiting: the parts in file order; None: the helper's answer, not yet taken
-        items, waiting = iter(stream), deque()
+    stream, items, waiting = begun if begun is not None else _stream(path, helper)
     if helper is None:
         for evs in items:
             assert not isinstance(evs, bytes)  # without a helper, every batch comes decoded
@@ -633,9 +629,7 @@ def prime(path: Path, batches: int = kineto_helper.MAX_IN_FLIGHT) -> bool:
     helper = kineto_helper.started(path)
     if helper is None or helper.begun is not None or not helper.up(PRIME_WAIT_S):
         return False
-    stream = kineto_stream.EventStream(path, hand_off=helper.wants)
-    items = iter(stream)
-    waiting: deque = deque()
+    stream, items, waiting = _stream(path, helper)
     try:
         while helper.pending() < batches:
             item = next(items)
@@ -649,6 +643,14 @@ def prime(path: Path, batches: int = kineto_helper.MAX_IN_FLIGHT) -> bool:
         return False
     helper.begun = (stream, items, waiting)
     return True
+
+
+def _stream(path: Path, helper) -> tuple:
+    """A parse's stream of `path` (its batches of text handed to `helper` where it wants them), the
+    stream's iterator, and the parts waiting (in file order; None: the helper's answer, not yet taken)."""
+    stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
+    waiting: deque = deque()
+    return stream, iter(stream), waiting
 
 
 PRIME_WAIT_S = 0.1   # how long prime waits for the forked helper's first word (a fork: about a millisecond)

@@ -213,13 +213,10 @@ class Session:
         try:
             if disabled_optimizers:
                 self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
-            if threads != self.threads:
-                self.con.execute(f"SET threads = {threads}")
             try:
-                self._rows[name] = _create(self.con, f"{self.schema}.{name}", sql, params)
+                with self._on_threads(threads):
+                    self._rows[name] = _create(self.con, f"{self.schema}.{name}", sql, params)
             finally:
-                if threads != self.threads:
-                    self.con.execute(f"SET threads = {self.threads}")
                 if disabled_optimizers:
                     self.con.execute("RESET disabled_optimizers")
         finally:
@@ -262,20 +259,28 @@ class Session:
         if self.shared or not self.settings_lock.acquire(blocking=False):
             return False
         try:
-            if self.step_threads != self.threads:
-                self.con.execute(f"SET threads = {self.step_threads}")
-            try:
+            with self._on_threads(self.step_threads):
                 self.con.execute(f"CHECKPOINT {duck.STORE}")
-            except duckdb.TransactionException:
-                return False
-            finally:
-                if self.step_threads != self.threads:
-                    self.con.execute(f"SET threads = {self.threads}")
+        except duckdb.TransactionException:
+            return False
         finally:
             self.settings_lock.release()
         self.uncompressed = 0
         self.checkpoints += 1
         return True
+
+    @contextlib.contextmanager
+    def _on_threads(self, threads: int):
+        """The database on `threads` threads while the block runs, the session's given back after
+        (a setting of the database: the caller holds the settings lock where it differs)."""
+        if threads == self.threads:
+            yield
+            return
+        self.con.execute(f"SET threads = {threads}")
+        try:
+            yield
+        finally:
+            self.con.execute(f"SET threads = {self.threads}")
 
     def materialized(self, name: str) -> bool:
         """Whether `name` is a step's table materialized here (a table of the session's schema, or a

@@ -68,6 +68,37 @@ def begin() -> None:
     _local.making = (os.getpid(), Later(_make, name="traceview-database"))
 
 
+_PURGE: list = []   # [the allocator's mallctl, or None where there is none to call] (found once)
+_ARENAS_ALL = 4096   # jemalloc's MALLCTL_ARENAS_ALL: "arena.4096.purge" purges every arena
+
+
+def release_unused() -> bool:
+    """The pages DuckDB's allocator keeps after its memory is freed, given back to the system now;
+    whether that could be asked. DuckDB's Linux builds allocate with jemalloc, linked in with its
+    symbols prefixed (`duckdb_je_`), which keeps freed pages for a second (`dirty_decay_ms`) and
+    gives them back only while DuckDB allocates or frees: through a stretch of Python after a large
+    query (the critical-path walk after its chunk's fetch; the nsys parse's NVTX sweep after its
+    sort), 100-300 MiB freed by DuckDB stayed resident beside what the Python allocated
+    (docs/MEMORY.md). Elsewhere (another platform, another allocator or build) nothing is called.
+    Purged pages are zero-filled when DuckDB allocates again, so this is for the large cases only."""
+    if not _PURGE:
+        fn = None
+        try:
+            import ctypes
+            import sys
+            ext = sys.modules.get("_duckdb") or sys.modules.get("duckdb.duckdb")
+            path = getattr(ext, "__file__", None)
+            if path and sys.platform.startswith("linux"):
+                fn = ctypes.CDLL(path).duckdb_je_mallctl
+                fn.argtypes = [ctypes.c_char_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t]
+                fn.restype = ctypes.c_int
+        except (OSError, AttributeError):   # not loadable this way, or built without jemalloc
+            fn = None
+        _PURGE.append(fn)
+    fn = _PURGE[0]
+    return fn is not None and fn(f"arena.{_ARENAS_ALL}.purge".encode(), None, None, None, 0) == 0
+
+
 def arrow_reader(rel: duckdb.DuckDBPyRelation, batch_rows: int):
     """The relation's result as a reader of Arrow record batches of `batch_rows` rows (a newer
     DuckDB names it to_arrow_reader and warns that fetch_arrow_reader is deprecated)."""

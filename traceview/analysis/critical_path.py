@@ -27,6 +27,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import duck
 from ..engine.pipeline import build
 from ..engine.session import Session
 from ..engine.steps import lookup
@@ -618,6 +619,8 @@ def _chunk(session: Session, ranks: list[int]) -> dict:
         e[0].append(h["end_ns"])
         e[1].append(h)
     pa.default_memory_pool().release_unused()   # (the fetch's Arrow memory, back to the system)
+    if cols.rows >= RELEASE_AFTER:   # (and the pages DuckDB's allocator keeps of the fetch's query: the walk
+        duck.release_unused()        # that follows is Python, which allocates elsewhere)
     return {"acts": cols, "act_bounds": act_bounds, "segments": seg_cols, "seg_bounds": seg_bounds, "syncs": syncs}
 
 

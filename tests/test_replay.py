@@ -128,6 +128,26 @@ def test_a_damaged_kept_report_is_not_replayed(tmp_path, job):
     assert full and third.stdout == first.stdout
 
 
+def test_a_kept_report_damaged_in_place_is_never_put_at_o_file(tmp_path, job):
+    """-o FILE is replayed in one read of the kept report, checked as it is copied: a kept report
+    changed in place (the same size) leaves neither its bytes at FILE nor a temporary file beside
+    it; the command runs in full and writes the report."""
+    reference, _ = tv(tmp_path, "analyze", job, "-f", "json", "--no-store")
+    out = tmp_path / "out" / "r.json"
+    out.parent.mkdir()
+    first, full1 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
+    second, full2 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
+    assert full1 and not full2 and out.read_bytes() == reference.stdout
+    (kept,) = (tmp_path / "store" / "jobs").glob("*.json.kept")
+    data = bytearray(kept.read_bytes())
+    data[-20] ^= 0x01                                   # near the end: the last piece of the copy
+    kept.write_bytes(bytes(data))
+    out.write_bytes(b"previous")
+    third, full3 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
+    assert third.returncode == 0 and full3 and out.read_bytes() == reference.stdout
+    assert sorted(p.name for p in out.parent.iterdir()) == ["r.json"]
+
+
 def test_entry_records_what_the_run_read(tmp_path, job, monkeypatch, capsys):
     """record() writes nothing when a trace changed during the run (the snapshot before differs);
     try_replay writes the kept payload the entry names, and nothing when the store lacks it."""

@@ -2,10 +2,13 @@
 second `analyze` of the same job with the same options copies the kept report out without
 analyzing or reading the document; another format renders the kept document; a damaged kept file
 is never served; nothing is kept for a run that skipped ranks; the document comes back exactly."""
+import hashlib
+import json
 import math
 import os
 import shutil
 import time
+import zlib
 
 import pytest
 from helpers import TRACES
@@ -86,7 +89,7 @@ def test_a_damaged_kept_report_is_never_served(tmp_path, job, monkeypatch, damag
     data = kept.read_bytes()
     head, _, payload = data.partition(b"\n")
     bad = {"truncate": data[: len(data) - 100], "flip": head + b"\n" + payload[:500] + b"X" + payload[501:],
-           "header": data.replace(b"traceview.kept/1", b"traceview.kept/9", 1), "longer": data + b" ",
+           "header": data.replace(store_mod.KEPT_FORMAT.encode(), b"traceview.kept/9", 1), "longer": data + b" ",
            "empty": b""}[damage]
     assert bad != data
     kept.write_bytes(bad)
@@ -280,6 +283,52 @@ def test_open_kept_checks_once_and_reads_in_pieces_what_was_checked(tmp_path, mo
     path.write_bytes(bytes(data))
     assert st.open_kept("k1", "json") is None and st.get_kept("k1", "json") is None
     assert st.open_kept("absent", "json") is None
+
+
+def test_open_kept_as_read_checks_the_pieces_as_they_come(tmp_path, monkeypatch):
+    """Store.open_kept(check="as read") (the replay's copy to -o FILE): nothing of the payload read
+    when opened (a damaged file is opened), its pieces checked as they are read, and a damaged one
+    raises KeptChanged once they are all read, before the iteration ends (a writer that renames
+    into place when it has them all never puts it there); a kept file of an older format (no
+    CRC-32) is not opened."""
+    st = store_mod.Store(tmp_path / "store")
+    payload = bytes(range(256)) * 100 + b"end"            # 25,603 bytes: 7 pieces of 4,096, the last 1,027
+    assert st.put_kept("k1", "json", payload, {"rc": 0})
+    monkeypatch.setattr(store_mod.KeptPayload, "PIECE", 4096)
+    got = st.open_kept("k1", "json", check="as read")
+    assert got is not None and b"".join(got) == payload and [len(p) for p in got] == [4096] * 6 + [1027]
+    got.close()
+    path = st._kept_path("k1", "json")
+    data = bytearray(path.read_bytes())
+    data[len(data) - len(payload) + 10] ^= 1              # a byte of the first piece, in place
+    path.write_bytes(bytes(data))
+    got = st.open_kept("k1", "json", check="as read")
+    assert got is not None                                # opened: its payload not read yet
+    seen, ended = [], False
+    with pytest.raises(store_mod.KeptChanged):
+        for piece in got:
+            seen.append(piece)
+        ended = True
+    got.close()
+    assert not ended and len(seen) == 7 and b"".join(seen) != payload
+    assert st.open_kept("k1", "json") is None             # checked first: refused, as before
+    # the header of format 1 (a SHA-256, no CRC-32): absent, whichever check
+    head, _, rest = bytes(data).partition(b"\n")
+    old = json.loads(head)
+    old.pop("crc32")
+    old["sha256"] = hashlib.sha256(rest).hexdigest()
+    path.write_bytes(json.dumps(old).encode().ljust(len(head)) + b"\n" + rest)
+    assert st.open_kept("k1", "json", check="as read") is None and st.open_kept("k1", "json") is None
+
+
+def test_the_kept_crc_is_independent_of_how_the_payload_was_cut(tmp_path):
+    """The CRC-32 in a kept file's header is that of the whole payload (zlib over the joined bytes),
+    whatever pieces it was written in."""
+    st = store_mod.Store(tmp_path / "store")
+    payload = os.urandom(100_000)
+    assert st.put_kept_pieces("k", "json", [payload[:1], payload[1:77_777], payload[77_777:]])
+    head = json.loads(st._kept_path("k", "json").read_bytes().partition(b"\n")[0])
+    assert head["crc32"] == zlib.crc32(payload) and head["size"] == len(payload)
 
 
 def test_kept_json_report_of_another_invocation_is_copied_in_pieces(tmp_path, job, monkeypatch):

@@ -235,7 +235,7 @@ def open_job(paths: list[str], fields: dict, run: Callable[[list[str]], dict], f
 
 def _open_kept(store: Store, k: str):
     """(format, payload, info) of the JSON report the store keeps under `k`, checked (its size and
-    SHA-256) but not read (Store.open_kept; the file stays open while the Job lives), or None."""
+    CRC-32) but not read (Store.open_kept; the file stays open while the Job lives), or None."""
     got = store.open_kept(k, "json")
     if got is None:
         return None

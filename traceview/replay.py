@@ -18,8 +18,9 @@ entry under the identity of its whole invocation:
 
 `try_replay(argv)` looks for an entry of exactly this invocation in the stores the run could have
 used (--store, TRACEVIEW_CACHE_DIR, `.traceview/` beside any path argument, the per-user cache),
-checks every recorded stat and the kept report's size and SHA-256 (Store.open_kept), and writes
-the report as the command would have: the same bytes, the same exit status. Anything else (no
+checks every recorded stat and the kept report's size and CRC-32 (Store.open_kept; for -o FILE as
+it is copied, the temporary file renamed into place only when it matched), and writes the report
+as the command would have: the same bytes, the same exit status. Anything else (no
 entry, a stat that differs, a damaged store, an option that needs the command line: --no-store,
 --progress, --out-dir, Dask, --per-rank-rows, --help) returns None and the command runs as usual,
 which finds the kept report by its own key. Nothing here imports more than the standard library
@@ -201,16 +202,27 @@ def try_replay(argv: list[str]) -> int | None:
                 return None
             from .store import Store
             key, fmt = entry["kept"]
-            got = Store(root).open_kept(str(key), str(fmt))     # checked, not read into memory
+            out = entry["out"]
+            got = Store(root).open_kept(str(key), str(fmt), check=_check(out))   # never whole in memory
             if got is None:
                 return None
             try:
-                return _write(got, str(fmt), entry["out"], entry["rc"])
+                return _write(got, str(fmt), out, entry["rc"])
             finally:
                 got.close()
     except Exception:       # an unexpected store or file: the command runs as usual and says what is wrong
         return None
     return None
+
+
+def _check(out: str | None) -> str:
+    """How the kept report is checked (Store.open_kept): as it is copied where nothing is put in
+    place before the copy is complete (-o FILE: a temporary file renamed over it; one read of the
+    kept file instead of two), else before a byte is written (stdout, a pipe, a device)."""
+    if out is None:
+        return "first"
+    from .output import _is_special
+    return "first" if _is_special(Path(out)) else "as read"
 
 
 def _write(payload, fmt: str, out: str | None, rc: int) -> int | None:

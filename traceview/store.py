@@ -23,6 +23,7 @@ import os
 import shutil
 import threading
 import uuid
+import zlib
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,7 +38,7 @@ if TYPE_CHECKING:
 from .code_stamp import code_stamp
 
 STORE_SCHEMA_VERSION = 2     # 2: rank=<r>/<table>.parquet (1: <table>/rank=<r>/part-0.parquet)
-KEPT_FORMAT = "traceview.kept/1"
+KEPT_FORMAT = "traceview.kept/2"    # 2: the payload checked by its CRC-32 (1: its SHA-256)
 ENV_DIR = "TRACEVIEW_CACHE_DIR"
 _CHUNK = 1 << 20
 
@@ -134,23 +135,36 @@ def _kept_head(f, key: str, what: str) -> tuple[bytes, dict | None]:
     return line, head
 
 
+class KeptChanged(OSError):
+    """A kept payload read piece by piece did not have the CRC-32 of its header (Store.open_kept
+    with check="as read"): raised when the pieces are all read, before the iteration ends."""
+
+
 class KeptPayload:
-    """A kept payload checked by Store.open_kept: its pieces read from the open file (`for piece
-    in payload`, each time from the start), never the whole in memory; `info` as get_kept gives it."""
+    """A kept payload opened by Store.open_kept: its pieces read from the open file (`for piece
+    in payload`, each time from the start), never the whole in memory; `info` as get_kept gives it.
+    `crc`: the CRC-32 its pieces must have (checked as they are read: KeptChanged, where they do
+    not, after the last piece and before the iteration ends), or None where it was checked when
+    opened."""
 
     PIECE = 1 << 24
 
-    def __init__(self, f, start: int, size: int, info: dict):
-        self._f, self._start, self.size, self.info = f, start, size, info
+    def __init__(self, f, start: int, size: int, info: dict, crc: int | None = None):
+        self._f, self._start, self.size, self.info, self._crc = f, start, size, info, crc
 
     def __iter__(self):
         off, end = self._start, self._start + self.size
+        crc = 0
         while off < end:
             piece = os.pread(self._f.fileno(), min(self.PIECE, end - off), off)
             if not piece:
                 raise OSError(f"{self._f.name}: shorter than when it was checked")
             off += len(piece)
+            if self._crc is not None:
+                crc = zlib.crc32(piece, crc)
             yield piece
+        if self._crc is not None and crc != self._crc:
+            raise KeptChanged(f"{self._f.name}: not what it was when kept")
 
     def close(self) -> None:
         self._f.close()
@@ -158,7 +172,7 @@ class KeptPayload:
 
 class KeptWriter:
     """What Store.kept_writer gives: the pieces go to a file beside the kept one after a header
-    line of fixed width (blank until commit, which writes the size and SHA-256 taken as the pieces
+    line of fixed width (blank until commit, which writes the size and CRC-32 taken as the pieces
     came, padded with spaces, over it), and the file is then renamed into place. A write that
     fails keeps nothing (commit says False), and never fails the caller."""
 
@@ -168,7 +182,7 @@ class KeptWriter:
         self._store, self._key, self._what, self._info = store, key, what, info or {}
         self._folder = store.root / "jobs"
         self._tmp = self._folder / f".tmp-{key}.{what}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._hash, self._size = hashlib.sha256(), 0
+        self._crc, self._size = 0, 0
         self._f: BinaryIO | None = None
         try:
             self._folder.mkdir(parents=True, exist_ok=True)
@@ -181,7 +195,7 @@ class KeptWriter:
         if self._f is None:
             return
         try:
-            self._hash.update(piece)
+            self._crc = zlib.crc32(piece, self._crc)
             self._size += memoryview(piece).nbytes
             self._f.write(piece)
         except (OSError, TypeError, ValueError):
@@ -200,7 +214,7 @@ class KeptWriter:
             return False
         try:
             head = {"format": KEPT_FORMAT, "key": self._key, "what": self._what, "size": self._size,
-                    "sha256": self._hash.hexdigest(), "info": self._info}
+                    "crc32": self._crc, "info": self._info}
             line = json.dumps(head, sort_keys=True).encode()
             if len(line) >= self.HEAD:
                 return False
@@ -338,7 +352,7 @@ class Store:
         return None if current is None else current[1]["source"].get("hash")
 
     # -- what is kept of a whole job: its document and its rendered reports ----------------------
-    # DIR/jobs/<key>.<what>.kept: one header line (JSON: key, what, size and SHA-256 of the payload,
+    # DIR/jobs/<key>.<what>.kept: one header line (JSON: key, what, size and CRC-32 of the payload,
     # what the caller attached), then the payload; written beside and renamed into place. `what` is
     # "document" (msgpack of the document, its dict order kept) or a report format (the bytes
     # written out). A file whose header, size or hash does not match is not read (absent).
@@ -355,26 +369,33 @@ class Store:
                 payload = f.read(head["size"])      # (read() would join chunks: twice the size at its peak)
         except (OSError, ValueError, TypeError):
             return None
-        if len(payload) != head["size"] or hashlib.sha256(payload).hexdigest() != head.get("sha256"):
+        if len(payload) != head["size"] or zlib.crc32(payload) != head.get("crc32"):
             return None
         info = head.get("info")
         return payload, info if isinstance(info, dict) else {}
 
-    def open_kept(self, key: str, what: str) -> KeptPayload | None:
-        """What get_kept gives, checked the same way (its size and SHA-256, read once here) but not
-        read into memory: a KeptPayload reads it again piece by piece from the file opened for the
-        check (a kept file is only ever replaced by a rename, so that file keeps what was checked).
-        None: absent or damaged. The caller closes it."""
+    def open_kept(self, key: str, what: str, check: str = "first") -> KeptPayload | None:
+        """What get_kept gives, checked the same way (its size and CRC-32) but not read into memory:
+        a KeptPayload reads it piece by piece from the file opened here (a kept file is only ever
+        replaced by a rename, so that file keeps what was checked). `check`: "first" reads it once
+        here to check it; "as read" checks its size here and its CRC-32 as its pieces are read
+        (KeptChanged once they are all read, before the iteration ends: for a writer that puts
+        nothing in place until it has them all, one pass instead of two). None: absent or damaged.
+        The caller closes it."""
         try:
             f = open(self._kept_path(key, what), "rb")
         except OSError:
             return None
         try:
             line, head = _kept_head(f, key, what)
-            if head is None:
+            if head is None or not isinstance(head.get("crc32"), int):
                 f.close()
                 return None
-            h = hashlib.sha256()
+            if check == "as read":
+                info = head.get("info")
+                return KeptPayload(f, len(line), head["size"], info if isinstance(info, dict) else {},
+                                   crc=head["crc32"])
+            crc = 0
             buf = bytearray(KeptPayload.PIECE)
             view = memoryview(buf)
             left = head["size"]
@@ -382,9 +403,9 @@ class Store:
                 n = f.readinto(view[:min(left, len(buf))])
                 if not n:
                     break
-                h.update(view[:n])
+                crc = zlib.crc32(view[:n], crc)
                 left -= n
-            if left or h.hexdigest() != head.get("sha256"):
+            if left or crc != head["crc32"]:
                 f.close()
                 return None
         except (OSError, ValueError, TypeError):

@@ -70,6 +70,11 @@ from traceview import replay        # as the `traceview` command runs (launch.ma
 replay.INVOCATION = sys.argv[1:]
 rc = replay.try_replay(sys.argv[1:])
 if rc is None:
+    try:                            # malloc keeps the pages the run frees, as launch.main does (a newer tree)
+        from traceview.heap import keep_heap
+        keep_heap()
+    except ImportError:
+        pass
     from traceview import cli_common
     cli_common.IN_CLI = True        # (cli.main() sets it)
     try:                            # a plain analyze read without typer, as launch.main does (a newer tree)
@@ -100,6 +105,11 @@ import time, sys
 T0, C0 = time.perf_counter(), time.process_time()
 from traceview import launch
 launch.one_blas_thread()            # as the command does first (launch.main)
+try:                                # malloc keeps the pages the run frees, as launch.main does (a newer tree)
+    from traceview.heap import keep_heap
+    keep_heap()
+except ImportError:
+    pass
 SPANS = []
 def span(name, fn):
     def wrapped(*a, **k):

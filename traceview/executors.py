@@ -478,9 +478,12 @@ def _pool(n: int) -> ProcessPoolExecutor:
 
 def worker_init() -> None:
     """Each pool worker, before its first task: a python-dateutil that is not installed marked
-    absent (parsers/no_dateutil.py)."""
+    absent (parsers/no_dateutil.py); malloc keeps the pages the worker frees (heap.py: a worker is
+    traceview's own process, whoever started the pool)."""
     global _STATE
     _STATE = None                    # (a forked worker: the parent's run is not its own)
+    from .heap import keep_heap
+    keep_heap()
     tables_as_ipc()
     from .parsers.no_dateutil import no_dateutil_search
     no_dateutil_search()

@@ -35,6 +35,8 @@ def main() -> None:
     rc = replay.try_replay(argv)
     if rc is not None:
         sys.exit(rc)
+    from . import heap
+    heap.keep_heap()                      # before the work: the pages it frees are kept for it
     from . import analyze_cli, cli_common
     cli_common.IN_CLI = True
     rc = analyze_cli.run_plain(argv)      # a plain `analyze`, read without typer

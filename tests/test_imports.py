@@ -68,6 +68,7 @@ LAYER_OF: dict[str, str] = {
     "traceview.scratch_place": "ingest",      # where a mapped job's scratch folder lies (RAM or the store)
     "traceview.progress": "base",
     "traceview.code_stamp": "base",           # the identity of the code (store entries, kept documents)
+    "traceview.heap": "base",                 # how glibc's malloc keeps the pages a run frees (command, workers)
     "traceview.run_options": "entry",         # the CLI options of store and executors
     "traceview.job_cache": "entry",           # the kept document of a job, around the analysis call
     "traceview.mapped": "entry",              # a job's per-rank work on the workers, the per-job work here

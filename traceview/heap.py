@@ -13,8 +13,9 @@ tens of MiB, rank after rank: on the 64-rank benchmark job a third of its page f
 at the top of a heap and asks the kernel for 8 MiB more than needed when a heap grows. Processes
 forked after it (a parse helper) inherit it, and a pool's workers set it as they start
 (executors.worker_init: traceview's own processes). Otherwise only for the command (launch.main):
-a program that imports traceview keeps its own settings. Where GLIBC_TUNABLES names a glibc.malloc setting the user
-chose theirs, and nothing is set; where the C library is not glibc, nothing is asked.
+a program that imports traceview keeps its own settings. Where GLIBC_TUNABLES names a glibc.malloc
+setting the user chose theirs, and nothing is set; where the C library is not glibc, nothing is
+asked.
 """
 from __future__ import annotations
 

@@ -118,7 +118,7 @@ def _umask() -> int:
     return mask
 
 
-def _is_special(path: Path) -> bool:
+def is_special(path: Path) -> bool:
     """A target that is written to in place: not a regular file, or a file descriptor's name
     (/dev/stdout, /dev/fd/N, /proc/...: stdout redirected to a file must not be replaced)."""
     absolute = os.path.abspath(path)
@@ -139,7 +139,7 @@ def _reason(e: OSError) -> str:
 def check_file_target(path: Path, flag: str = "-o") -> None:
     """Refuse an output file that cannot be written (before any work)."""
     path = Path(path)
-    if _is_special(path):
+    if is_special(path):
         if not os.path.exists(path):
             raise UsageError(path, f"{flag}: no such file or device")
         if not os.access(path, os.W_OK):
@@ -167,7 +167,7 @@ def write_file(data: str | bytes | Pieces, path: Path) -> None:
     """Write `data` to `path` as described in the module docstring (UsageError when it cannot)."""
     path = Path(path)
     with _signals_raise():
-        if _is_special(path):
+        if is_special(path):
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_APPEND)
                 with os.fdopen(fd, "wb") as fh:

@@ -221,8 +221,8 @@ def _check(out: str | None) -> str:
     kept file instead of two), else before a byte is written (stdout, a pipe, a device)."""
     if out is None:
         return "first"
-    from .output import _is_special
-    return "first" if _is_special(Path(out)) else "as read"
+    from .output import is_special
+    return "first" if is_special(Path(out)) else "as read"
 
 
 def _write(payload, fmt: str, out: str | None, rc: int) -> int | None:

@@ -391,28 +391,17 @@ class Store:
             if head is None or not isinstance(head.get("crc32"), int):
                 f.close()
                 return None
-            if check == "as read":
-                info = head.get("info")
-                return KeptPayload(f, len(line), head["size"], info if isinstance(info, dict) else {},
-                                   crc=head["crc32"])
-            crc = 0
-            buf = bytearray(KeptPayload.PIECE)
-            view = memoryview(buf)
-            left = head["size"]
-            while left > 0:
-                n = f.readinto(view[:min(left, len(buf))])
-                if not n:
-                    break
-                crc = zlib.crc32(view[:n], crc)
-                left -= n
-            if left or crc != head["crc32"]:
-                f.close()
-                return None
+            info = head.get("info")
+            payload = KeptPayload(f, len(line), head["size"], info if isinstance(info, dict) else {},
+                                  crc=head["crc32"])
+            if check != "as read":
+                for _ in payload:       # read once to check it (KeptChanged, or shorter: OSError)
+                    pass
+                payload._crc = None     # checked: its pieces are given as they are read
+            return payload
         except (OSError, ValueError, TypeError):
             f.close()
             return None
-        info = head.get("info")
-        return KeptPayload(f, len(line), head["size"], info if isinstance(info, dict) else {})
 
     def put_kept(self, key: str, what: str, payload: bytes, info: dict | None = None) -> bool:
         """Keep `payload` under (key, what), replacing what was there; False when it cannot be written."""

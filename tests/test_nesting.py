@@ -225,3 +225,58 @@ def test_narrowed_rounds_match_every_round_over_every_position(blocks, seed, few
     assert got == want
     if len(rows) < 400:  # and the definition, where the stack sweep is quick enough
         assert got[:2] == _stack_nest(tids, starts, ends, ids)[:2]
+
+
+# --- positions settled before the rounds: no earlier range on the thread reaches the need ----------
+
+def _none_before_by_hand(tids, ends, needs):
+    """The definition: no earlier position on the same thread is a range (end not None) whose end
+    reaches the need."""
+    return [not any(tids[j] == tids[i] and ends[j] is not None and ends[j] >= needs[i] for j in range(i))
+            for i in range(len(tids))]
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.one_of(st.none(), st.integers(-50, 50)), st.integers(-60, 60)),
+                max_size=60),
+       st.sampled_from([0, 10**12, 2**61]))
+def test_none_before_matches_its_definition(rows, offset):
+    import pyarrow as pa
+    rows = sorted(rows, key=lambda r: r[0])          # (positions sorted by thread, as `_nearest` gets them)
+    tids = [r[0] for r in rows]
+    ends = [None if r[1] is None else r[1] + offset for r in rows]
+    needs = [r[2] + offset for r in rows]
+    got = _nesting._none_before(*(pa.array(v, type=pa.int64()) for v in (tids, ends, needs)))
+    if got is None:     # no range at all, or the lifted ends would not fit in 64 bits
+        assert all(e is None for e in ends) or offset == 2**61
+        return
+    assert got.to_pylist() == _none_before_by_hand(tids, ends, needs)
+
+
+def test_none_before_declines_what_does_not_fit_and_nest_is_still_exact():
+    """Ends near 2**62 on two threads: the lifted maximum would overflow, so no position is settled
+    before the rounds, and the rounds alone give the stack sweep's answers."""
+    import pyarrow as pa
+    big = 2**62
+    tids, starts, ends, ids = [0, 0, 1, 1], [0, 5, big - 100, big - 50], [10, 6, big - 1, big - 60], [1, 2, 3, 4]
+    assert _nesting._none_before(pa.array([0, 0, 1, 1], type=pa.int64()), pa.array(ends, type=pa.int64()),
+                                 pa.array(ends, type=pa.int64())) is None
+    assert _nest(tids, starts, ends, ids) == _stack_nest(tids, starts, ends, ids) == ([0, 1, 0, 1], [None, 1, None, 3])
+
+
+def test_long_runs_of_outermost_ranges_on_several_threads():
+    """Thousands of outermost ranges one after another on each of three threads, some with children
+    and launches (queries) inside: the settled positions (no parent, no container) and the others
+    as the stack sweep gives them."""
+    tids, starts, ends, qt, qs, qe = [], [], [], [], [], []
+    for tid in (3, 1, 2):
+        for i in range(3000):
+            t0 = 100 * i
+            tids.append(tid), starts.append(t0), ends.append(t0 + 50)
+            if i % 7 == 0:
+                tids.append(tid), starts.append(t0 + 10), ends.append(t0 + 20)
+            qt.append(tid), qs.append(t0 + 60 if i % 3 else t0 + 12), qe.append(t0 + 61 if i % 3 else t0 + 13)
+    ids = list(range(len(tids)))
+    got = _nest(tids, starts, ends, ids, qt, qs, qe)
+    assert got == _stack_nest(tids, starts, ends, ids, qt, qs, qe)
+    assert got[1].count(None) == 9000 and got[2].count(None) == 6000

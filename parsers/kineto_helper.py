@@ -109,15 +109,17 @@ def _idle_core(cores: int) -> bool:
 
 
 def _write_part(path: str, head: bytes, bufs: list) -> list[int]:
-    """A pickled part: its head, then each out-of-band buffer (the Arrow arrays' data), in order."""
+    """A pickled part: its head, then each out-of-band buffer (the Arrow arrays' data), in order,
+    written over the slot file `path` from its start (the file's pages, kept from an earlier part,
+    are written again, not made anew: a new page of the memory-backed folder costs as much as
+    copying a few into it)."""
     sizes = []
-    with open(path + ".part", "wb") as fh:
+    with open(path, "r+b" if os.path.exists(path) else "wb") as fh:
         fh.write(head)
         for b in bufs:
             raw = b.raw()
             sizes.append(raw.nbytes)
             fh.write(raw)
-    os.replace(path + ".part", path)
     return sizes
 
 
@@ -135,14 +137,13 @@ def _read_part(path: str, head_len: int, sizes: list[int]):
             if n and fh.readinto(memoryview(buf)) != n:
                 raise OSError(f"{path}: short read")
             bufs.append(buf)
-    os.unlink(path)
     return pickle.loads(head, buffers=bufs)
 
 
 def _write(path: str, data: bytes) -> None:
-    with open(path + ".part", "wb") as fh:
+    """`data` written over the slot file `path` from its start (see _write_part)."""
+    with open(path, "r+b" if os.path.exists(path) else "wb") as fh:
         fh.write(data)
-    os.replace(path + ".part", path)
 
 
 _CHILD = ("import sys, json; sys.path[:0] = json.loads(sys.argv[1]); "
@@ -259,7 +260,12 @@ def _forked_child(sock, folder: str, text: int, serve) -> None:
 
 class Helper:
     """The helper process and the batches in flight (oldest first): their texts are files in a
-    private memory-backed folder, and so are the answers; the socket carries only names.
+    private memory-backed folder, and so are the answers; the socket carries only slot numbers and
+    lengths. A batch's text goes to slot file t<slot> and its part comes back in a<slot>, each
+    written over from its start; the slot is another batch's once this one's answer is taken (the
+    helper has read its text, this process its part), and never again where its batch was stolen.
+    So a parse writes into at most MAX_IN_FLIGHT files whose pages it keeps: a new page of the
+    folder cost as much as copying a few (the x5 trace's 50 MB of texts: 0.97 of the wall).
     `forked`: a child of this process running `serve` (prestart: only where forking is safe), else
     a fresh interpreter."""
 
@@ -293,8 +299,10 @@ class Helper:
         self.conn = Connection(mine.detach())
         self.ready = False
         self.broken = False
-        self.seq = 0
         self.sent: deque[bytes] = deque()  # texts handed over, kept until answered (redone here if not)
+        self.slots: deque[int] = deque()   # the slot files of the batches in flight (oldest first)
+        self.free: list[int] = []          # slot files no batch in flight uses (reused: their pages kept)
+        self.slot_count = 0
         self.stolen = 0   # the newest batches handed over, then decoded here instead (steal)
         # a parse begun by kineto.prime: (its stream, the stream's iterator, the parts waiting), for
         # the parse to go on with; closed with the helper where no parse takes it
@@ -330,13 +338,17 @@ class Helper:
     def send(self, text: bytes) -> None:
         """Hand a batch over (kept, to be decoded here if the helper cannot answer)."""
         self.sent.append(text)
+        if self.free:
+            slot = self.free.pop()
+        else:
+            slot = self.slot_count
+            self.slot_count += 1
+        self.slots.append(slot)
         if self.broken:
             return
-        self.seq += 1
-        name = f"t{self.seq}"
         try:
-            _write(os.path.join(self.folder, name), text)
-            self.conn.send_bytes(name.encode())
+            _write(os.path.join(self.folder, f"t{slot}"), text)
+            self.conn.send_bytes(f"{slot} {len(text)}".encode())
         except (OSError, ValueError):
             self.broken = True
 
@@ -348,6 +360,7 @@ class Helper:
         """The text of the newest batch handed over and not yet taken, to be decoded by the caller
         instead: its answer will not be read (the helper is ended without it, see close)."""
         self.stolen += 1
+        self.slots.pop()           # (its slot stays the helper's: never written again)
         return self.sent.pop()
 
     def answered(self) -> bool:
@@ -364,8 +377,10 @@ class Helper:
         """The answer for the oldest batch in flight: its part, or its exception raised; `redo(text)`
         decodes it here when the helper cannot answer."""
         text = self.sent.popleft()
+        slot = self.slots.popleft()
         if not self.broken:
             kind, value = self._recv()
+            self.free.append(slot)   # answered: the helper is done with its text (its part read below)
             if kind == "ok":
                 name, head_len, sizes = value
                 try:

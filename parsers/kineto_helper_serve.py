@@ -10,8 +10,9 @@ from .kineto_helper import _write_part as write_part
 
 
 def _serve(conn, folder: str) -> None:
-    """The helper's loop: the name of a batch's text file in, ("ok", name of the pickled part's
-    file) or ("err", exception) out; b"" ends it. The texts and parts go through files in a
+    """The helper's loop: a batch's slot and length in (its text the first `length` bytes of the
+    slot's text file), ("ok", name of the pickled part's file) or ("err", exception) out; b""
+    ends it. The texts and parts go through files in a
     memory-backed folder, each written and read in one call: a socket would pass them in pieces,
     each piece waiting for the other process's busy thread."""
     import pickle
@@ -33,16 +34,15 @@ def _serve(conn, folder: str) -> None:
         if not name:
             return
         try:
-            path = os.path.join(folder, name.decode())
-            with open(path, "rb") as fh:
-                text = fh.read()
-            os.unlink(path)
+            slot, size = name.decode().split()
+            with open(os.path.join(folder, "t" + slot), "rb") as fh:
+                text = fh.read(int(size))
             evs = kineto_stream.decode_text(text)
             del text
             bufs: list = []
             head = pickle.dumps(kineto.route_part(evs), protocol=5, buffer_callback=bufs.append)
             del evs
-            out = "a" + name.decode()[1:]
+            out = "a" + slot
             sizes = write_part(os.path.join(folder, out), head, bufs)
             del bufs
             answer: tuple = ("ok", (out, len(head), sizes))

@@ -230,3 +230,34 @@ def test_odd_batches_with_a_helper_read_as_in_one_process(tmp_path, monkeypatch,
         assert two.gpu_activities.num_rows == 1500 and two.cpu_ranges.num_rows == 1500   # by construction
         assert whole == []       # a cut inside that event is found here and cut again: streamed on
     assert len([s for s in seen if isinstance(s, int)]) >= 5      # batches were handed over
+
+
+def test_slot_files_are_reused_by_batches_of_other_lengths(tmp_path, monkeypatch):
+    """The batches' texts and parts go through a few slot files, each written over from its start:
+    a batch shorter than the one before it in the same slot must be read to its own length only
+    (the rest of the file is the longer batch's tail), and a slot is written again only once its
+    batch is answered. Names of very different lengths make the batches' texts differ in length;
+    the tables are those of one process, and the slots number at most MAX_IN_FLIGHT."""
+    def edit(ev):
+        for k, e in enumerate(ev):
+            if e["cat"] == "cpu_op":      # long names, then short ones, then long again
+                e["name"] = f"op{k}_" + "x" * (400 if (k // 600) % 2 == 0 else 3)
+    f = ops_and_kernels_trace(tmp_path, 3000, edit)
+    one = _read(f, monkeypatch, "0")
+    monkeypatch.setattr(kineto_stream, "TEXT_BYTES", 16 << 10)
+    monkeypatch.setattr(bounded_read, "CHUNK", 16 << 10)   # (the text is read a piece at a time: small pieces)
+    _wait_until_ready(monkeypatch)
+    slots: list[int] = []
+    close = kineto_helper.Helper.close
+
+    def closing(self):
+        slots.append(self.slot_count)
+        close(self)
+    seen = _sent(monkeypatch)
+    monkeypatch.setattr(kineto_helper.Helper, "close", closing)
+    two = _read(f, monkeypatch, "1")
+    _same(two, one)
+    sizes = [s for s in seen if isinstance(s, int)]
+    assert len(sizes) >= 4 * kineto_helper.MAX_IN_FLIGHT and max(sizes) > 2 * min(sizes)
+    assert slots and 1 <= slots[0] <= kineto_helper.MAX_IN_FLIGHT
+    assert two.cpu_ranges.num_rows == 3000 and two.gpu_activities.num_rows == 3000

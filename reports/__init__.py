@@ -5,9 +5,12 @@ control characters as escapes (`\\x1b`) in text, Markdown and HTML (reports/esca
 as JSON escapes in JSON, and the charts of a bundle are drawn with them removed."""
 from __future__ import annotations
 
-from traceview.document.types import DiffDocument, ReportDocument
+from typing import TYPE_CHECKING
 
 from . import escape
+
+if TYPE_CHECKING:   # (annotations only: not imported by a run that renders JSON)
+    from traceview.document.types import DiffDocument, ReportDocument
 
 
 def render(doc: ReportDocument, fmt: str, per_rank_rows: int | None = None) -> str:

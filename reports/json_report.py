@@ -15,13 +15,15 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 from traceview.document.packed import PackedRows, plain
-from traceview.document.types import DiffDocument, ReportDocument
 from traceview.plain_data import CONTAINERS, HIGH, LOW, Shape, scan
 
 from .escape import json_controls
+
+if TYPE_CHECKING:   # (annotations only)
+    from traceview.document.types import DiffDocument, ReportDocument
 
 _RAW_CONTROLS = (b"\x7f", b"\xc2", b"\xe2\x80\xa8", b"\xe2\x80\xa9")
 _RAW_CONTROL_UTF8 = re.compile(b"\x7f|\xc2[\x80-\x9f]|\xe2\x80[\xa8\xa9]")

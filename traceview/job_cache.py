@@ -13,10 +13,12 @@ from __future__ import annotations
 import hashlib
 import json
 from pathlib import Path
-from typing import Callable, cast
+from typing import TYPE_CHECKING, Callable, cast
 
-from .document.types import ReportDocument
 from .store import STORE_SCHEMA_VERSION, KeptPayload, Store
+
+if TYPE_CHECKING:   # (annotations only)
+    from .document.types import ReportDocument
 
 # formats whose report is a function of the document and traceview's own code alone (HTML embeds
 # the chart library's bundle, which follows its installed version: it is rendered from the kept
@@ -107,10 +109,10 @@ class Job:
         doc = self.document
         if fmt == "json":
             from .reports import json_report
-            out: str | bytes = json_report.render_bytes(cast(ReportDocument, doc), self._shape)
+            out: str | bytes = json_report.render_bytes(cast("ReportDocument", doc), self._shape)
         else:
             from .reports import render
-            out = render(cast(ReportDocument, doc), fmt, per_rank_rows)
+            out = render(cast("ReportDocument", doc), fmt, per_rank_rows)
         if self._store is not None and self._key and fmt in KEPT_FORMATS and per_rank_rows is None:
             data = out if isinstance(out, bytes) else out.encode("utf-8")
             if self._store.put_kept(self._key, fmt, data, {"budget_violated": _budget_violated(doc)}):
@@ -132,7 +134,7 @@ class Job:
         store, key, shape, formatted = self._store, self._key, self._shape, self._formatted
 
         def make():
-            pieces = json_report.pieces(cast(ReportDocument, doc), shape, formatted)
+            pieces = json_report.pieces(cast("ReportDocument", doc), shape, formatted)
             if store is None or not key or per_rank_rows is not None:
                 return pieces
             return _teed(pieces, store.kept_writer(key, fmt, {"budget_violated": _budget_violated(doc)}), kept)
@@ -248,6 +250,10 @@ def _start_bodies(doc, fmt: str | None):
     """A mapped job whose report is JSON: its long lists' JSON written by the idle workers while
     this process keeps the document (mapped.start_list_bodies); what to call for them, or None."""
     if fmt != "json" or not isinstance(doc, dict):
+        return None
+    from .executors import current
+    state = current()
+    if state is None or state.pool is None:     # no pool of this process's to write them (a job in one process)
         return None
     from .mapped import start_list_bodies
     return start_list_bodies(doc)

@@ -3,7 +3,7 @@ and each side of `diff` all build their document here (from a profile already lo
 here opens a file)."""
 from __future__ import annotations
 
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from .. import __version__
 from ..analysis import breakdown, capture, layers, stalls
@@ -19,7 +19,9 @@ from ..flops import (
 )
 from ..profile import Profile
 from .options import AnalyzeOptions
-from .types import ReportDocument
+
+if TYPE_CHECKING:   # (annotations only)
+    from .types import ReportDocument
 
 SCHEMA = "traceview.report/1"
 RANK_STEPS = ("breakdown", "activity_attribution", "layer_times", "attribution_groups", "comm_ops",
@@ -172,4 +174,4 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     doc.update(sec)
     if budget is not None:
         doc["budget"] = evaluate_budget(doc, budget)
-    return cast(ReportDocument, doc)
+    return cast("ReportDocument", doc)

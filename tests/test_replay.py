@@ -138,10 +138,13 @@ def test_a_kept_report_damaged_in_place_is_never_put_at_o_file(tmp_path, job):
     first, full1 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
     second, full2 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
     assert full1 and not full2 and out.read_bytes() == reference.stdout
-    (kept,) = (tmp_path / "store" / "jobs").glob("*.json.kept")
+    # the kept report is a link of the file the first run wrote (store.keep_linked): its payload
+    # file, changed in place (r.json itself was replaced by the replay's rename since)
+    (kept,) = (tmp_path / "store" / "jobs").glob("*.json.payload")
     data = bytearray(kept.read_bytes())
     data[-20] ^= 0x01                                   # near the end: the last piece of the copy
-    kept.write_bytes(bytes(data))
+    with open(kept, "r+b") as f:
+        f.write(bytes(data))
     out.write_bytes(b"previous")
     third, full3 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
     assert third.returncode == 0 and full3 and out.read_bytes() == reference.stdout

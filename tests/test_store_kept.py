@@ -62,7 +62,8 @@ def test_second_analyze_copies_the_kept_report_out(tmp_path, job, monkeypatch, f
     first = analyze(tmp_path, job, "--store", root, fmt=fmt)
     assert counted.calls == 1
     kept = sorted(p.name.split(".", 1)[1] for p in (root / "jobs").iterdir())
-    assert kept == sorted(["document.kept", f"{fmt}.kept"])
+    # (a JSON report written to a file on the store's filesystem is kept by a link of that file)
+    assert kept == sorted(["document.kept", f"{fmt}.kept"] + (["json.payload"] if fmt == "json" else []))
     with monkeypatch.context() as m:
         no_document_read(m)
         second = analyze(tmp_path, job, "--store", root, fmt=fmt)
@@ -82,6 +83,7 @@ def test_another_format_renders_the_kept_document(tmp_path, job, monkeypatch):
 
 @pytest.mark.parametrize("damage", ["truncate", "flip", "header", "longer", "empty"])
 def test_a_damaged_kept_report_is_never_served(tmp_path, job, monkeypatch, damage):
+    monkeypatch.setattr(store_mod.Store, "can_link", lambda self, folder: False)   # kept as a copy (a header, then it)
     root = tmp_path / "store"
     plain = analyze(tmp_path, job, "--no-store")
     analyze(tmp_path, job, "--store", root)
@@ -362,3 +364,98 @@ def test_kept_json_report_of_another_invocation_is_copied_in_pieces(tmp_path, jo
     pieces = list(out)
     assert len(pieces) == -(-len(first) // 4096) and b"".join(pieces) == first
     assert b"".join(out) == first and j.render("json") == first      # again from the start; whole when asked
+
+
+def _linked(root):
+    (head,) = (root / "jobs").glob("*.json.kept")
+    (payload,) = (root / "jobs").glob("*.json.payload")
+    return head, payload
+
+
+def test_a_json_report_written_to_a_file_is_kept_by_a_link_of_it(tmp_path, job, monkeypatch):
+    """-o FILE on the store's filesystem: the kept report is FILE itself (one more link of it, no
+    second copy), its header the size and CRC-32 of the bytes written; replayed from it; a FILE
+    changed in place since is never replayed (analyzed again, and kept again by a link of the new
+    file); a FILE removed leaves the kept link; the store checks as valid throughout."""
+    root = tmp_path / "store"
+    plain = analyze(tmp_path, job, "--no-store")
+    counted = Counted(monkeypatch)
+    out = tmp_path / "r.json"
+    assert run_cli(["analyze", str(job), "-f", "json", "-o", str(out), "--jobs", "1", "--store", str(root)]) == 0
+    assert out.read_bytes() == plain and counted.calls == 1
+    head, payload = _linked(root)
+    assert payload.stat().st_ino == out.stat().st_ino and out.stat().st_nlink == 2
+    fields = json.loads(head.read_bytes())
+    assert fields["linked"] is True and fields["size"] == len(plain) and fields["crc32"] == zlib.crc32(plain)
+    assert head.stat().st_size < 4096 and store_mod.Store(root).check() == []
+    with monkeypatch.context() as m:
+        no_document_read(m)
+        assert analyze(tmp_path, job, "--store", root) == plain and counted.calls == 1
+    # FILE changed in place (the same size): the kept link is that file, no longer what was kept
+    with open(out, "r+b") as f:
+        f.seek(len(plain) // 2)
+        f.write(b"#")
+    assert store_mod.Store(root).get_kept(head.name.split(".")[0], "json") is None
+    assert analyze(tmp_path, job, "--store", root) == plain
+    assert counted.calls == 1                     # rendered from the kept document, and kept again
+    head, payload = _linked(root)
+    assert payload.read_bytes() == plain and payload.stat().st_ino != out.stat().st_ino
+    assert store_mod.Store(root).check() == []
+    # the file the kept report links removed by its user: still kept, still replayed
+    for f in tmp_path.glob("out*.json"):
+        if f.stat().st_ino == payload.stat().st_ino:
+            f.unlink()
+    assert payload.stat().st_nlink == 1
+    with monkeypatch.context() as m:
+        no_document_read(m)
+        assert analyze(tmp_path, job, "--store", root) == plain and counted.calls == 1
+
+
+def test_a_report_that_cannot_be_linked_is_kept_by_a_copy(tmp_path, job, monkeypatch):
+    """Where the link is refused (a filesystem without links), the file written is copied into the
+    store (a header, then it), and served as any kept report; on another filesystem (can_link
+    False) it is kept as it is written out, as to standard output."""
+    root = tmp_path / "store"
+    plain = analyze(tmp_path, job, "--no-store")
+
+    def refuse(*a, **k):
+        raise PermissionError(1, "links not allowed here")
+    with monkeypatch.context() as m:
+        m.setattr(store_mod.os, "link", refuse)
+        assert analyze(tmp_path, job, "--store", root) == plain
+    assert sorted(p.name.split(".", 1)[1] for p in (root / "jobs").iterdir()) == ["document.kept", "json.kept"]
+    (kept,) = (root / "jobs").glob("*.json.kept")
+    assert kept.read_bytes().partition(b"\n")[2] == plain and store_mod.Store(root).check() == []
+    counted = Counted(monkeypatch)
+    assert analyze(tmp_path, job, "--store", root) == plain and counted.calls == 0
+    root2 = tmp_path / "store2"
+    monkeypatch.setattr(store_mod.Store, "can_link", lambda self, folder: False)
+    assert analyze(tmp_path, job, "--store", root2) == plain
+    (kept,) = (root2 / "jobs").glob("*.json.kept")
+    assert kept.read_bytes().partition(b"\n")[2] == plain and not list((root2 / "jobs").glob("*.payload"))
+
+
+def test_keep_linked_and_what_replaces_it(tmp_path):
+    """Store.keep_linked: the payload is the file linked (same inode), read back by get_kept and
+    open_kept; a file of another size than said keeps nothing; a kept copy put under the same name
+    later removes the link; a payload without its header is a problem of the store."""
+    s = store_mod.Store(tmp_path / "s")
+    src = tmp_path / "report.json"
+    src.write_bytes(b'{"a": 1}\n')
+    assert s.can_link(tmp_path)
+    assert not s.keep_linked("k", "json", src, 99, zlib.crc32(src.read_bytes()))
+    assert s.get_kept("k", "json") is None and not list((tmp_path / "s" / "jobs").iterdir())
+    assert s.keep_linked("k", "json", src, 9, zlib.crc32(b'{"a": 1}\n'), {"budget_violated": True})
+    assert s._payload_path("k", "json").stat().st_ino == src.stat().st_ino
+    assert s.get_kept("k", "json") == (b'{"a": 1}\n', {"budget_violated": True})
+    got = s.open_kept("k", "json", check="as read")
+    assert b"".join(got) == b'{"a": 1}\n'
+    got.close()
+    src.write_bytes(b'{"a": 2}\n')                  # in place (write_bytes truncates and writes)
+    assert s.get_kept("k", "json") is None and s.open_kept("k", "json") is None
+    assert s.keep_linked("k", "json", src, 9, zlib.crc32(b'{"a": 2}\n'))
+    assert s.put_kept("k", "json", b"copy")
+    assert s.get_kept("k", "json") == (b"copy", {}) and not s._payload_path("k", "json").exists()
+    assert s.check() == []
+    os.link(src, s._payload_path("j", "json"))
+    assert any("without its header" in p for p in s.check())

@@ -37,10 +37,16 @@ BUNDLE_TOP = ("report.json", "report.md", "report.html", "charts")
 
 class Pieces:
     """An output written piece by piece (a large JSON report: no whole copy in memory). `make()`
-    gives an iterator of bytes-like pieces each time it is called; iterating a Pieces calls it."""
+    gives an iterator of bytes-like pieces each time it is called; iterating a Pieces calls it.
+    `write_file`, writing it to a regular file, sets `to_folder` (the folder the file goes to)
+    before iterating it and calls `written(path)` once the pieces are all in the file at `path`,
+    before it is renamed into place: a JSON report is kept in the store by a link of that file
+    (job_cache). Neither is done for standard output, a pipe or a device."""
 
-    def __init__(self, make):
+    def __init__(self, make, written=None):
         self._make = make
+        self.to_folder: Path | None = None
+        self.written = written
 
     def __iter__(self):
         return iter(self._make())
@@ -184,9 +190,13 @@ def write_file(data: str | bytes | Pieces, path: Path) -> None:
             except FileNotFoundError:
                 mode = 0o666 & ~_umask()
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+            if isinstance(data, Pieces):
+                data.to_folder = target.parent
             with os.fdopen(fd, "wb") as fh:
                 _write_all(fh, data)
             os.chmod(tmp, mode)
+            if isinstance(data, Pieces) and data.written is not None:
+                data.written(Path(tmp))
             _test_delay()
             with _signals_held():
                 os.replace(tmp, target)

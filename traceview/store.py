@@ -8,6 +8,7 @@ Layout (STORE_SCHEMA_VERSION 2)::
     DIR/locks/<key>.lock                                 fcntl lock held while a trace is parsed and stored
     DIR/exports/<key>.<stamp>.sqlite                     SQLite export of an Nsight Systems report (.nsys-rep)
     DIR/jobs/<job key>.<what>.kept                       a whole job's document and rendered reports
+    DIR/jobs/<job key>.<what>.payload                    a kept report that is a link of the file it was written to
 
 An entry is written into a temporary folder and renamed into place (atomic); the manifest records the
 size and hash of every Parquet file, so a truncated or altered entry is never read as a smaller
@@ -125,14 +126,33 @@ def _light_stored(meta, warnings: list[str], max_id: int, names: list[str]) -> S
 
 def _kept_head(f, key: str, what: str) -> tuple[bytes, dict | None]:
     """The header line of an open kept file and its fields, or (line, None) where they do not name
-    (key, what) in this format or the size they give is not what follows them."""
+    (key, what) in this format or the size they give is not what follows them (nothing follows a
+    linked one's: its payload is a file of its own, `_linked_payload`)."""
     line = f.readline(4096)
     head = json.loads(line)
     if not isinstance(head, dict) or head.get("format") != KEPT_FORMAT or head.get("key") != key \
-            or head.get("what") != what or not isinstance(head.get("size"), int) \
-            or head["size"] != os.fstat(f.fileno()).st_size - len(line):
+            or head.get("what") != what or not isinstance(head.get("size"), int):
+        return line, None
+    follows = os.fstat(f.fileno()).st_size - len(line)
+    if follows != (0 if head.get("linked") is True else head["size"]):
         return line, None
     return line, head
+
+
+def _linked_payload(path: Path, head: dict):
+    """The open payload file of a linked kept header (`head`) where it is the size the header
+    gives; else None."""
+    try:
+        f = open(path, "rb")
+    except OSError:
+        return None
+    try:
+        if os.fstat(f.fileno()).st_size == head["size"]:
+            return f
+    except OSError:
+        pass
+    f.close()
+    return None
 
 
 class KeptChanged(OSError):
@@ -223,6 +243,8 @@ class KeptWriter:
             self._f.close()
             self._f = None
             os.replace(self._tmp, self._store._kept_path(self._key, self._what))
+            with suppress(OSError):     # a linked payload kept before under this name: not needed now
+                self._store._payload_path(self._key, self._what).unlink()
             return True
         except (OSError, TypeError, ValueError):
             return False
@@ -356,8 +378,18 @@ class Store:
     # what the caller attached), then the payload; written beside and renamed into place. `what` is
     # "document" (msgpack of the document, its dict order kept) or a report format (the bytes
     # written out). A file whose header, size or hash does not match is not read (absent).
+    #
+    # A report written to a file on the store's filesystem is kept as a link of that file, not a
+    # second copy (`keep_linked`): the header alone in <key>.<what>.kept ("linked": true, the
+    # payload's size and CRC-32) and the payload in <key>.<what>.payload, the very file the user
+    # has. Where that file is changed in place since, it is no longer what its CRC-32 says and is
+    # not read (absent), as a damaged kept file is not; one removed, or replaced by a rename (as
+    # every write of traceview's replaces a file), leaves the kept link as it was.
     def _kept_path(self, key: str, what: str) -> Path:
         return self.root / "jobs" / f"{key}.{what}.kept"
+
+    def _payload_path(self, key: str, what: str) -> Path:
+        return self.root / "jobs" / f"{key}.{what}.payload"
 
     def get_kept(self, key: str, what: str) -> tuple[bytes, dict] | None:
         """(payload, attached info) of what is kept under `key`, or None (absent or damaged)."""
@@ -366,7 +398,14 @@ class Store:
                 line, head = _kept_head(f, key, what)
                 if head is None:
                     return None
-                payload = f.read(head["size"])      # (read() would join chunks: twice the size at its peak)
+                if head.get("linked"):
+                    pf = _linked_payload(self._payload_path(key, what), head)
+                    if pf is None:
+                        return None
+                    with pf:
+                        payload = pf.read(head["size"])
+                else:
+                    payload = f.read(head["size"])      # (read() would join chunks: twice the size at its peak)
         except (OSError, ValueError, TypeError):
             return None
         if len(payload) != head["size"] or zlib.crc32(payload) != head.get("crc32"):
@@ -391,8 +430,15 @@ class Store:
             if head is None or not isinstance(head.get("crc32"), int):
                 f.close()
                 return None
+            start = len(line)
+            if head.get("linked"):
+                f.close()
+                f = _linked_payload(self._payload_path(key, what), head)
+                if f is None:
+                    return None
+                start = 0
             info = head.get("info")
-            payload = KeptPayload(f, len(line), head["size"], info if isinstance(info, dict) else {},
+            payload = KeptPayload(f, start, head["size"], info if isinstance(info, dict) else {},
                                   crc=head["crc32"])
             if check != "as read":
                 for _ in payload:       # read once to check it (KeptChanged, or shorter: OSError)
@@ -417,6 +463,44 @@ class Store:
             w.abort()
             raise
         return w.commit()
+
+    def can_link(self, folder: Path) -> bool:
+        """Whether a file written in `folder` may be kept by a link of it (`keep_linked`): the
+        store's jobs folder can be made and lies on the same filesystem."""
+        try:
+            jobs = self.root / "jobs"
+            jobs.mkdir(parents=True, exist_ok=True)
+            return os.stat(jobs).st_dev == os.stat(folder).st_dev
+        except OSError:
+            return False
+
+    def keep_linked(self, key: str, what: str, src: Path, size: int, crc: int, info: dict | None = None) -> bool:
+        """Keep the file `src` (`size` bytes of CRC-32 `crc`, as they were written to it) under
+        (key, what) by a link of it, not a copy; False, and nothing kept, where it cannot be linked
+        or is not that size. The payload goes in place first, then the header naming it: a reader
+        between the two finds a header and a payload that do not match (absent)."""
+        jobs = self.root / "jobs"
+        stamp = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        tmp_payload = jobs / f".tmp-{key}.{what}-{stamp}.payload"
+        tmp_head = jobs / f".tmp-{key}.{what}-{stamp}.head"
+        try:
+            jobs.mkdir(parents=True, exist_ok=True)
+            os.link(src, tmp_payload)
+            if os.stat(tmp_payload).st_size != size:
+                return False
+            head = {"format": KEPT_FORMAT, "key": key, "what": what, "size": size, "crc32": crc,
+                    "info": info or {}, "linked": True}
+            with open(tmp_head, "wb") as f:
+                f.write(json.dumps(head, sort_keys=True).encode() + b"\n")
+            os.replace(tmp_payload, self._payload_path(key, what))
+            os.replace(tmp_head, self._kept_path(key, what))
+            return True
+        except (OSError, TypeError, ValueError):
+            return False
+        finally:
+            for t in (tmp_payload, tmp_head):
+                with suppress(OSError):
+                    t.unlink()
 
     def kept_writer(self, key: str, what: str, info: dict | None = None) -> KeptWriter:
         """A writer of what is kept under (key, what), piece by piece (`write`), kept by `commit`
@@ -593,6 +677,11 @@ class Store:
         for f in sorted((self.root / "jobs").glob("*")) if (self.root / "jobs").is_dir() else []:
             if f.name.startswith("."):
                 problems.append(f"{f}: leftover temporary file")
+                continue
+            if f.name.endswith(".payload"):      # a linked report's: checked with the header naming it
+                key, _, what = f.name.removesuffix(".payload").partition(".")
+                if not self._kept_path(key, what).is_file():
+                    problems.append(f"{f}: a linked payload without its header")
                 continue
             key, _, what = f.name.removesuffix(".kept").partition(".")
             if not f.name.endswith(".kept") or self.get_kept(key, what) is None:

@@ -121,7 +121,9 @@ class Job:
 
     def output(self, fmt: str, per_rank_rows: int | None = None):
         """`render(fmt, per_rank_rows)` for writing out: the JSON report as output.Pieces, written
-        (and kept in the store as it is written) a piece at a time, never whole in memory."""
+        a piece at a time, never whole in memory, and kept in the store: by a link of the file it
+        was written to where that file is on the store's filesystem (Store.keep_linked), else as
+        it is written out (a copy beside, `_teed`)."""
         if self._report is not None and self._report[0] == fmt and per_rank_rows is None \
                 and isinstance(self._report[1], KeptPayload):
             from .output import Pieces

@@ -108,13 +108,18 @@ def _idle_core(cores: int) -> bool:
         return True
 
 
+def _over(path: str):
+    """The slot file `path` opened to be written over from its start, not emptied first: the
+    file's pages, kept from an earlier batch, are written again, not made anew (a new page of the
+    memory-backed folder costs as much as copying a few into it)."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT, 0o600), "wb")
+
+
 def _write_part(path: str, head: bytes, bufs: list) -> list[int]:
     """A pickled part: its head, then each out-of-band buffer (the Arrow arrays' data), in order,
-    written over the slot file `path` from its start (the file's pages, kept from an earlier part,
-    are written again, not made anew: a new page of the memory-backed folder costs as much as
-    copying a few into it)."""
+    written over the slot file `path` (`_over`)."""
     sizes = []
-    with open(path, "r+b" if os.path.exists(path) else "wb") as fh:
+    with _over(path) as fh:
         fh.write(head)
         for b in bufs:
             raw = b.raw()
@@ -141,8 +146,8 @@ def _read_part(path: str, head_len: int, sizes: list[int]):
 
 
 def _write(path: str, data: bytes) -> None:
-    """`data` written over the slot file `path` from its start (see _write_part)."""
-    with open(path, "r+b" if os.path.exists(path) else "wb") as fh:
+    """`data` written over the slot file `path` (`_over`)."""
+    with _over(path) as fh:
         fh.write(data)
 
 
@@ -299,8 +304,8 @@ class Helper:
         self.conn = Connection(mine.detach())
         self.ready = False
         self.broken = False
-        self.sent: deque[bytes] = deque()  # texts handed over, kept until answered (redone here if not)
-        self.slots: deque[int] = deque()   # the slot files of the batches in flight (oldest first)
+        # (text, slot) of the batches handed over, kept until answered (redone here if not)
+        self.sent: deque[tuple[bytes, int]] = deque()
         self.free: list[int] = []          # slot files no batch in flight uses (reused: their pages kept)
         self.slot_count = 0
         self.stolen = 0   # the newest batches handed over, then decoded here instead (steal)
@@ -337,13 +342,12 @@ class Helper:
 
     def send(self, text: bytes) -> None:
         """Hand a batch over (kept, to be decoded here if the helper cannot answer)."""
-        self.sent.append(text)
         if self.free:
             slot = self.free.pop()
         else:
             slot = self.slot_count
             self.slot_count += 1
-        self.slots.append(slot)
+        self.sent.append((text, slot))
         if self.broken:
             return
         try:
@@ -360,8 +364,7 @@ class Helper:
         """The text of the newest batch handed over and not yet taken, to be decoded by the caller
         instead: its answer will not be read (the helper is ended without it, see close)."""
         self.stolen += 1
-        self.slots.pop()           # (its slot stays the helper's: never written again)
-        return self.sent.pop()
+        return self.sent.pop()[0]      # (its slot stays the helper's: never written again)
 
     def answered(self) -> bool:
         """Whether the oldest batch in flight can be taken without waiting."""
@@ -376,8 +379,7 @@ class Helper:
     def take(self, redo):
         """The answer for the oldest batch in flight: its part, or its exception raised; `redo(text)`
         decodes it here when the helper cannot answer."""
-        text = self.sent.popleft()
-        slot = self.slots.popleft()
+        text, slot = self.sent.popleft()
         if not self.broken:
             kind, value = self._recv()
             self.free.append(slot)   # answered: the helper is done with its text (its part read below)

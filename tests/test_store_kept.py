@@ -459,3 +459,20 @@ def test_keep_linked_and_what_replaces_it(tmp_path):
     assert s.check() == []
     os.link(src, s._payload_path("j", "json"))
     assert any("without its header" in p for p in s.check())
+
+
+def test_keep_file_copies_where_it_cannot_link_and_only_what_was_written(tmp_path, monkeypatch):
+    """Store.keep_file: a link refused, the file is copied into the store (read back); a file that
+    is no longer the size and CRC-32 its pieces had when written keeps nothing."""
+    s = store_mod.Store(tmp_path / "s")
+    src = tmp_path / "report.json"
+    src.write_bytes(b'{"a": 1}\n')
+
+    def refuse(*a, **k):
+        raise PermissionError(1, "links not allowed here")
+    monkeypatch.setattr(store_mod.os, "link", refuse)
+    assert not s.keep_file("k", "json", src, 9, zlib.crc32(b'{"a": 2}\n'))
+    assert s.get_kept("k", "json") is None
+    assert s.keep_file("k", "json", src, 9, zlib.crc32(b'{"a": 1}\n'), {"rc": 1})
+    assert s.get_kept("k", "json") == (b'{"a": 1}\n', {"rc": 1}) and not s._payload_path("k", "json").exists()
+    assert s.check() == []

@@ -149,14 +149,13 @@ class Job:
             self._kept_fmt = fmt
 
         def written(path: Path) -> None:
-            """The report is all in the file at `path` (output.write_file): kept by a link of it,
-            else by a copy of it (a filesystem without links)."""
+            """The report is all in the file at `path` (output.write_file): kept by a link of it
+            (Store.keep_file)."""
             if "crc32" not in linking or store is None or not key:
                 return
-            info = {"budget_violated": _budget_violated(doc)}
             try:
-                if store.keep_linked(key, fmt, path, linking["size"], linking["crc32"], info) or \
-                        _keep_copy(store, key, fmt, path, linking, info):
+                if store.keep_file(key, fmt, path, linking["size"], linking["crc32"],
+                                   {"budget_violated": _budget_violated(doc)}):
                     kept()
             except Exception:  # noqa: BLE001 - keeping is never worth failing the command's output
                 pass
@@ -189,27 +188,6 @@ def _summed(pieces, into: dict):
         size += memoryview(piece).nbytes
         yield piece
     into.update(size=size, crc32=crc)
-
-
-def _keep_copy(store: Store, key: str, fmt: str, path: Path, summed: dict, info: dict) -> bool:
-    """The report file at `path` kept by a copy where it cannot be linked: read back in pieces,
-    kept where it is still the size and CRC-32 its pieces had."""
-    import zlib
-    w = store.kept_writer(key, fmt, info)
-    crc = size = 0
-    try:
-        with open(path, "rb") as f:
-            while piece := f.read(1 << 24):
-                crc = zlib.crc32(piece, crc)
-                size += len(piece)
-                w.write(piece)
-    except OSError:
-        w.abort()
-        return False
-    if (size, crc) != (summed["size"], summed["crc32"]):
-        w.abort()
-        return False
-    return w.commit()
 
 
 def _teed(pieces, writer, on_kept: Callable[[], None]):

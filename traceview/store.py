@@ -133,8 +133,9 @@ def _kept_head(f, key: str, what: str) -> tuple[bytes, dict | None]:
     if not isinstance(head, dict) or head.get("format") != KEPT_FORMAT or head.get("key") != key \
             or head.get("what") != what or not isinstance(head.get("size"), int):
         return line, None
+    head["linked"] = head.get("linked") is True
     follows = os.fstat(f.fileno()).st_size - len(line)
-    if follows != (0 if head.get("linked") is True else head["size"]):
+    if follows != (0 if head["linked"] else head["size"]):
         return line, None
     return line, head
 
@@ -229,8 +230,11 @@ class KeptWriter:
         with suppress(OSError):
             self._tmp.unlink()
 
-    def commit(self) -> bool:
-        if self._f is None:
+    def commit(self, expect: tuple[int, int] | None = None) -> bool:
+        """Keep what was written (renamed into place); `expect`: the (size, CRC-32) it must have,
+        else nothing is kept."""
+        if self._f is None or expect is not None and (self._size, self._crc) != expect:
+            self.abort()
             return False
         try:
             head = {"format": KEPT_FORMAT, "key": self._key, "what": self._what, "size": self._size,
@@ -391,21 +395,38 @@ class Store:
     def _payload_path(self, key: str, what: str) -> Path:
         return self.root / "jobs" / f"{key}.{what}.payload"
 
+    def _open_payload(self, key: str, what: str) -> tuple | None:
+        """(open file, where the payload starts in it, header) of what is kept under (key, what):
+        the kept file after its header, or a linked one's payload file; None where the header or
+        the size does not match (not checked: the CRC-32, which get_kept and open_kept check)."""
+        try:
+            f = open(self._kept_path(key, what), "rb")
+        except OSError:
+            return None
+        try:
+            line, head = _kept_head(f, key, what)
+            if head is None:
+                f.close()
+                return None
+            if not head["linked"]:
+                return f, len(line), head
+            f.close()
+            pf = _linked_payload(self._payload_path(key, what), head)
+            return None if pf is None else (pf, 0, head)
+        except (OSError, ValueError, TypeError):
+            f.close()
+            return None
+
     def get_kept(self, key: str, what: str) -> tuple[bytes, dict] | None:
         """(payload, attached info) of what is kept under `key`, or None (absent or damaged)."""
+        got = self._open_payload(key, what)
+        if got is None:
+            return None
+        f, start, head = got
         try:
-            with open(self._kept_path(key, what), "rb") as f:
-                line, head = _kept_head(f, key, what)
-                if head is None:
-                    return None
-                if head.get("linked"):
-                    pf = _linked_payload(self._payload_path(key, what), head)
-                    if pf is None:
-                        return None
-                    with pf:
-                        payload = pf.read(head["size"])
-                else:
-                    payload = f.read(head["size"])      # (read() would join chunks: twice the size at its peak)
+            with f:
+                f.seek(start)
+                payload = f.read(head["size"])      # (read() would join chunks: twice the size at its peak)
         except (OSError, ValueError, TypeError):
             return None
         if len(payload) != head["size"] or zlib.crc32(payload) != head.get("crc32"):
@@ -421,22 +442,14 @@ class Store:
         (KeptChanged once they are all read, before the iteration ends: for a writer that puts
         nothing in place until it has them all, one pass instead of two). None: absent or damaged.
         The caller closes it."""
-        try:
-            f = open(self._kept_path(key, what), "rb")
-        except OSError:
+        got = self._open_payload(key, what)
+        if got is None:
             return None
+        f, start, head = got
         try:
-            line, head = _kept_head(f, key, what)
-            if head is None or not isinstance(head.get("crc32"), int):
+            if not isinstance(head.get("crc32"), int):
                 f.close()
                 return None
-            start = len(line)
-            if head.get("linked"):
-                f.close()
-                f = _linked_payload(self._payload_path(key, what), head)
-                if f is None:
-                    return None
-                start = 0
             info = head.get("info")
             payload = KeptPayload(f, start, head["size"], info if isinstance(info, dict) else {},
                                   crc=head["crc32"])
@@ -501,6 +514,22 @@ class Store:
             for t in (tmp_payload, tmp_head):
                 with suppress(OSError):
                     t.unlink()
+
+    def keep_file(self, key: str, what: str, src: Path, size: int, crc: int, info: dict | None = None) -> bool:
+        """Keep the file `src` (`size` bytes of CRC-32 `crc`, as they were written to it) under
+        (key, what): by a link of it (`keep_linked`), else by a copy read back from it (a
+        filesystem without links), kept only where it is still that size and CRC-32."""
+        if self.keep_linked(key, what, src, size, crc, info):
+            return True
+        w = self.kept_writer(key, what, info)
+        try:
+            with open(src, "rb") as f:
+                while piece := f.read(_CHUNK << 4):
+                    w.write(piece)
+        except OSError:
+            w.abort()
+            return False
+        return w.commit(expect=(size, crc))
 
     def kept_writer(self, key: str, what: str, info: dict | None = None) -> KeptWriter:
         """A writer of what is kept under (key, what), piece by piece (`write`), kept by `commit`

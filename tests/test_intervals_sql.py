@@ -1,7 +1,9 @@
 """The interval macros (traceview/sql/intervals/intervals.sql) on small hand-made tables, with the
-expected rows worked out by hand (drawn on a number line in the comments)."""
+expected rows worked out by hand (drawn on a number line in the comments); the union also against
+the textbook merge of sorted intervals on generated tables."""
 import pyarrow as pa
 import pytest
+from hypothesis import given, settings, strategies as st
 
 from traceview.engine.session import Session
 
@@ -56,6 +58,33 @@ def test_overlapping_names_the_partitions_where_two_intervals_overlap():
     s = _session()  # two intervals starting together overlap; an empty one inside another does not
     s.register("c", pa.table({"grp": [4, 4, 5, 5], "s": [0, 0, 0, 3], "e": [2, 9, 9, 3]}))
     assert _rows(s, "interval_overlapping('c')") == [(4,)]
+
+
+def _merged(rows):
+    """The union of each partition's non-empty [s, e) by the textbook merge: sorted by start, an
+    interval joins the last merged one when it starts at or before that one's end."""
+    out = []
+    for g in sorted({r[0] for r in rows}):
+        cur = None
+        for s, e in sorted((r[1], r[2]) for r in rows if r[0] == g and r[2] > r[1]):
+            if cur is not None and s <= cur[2]:
+                cur[2] = max(cur[2], e)
+            else:
+                cur = [g, s, e]
+                out.append(cur)
+    return [tuple(c) for c in out]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.integers(0, 40), st.integers(-3, 12)), max_size=40))
+def test_union_equals_the_textbook_merge(rows):
+    # ties, duplicates, touching, empty and reversed intervals (e <= s: ignored) in a few partitions
+    rows = [(g, s, s + d) for g, s, d in rows]
+    s = Session()
+    s.register("r", pa.table({"grp": pa.array([r[0] for r in rows], pa.int64()),
+                              "s": pa.array([r[1] for r in rows], pa.int64()),
+                              "e": pa.array([r[2] for r in rows], pa.int64())}))
+    assert _rows(s, "interval_union('r')") == _merged(rows)
 
 
 @pytest.mark.parametrize("query", ["interval_union('a')", "interval_subtract('a', 'b')"])

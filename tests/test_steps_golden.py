@@ -145,6 +145,36 @@ def test_activity_class_rules_apply_to_every_range_and_activity_of_a_name():
     ]
 
 
+def test_activity_class_islands_of_touching_tied_and_empty_collective_ranges():
+    # collective ranges on thread 1 (ids in brackets):
+    #   a[1] [100,200) and b[2] [200,300) touch: one island [100,300), named by a (the earliest start)
+    #   c[3] [400,400) is empty and lies in no other: no island
+    #   e[4] [500,550) and d[5] [500,600) start together: island [500,600), named by e (the lower id);
+    #   f[6] [600,600), empty, at its end: in it, and names nothing (it starts later)
+    #   g[7] [700,700), empty, and h[8] [700,750) start together: island [700,750), named by g (lower id)
+    names = "abcedfgh"
+    spans = [(100, 200), (200, 300), (400, 400), (500, 550), (500, 600), (600, 600), (700, 700), (700, 750)]
+    prof = make_profile(
+        cpu=[{"id": i + 1, "tid": 1, "kind": "op", "name": f"c10d::{n}", "start_ns": s, "end_ns": e}
+             for i, (n, (s, e)) in enumerate(zip(names, spans, strict=True))],
+        gpu=[{"id": i, "stream": 7, "start_ns": 1000 + 10 * i, "end_ns": 1005 + 10 * i, "name": "k"}
+             for i in range(11, 18)])
+    given = {"activity_origin": T([origin(11, 1, 150, 160), origin(12, 1, 250, 300), origin(13, 1, 400, 400),
+                                   origin(14, 1, 520, 530), origin(15, 1, 600, 600), origin(16, 1, 710, 720),
+                                   origin(17, 1, 290, 310)], **ORIGIN_TYPES)}
+    got = run_step("activity_class", prof, given=given, order_by="id",
+                   params={"comm_op_regex": r"^c10d::", "comm_kernel_regex": r"^nccl"})
+    assert [(r["id"], r["class"], r["coll_range"]) for r in got] == [
+        (11, "comm", "c10d::a"),      # [150,160] in [100,300)
+        (12, "comm", "c10d::a"),      # [250,300] ends at the island's end
+        (13, "compute", None),        # [400,400]: c is no island
+        (14, "comm", "c10d::e"),      # [520,530] in [500,600)
+        (15, "comm", "c10d::e"),      # [600,600] at its end
+        (16, "comm", "c10d::g"),      # [710,720] in [700,750)
+        (17, "compute", None),        # [290,310] ends after 300
+    ]
+
+
 # ---- step_ranges, step_windows, whole_windows ----------------------------------------------------
 
 def test_step_ranges():

@@ -19,21 +19,28 @@ coll_ranges AS (
     SELECT {'rank': rank, 'tid': tid} AS grp, start_ns AS s, end_ns AS e, r.name, r.id
     FROM cpu_ranges r LEFT JOIN op_rule k ON k.name = r.name
     WHERE k.coll
-       OR upper(coalesce(domain, '')) = 'NCCL'
-       OR (upper(coalesce(domain, '')) = 'MPI' AND starts_with(r.name, 'MPI_'))
+       OR (domain IS NOT NULL AND upper(domain) = 'NCCL')    -- (the case folded only where there is a domain)
+       OR (domain IS NOT NULL AND upper(domain) = 'MPI' AND starts_with(r.name, 'MPI_'))
        OR coll_name IS NOT NULL
 ),
--- nested/overlapping collective ranges merged into disjoint islands per thread (interval_union),
--- so that one ASOF join (latest island starting at or before the launch) finds the only
--- candidate; an island is named by its earliest range (each range found in its island by the same
--- kind of ASOF join: the islands of a thread are disjoint); of ranges starting together, the one
--- with the lower id
+-- nested/overlapping collective ranges merged into disjoint islands per thread, so that one ASOF join
+-- (latest island starting at or before the launch) finds the only candidate. In one sort (as
+-- interval_union, intervals.sql): a range begins an island where it starts after every range that
+-- starts before it has ended, and takes the latest island start at or before its own; a range that
+-- starts with others gets their answers (both windows frame by value). An island is named by its
+-- earliest range (of ranges starting together, the one with the lower id); an empty range lies in the
+-- island around it (at most touching its end) and names it only by starting first; empty ranges in
+-- no other make no island.
 islands AS (
-    SELECT u.grp.rank AS rank, u.grp.tid AS tid, u.s, u.e, arg_min(c.name, (c.s, c.id)) AS name
-    FROM coll_ranges c
-    ASOF JOIN interval_union('coll_ranges') u ON c.grp = u.grp AND c.s >= u.s
-    WHERE c.e <= u.e
-    GROUP BY ALL
+    SELECT grp.rank AS rank, grp.tid AS tid, island AS s, max(e) AS e, arg_min(name, (s, id)) AS name
+    FROM (SELECT grp, s, e, name, id,
+                 max(CASE WHEN before IS NULL OR s > before THEN s END)
+                     OVER (PARTITION BY grp ORDER BY s RANGE UNBOUNDED PRECEDING) AS island
+          FROM (SELECT *, max(e) OVER (PARTITION BY grp ORDER BY s
+                                       RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+                FROM coll_ranges))
+    GROUP BY grp, island
+    HAVING max(e) > island
 ),
 under_coll AS (
     SELECT o.id, i.name AS coll_range

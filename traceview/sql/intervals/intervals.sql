@@ -21,18 +21,24 @@ swept AS (
 SELECT grp, s, e, n FROM swept WHERE e IS NOT NULL;
 
 -- interval_union(t): per partition, the maximal intervals covered by at least one input interval.
+-- One sort, no sweep of boundaries: an interval begins an island where it starts after every
+-- interval that starts before it has ended (its start past their largest end: touching intervals
+-- stay together); an island is named by that start, which every interval of the island takes as the
+-- latest island start at or before its own. Both windows frame by value (RANGE), so intervals that
+-- start together get the same answers whatever their order among themselves. s and e are integers
+-- (ns: `1 PRECEDING` is the previous start value).
 CREATE OR REPLACE MACRO interval_union(t) AS TABLE
-WITH covered AS (SELECT grp, s, e FROM interval_segments(t) WHERE n > 0),
-marked AS (
+WITH reach AS (
     SELECT grp, s, e,
-           CASE WHEN lag(e) OVER (PARTITION BY grp ORDER BY s) = s THEN 0 ELSE 1 END AS starts
-    FROM covered
+           max(e) OVER (PARTITION BY grp ORDER BY s RANGE BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS before
+    FROM query_table(t) WHERE e > s
 ),
-islands AS (
-    SELECT grp, s, e, sum(starts) OVER (PARTITION BY grp ORDER BY s ROWS UNBOUNDED PRECEDING) AS island
-    FROM marked
+keyed AS (
+    SELECT grp, e, max(CASE WHEN before IS NULL OR s > before THEN s END)
+                       OVER (PARTITION BY grp ORDER BY s RANGE UNBOUNDED PRECEDING) AS island
+    FROM reach
 )
-SELECT grp, min(s) AS s, max(e) AS e FROM islands GROUP BY grp, island;
+SELECT grp, island AS s, max(e) AS e FROM keyed GROUP BY grp, island;
 
 -- interval_overlapping(t): the partitions in which two (non-empty) intervals overlap: one starts
 -- before an earlier-starting one ends (touching intervals do not overlap). Where a partition is not

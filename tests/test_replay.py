@@ -138,9 +138,10 @@ def test_a_kept_report_damaged_in_place_is_never_put_at_o_file(tmp_path, job):
     first, full1 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
     second, full2 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
     assert full1 and not full2 and out.read_bytes() == reference.stdout
-    # the kept report is a link of the file the first run wrote (store.keep_linked): its payload
-    # file, changed in place (r.json itself was replaced by the replay's rename since)
+    # the kept report is a link of the file the first run wrote (store.keep_linked), which the
+    # replay found at -o and left in place: its payload file, changed in place (r.json with it)
     (kept,) = (tmp_path / "store" / "jobs").glob("*.json.payload")
+    assert kept.stat().st_ino == out.stat().st_ino
     data = bytearray(kept.read_bytes())
     data[-20] ^= 0x01                                   # near the end: the last piece of the copy
     with open(kept, "r+b") as f:
@@ -149,6 +150,28 @@ def test_a_kept_report_damaged_in_place_is_never_put_at_o_file(tmp_path, job):
     third, full3 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
     assert third.returncode == 0 and full3 and out.read_bytes() == reference.stdout
     assert sorted(p.name for p in out.parent.iterdir()) == ["r.json"]
+
+
+def test_a_replay_to_the_file_the_kept_report_links_writes_nothing(tmp_path, job):
+    """The JSON report of -o FILE is kept by a link of FILE: the same command again finds FILE
+    already holding the kept report (the same file, its size and CRC-32 checked as it is read) and
+    leaves it in place, its modification time set to now; -o another file is a copy, as before."""
+    reference, _ = tv(tmp_path, "analyze", job, "-f", "json", "--no-store")
+    out = tmp_path / "r.json"
+    first, full1 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
+    (kept,) = (tmp_path / "store" / "jobs").glob("*.json.payload")
+    ino = out.stat().st_ino
+    assert full1 and kept.stat().st_ino == ino and out.stat().st_nlink == 2
+    os.utime(out, (1_000_000_000, 1_000_000_000))              # 2001: as if written long ago
+    second, full2 = tv(tmp_path, "analyze", job, "-f", "json", "-o", out)
+    assert not full2 and second.returncode == 0 and second.stderr == ""
+    assert out.stat().st_ino == ino and out.stat().st_nlink == 2 and out.read_bytes() == reference.stdout
+    assert out.stat().st_mtime > 1_000_000_000 + 365 * 86400    # touched as a write would
+    other = tmp_path / "other.json"
+    shutil.copyfile(out, other)                                 # the same bytes, another file
+    third, _ = tv(tmp_path, "analyze", job, "-f", "json", "-o", other)
+    assert third.returncode == 0 and other.read_bytes() == reference.stdout
+    assert other.stat().st_ino != ino and kept.stat().st_ino == ino
 
 
 def test_entry_records_what_the_run_read(tmp_path, job, monkeypatch, capsys):

@@ -9,6 +9,7 @@ import os
 import shutil
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 from helpers import TRACES
@@ -459,6 +460,47 @@ def test_keep_linked_and_what_replaces_it(tmp_path):
     assert s.check() == []
     os.link(src, s._payload_path("j", "json"))
     assert any("without its header" in p for p in s.check())
+
+
+def test_a_kept_payload_holds_only_its_own_file_unchanged(tmp_path):
+    """KeptPayload.holds: true for the payload's own file (a linked report), also as the file a
+    symlink names; false for a copy of it, the symlink itself, an absent file, or a kept file of
+    header and payload; a file changed in place (the same size) is found out by its CRC-32 where the
+    payload is checked as read."""
+    store = store_mod.Store(tmp_path / "store")
+    data = b'{"report": 1}\n' * 1000
+    report = tmp_path / "r.json"
+    report.write_bytes(data)
+    assert store.keep_linked("k1", "json", report, len(data), zlib.crc32(data))
+    for check in ("first", "as read"):
+        got = store.open_kept("k1", "json", check=check)
+        try:
+            assert got.holds(report)
+            copy = tmp_path / "copy.json"
+            copy.write_bytes(data)
+            link = tmp_path / "link.json"
+            link.unlink(missing_ok=True)
+            link.symlink_to(report)
+            assert not got.holds(copy) and not got.holds(link) and not got.holds(tmp_path / "absent.json")
+            assert got.holds(Path(os.path.realpath(link)))     # (write_file writes through a symlink)
+        finally:
+            got.close()
+    assert store.put_kept("k2", "json", data)                  # header and payload in one file
+    got = store.open_kept("k2", "json")
+    try:
+        (whole,) = (tmp_path / "store" / "jobs").glob("k2.json.kept")
+        assert not got.holds(whole)
+    finally:
+        got.close()
+    got = store.open_kept("k1", "json", check="as read")
+    try:
+        with open(report, "r+b") as f:                          # changed in place, the same size
+            f.seek(5)
+            f.write(b"#")
+        with pytest.raises(store_mod.KeptChanged):
+            got.holds(report)
+    finally:
+        got.close()
 
 
 def test_keep_file_copies_where_it_cannot_link_and_only_what_was_written(tmp_path, monkeypatch):

@@ -127,7 +127,7 @@ class Job:
         if self._report is not None and self._report[0] == fmt and per_rank_rows is None \
                 and isinstance(self._report[1], KeptPayload):
             from .output import Pieces
-            return Pieces(self._report[1].__iter__)
+            return Pieces(self._report[1].__iter__, holds=self._report[1].holds)
         if fmt != "json" or (self._report is not None and self._report[0] == fmt and per_rank_rows is None):
             return self.render(fmt, per_rank_rows)
         doc = self.document

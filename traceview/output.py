@@ -2,7 +2,10 @@
 
 - `write_file(data, path)`: a regular file (or a new one) is written to a temporary file beside it
   and renamed over it, keeping an existing file's permissions. A symlink is written through: the
-  file it points to is replaced the same way and the link stays. A FIFO, character device or
+  file it points to is replaced the same way and the link stays. Pieces that are a file's bytes
+  (a kept report) are not written where the file is that very file (`Pieces.holds`: a JSON report
+  the store keeps by a link of the file it was written to, asked for again at the same place): its
+  modification time is set to now, as a write would. A FIFO, character device or
   socket (`/dev/null`, a named pipe, a terminal), and a file descriptor's name (`/dev/stdout`,
   `/dev/fd/N`, anything under /proc), is opened and written to (appending), never replaced.
 - `write_tree(files, out_dir)`: the bundle is written into a temporary folder beside `out_dir`,
@@ -41,12 +44,15 @@ class Pieces:
     `write_file`, writing it to a regular file, sets `to_folder` (the folder the file goes to)
     before iterating it and calls `written(path)` once the pieces are all in the file at `path`,
     before it is renamed into place: a JSON report is kept in the store by a link of that file
-    (job_cache). Neither is done for standard output, a pipe or a device."""
+    (job_cache). Neither is done for standard output, a pipe or a device. `holds(path)`, where
+    given, says whether the regular file at `path` is already these bytes (the file they are read
+    from, checked): write_file then writes nothing there."""
 
-    def __init__(self, make, written=None):
+    def __init__(self, make, written=None, holds=None):
         self._make = make
         self.to_folder: Path | None = None
         self.written = written
+        self.holds = holds      # holds(path): whether the file at `path` already has exactly these bytes
 
     def __iter__(self):
         return iter(self._make())
@@ -182,6 +188,10 @@ def write_file(data: str | bytes | Pieces, path: Path) -> None:
                 raise UsageError(path, f"cannot write output ({_reason(e)})") from e
             return
         target = Path(os.path.realpath(path))     # a symlink: write through to the file it names
+        if isinstance(data, Pieces) and data.holds is not None and data.holds(target):
+            with contextlib.suppress(OSError):
+                os.utime(target)                  # (written now, as far as its reader can tell)
+            return
         tmp = None
         try:
             target.parent.mkdir(parents=True, exist_ok=True)

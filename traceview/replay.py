@@ -231,7 +231,7 @@ def _write(payload, fmt: str, out: str | None, rc: int) -> int | None:
     if out is not None:
         from .output import Pieces, write_file
         try:
-            write_file(Pieces(lambda: iter(payload)), Path(out))
+            write_file(Pieces(lambda: iter(payload), holds=payload.holds), Path(out))
         except Exception:     # nothing written (all or nothing): the command runs and says why
             return None
         return rc

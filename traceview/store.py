@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import threading
 import uuid
 import zlib
@@ -186,6 +187,26 @@ class KeptPayload:
             yield piece
         if self._crc is not None and crc != self._crc:
             raise KeptChanged(f"{self._f.name}: not what it was when kept")
+
+    def holds(self, path: Path) -> bool:
+        """Whether the regular file at `path` is this payload's own file (a JSON report kept by a
+        link of the file it was written to: Store.keep_linked), its bytes checked: read once for
+        their CRC-32 here where the payload was opened to be checked as read (KeptChanged where
+        they are no longer what was kept)."""
+        if self._start:
+            return False
+        try:
+            mine, there = os.fstat(self._f.fileno()), os.lstat(path)
+        except OSError:
+            return False
+        if not stat.S_ISREG(there.st_mode) or (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino) \
+                or there.st_size != self.size:
+            return False
+        if self._crc is not None:
+            for _ in self:
+                pass
+            self._crc = None
+        return True
 
     def close(self) -> None:
         self._f.close()

@@ -183,6 +183,39 @@ def test_kept_document_comes_back_exactly(tmp_path):
     assert s.check() == []
 
 
+def test_the_kept_document_is_msgpack_in_compressed_frames(tmp_path, monkeypatch):
+    """put_document writes the msgpack in zstd frames (store.FRAMES, named by the header's info);
+    each frame its two sizes then the compressed bytes, the frames' bytes together the msgpack of
+    the document; a frame that does not add up, or another codec, reads as absent; a document kept
+    as plain msgpack (no codec) still reads."""
+    import msgspec
+    import pyarrow as pa
+    monkeypatch.setattr(store_mod, "FRAME_BYTES", 1000)          # many frames, pieces across them
+    s = store_mod.Store(tmp_path / "s")
+    doc = {f"row{r}": {"rank": r, "cause": "peer_wait", "dur_ns": 150_000 + r} for r in range(500)}   # 1,000 pieces
+    assert s.put_document("k", doc) and s.get_document("k") == doc
+    payload, info = s.get_kept("k", "document")
+    assert info["codec"] == store_mod.FRAMES
+    frames, at, codec = [], 0, pa.Codec("zstd")
+    while at < len(payload):
+        packed, size = int.from_bytes(payload[at:at + 8], "little"), int.from_bytes(payload[at + 8:at + 16], "little")
+        frames.append(codec.decompress(payload[at + 16:at + 16 + packed], decompressed_size=size, asbytes=True))
+        at += 16 + packed
+    assert at == len(payload) and len(frames) > 10
+    assert all(len(f) < 1000 + 2000 for f in frames)              # about FRAME_BYTES each (a piece may cross)
+    assert b"".join(frames) == msgspec.msgpack.encode(doc)
+    assert len(payload) < len(b"".join(frames)) / 3               # repeated keys compress
+    # frames that do not add up (the CRC-32 as written, so only the frames can say), another codec
+    assert s.put_kept_pieces("cut", "document", [payload[:-5]], {"codec": store_mod.FRAMES})
+    assert s.get_document("cut") is None
+    assert s.put_kept_pieces("other", "document", [payload], {"codec": "lz4-frames/9"})
+    assert s.get_document("other") is None
+    # plain msgpack, as kept before the frames
+    assert s.put_kept("plain", "document", msgspec.msgpack.encode(doc))
+    assert s.get_document("plain") == doc
+    assert s.check() == []
+
+
 def test_kept_file_replaced_whole(tmp_path):
     s = store_mod.Store(tmp_path / "s")
     assert s.put_kept("k", "json", b"one", {"budget_violated": False})

@@ -7,7 +7,7 @@ Layout (STORE_SCHEMA_VERSION 2)::
     DIR/entries/<key>/rank=<r>/<table>.parquet           one file per table and rank of that trace
     DIR/locks/<key>.lock                                 fcntl lock held while a trace is parsed and stored
     DIR/exports/<key>.<stamp>.sqlite                     SQLite export of an Nsight Systems report (.nsys-rep)
-    DIR/jobs/<job key>.<what>.kept                       a whole job's document and rendered reports
+    DIR/jobs/<job key>.<what>.kept                       a whole job's document (zstd frames) and rendered reports
     DIR/jobs/<job key>.<what>.payload                    a kept report that is a link of the file it was written to
 
 An entry is written into a temporary folder and renamed into place (atomic); the manifest records the

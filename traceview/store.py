@@ -196,24 +196,34 @@ def _framed(pieces, codec):
         yield frame()
 
 
-def _unframed(data: bytes) -> bytes:
-    """The bytes _framed compressed (ValueError where the frames do not add up)."""
-    import pyarrow as pa
-    codec = pa.Codec("zstd")
-    view, out, at = memoryview(data), bytearray(), 0
+def _frames(view: memoryview):
+    """(start of the compressed bytes, their length, the uncompressed length) of each frame."""
+    at = 0
     while at < len(view):
         if at + 16 > len(view):
             raise ValueError("a frame's sizes cut short")
         packed, size = int.from_bytes(view[at:at + 8], "little"), int.from_bytes(view[at + 8:at + 16], "little")
-        at += 16
-        if at + packed > len(view):
+        if at + 16 + packed > len(view):
             raise ValueError("a frame cut short")
-        got = codec.decompress(view[at:at + packed], decompressed_size=size, asbytes=True)
-        if len(got) != size:
+        yield at + 16, packed, size
+        at += 16 + packed
+
+
+def _unframed(data: bytes) -> bytearray:
+    """The bytes _framed compressed, in one buffer of their size (no second copy of a large
+    document); ValueError where the frames do not add up."""
+    import pyarrow as pa
+    codec = pa.Codec("zstd")
+    view = memoryview(data)
+    out = bytearray(sum(size for _, _, size in _frames(view)))
+    pos = 0
+    for at, packed, size in _frames(view):
+        got = codec.decompress(view[at:at + packed], decompressed_size=size)
+        if got.size != size:
             raise ValueError("a frame of another size")
-        out += got
-        at += packed
-    return bytes(out)
+        out[pos:pos + size] = memoryview(got)
+        pos += size
+    return out
 
 
 class KeptPayload:
@@ -617,13 +627,14 @@ class Store:
         got = self.get_kept(key, "document")
         if got is None:
             return None
-        payload, info = got
+        codec = got[1].get("codec")
         try:
-            if info.get("codec") == FRAMES:
-                payload = _unframed(payload)
-            elif info.get("codec") is not None:
+            if codec == FRAMES:
+                doc = msgspec.msgpack.decode(_unframed(got[0]))
+            elif codec is None:
+                doc = msgspec.msgpack.decode(got[0])
+            else:
                 return None
-            doc = msgspec.msgpack.decode(payload)
         except (msgspec.DecodeError, ValueError, TypeError, OSError):
             return None
         return doc if isinstance(doc, dict) else None

@@ -254,9 +254,7 @@ class KeptPayload:
 
     def holds(self, path: Path) -> bool:
         """Whether the regular file at `path` is this payload's own file (a JSON report kept by a
-        link of the file it was written to: Store.keep_linked), its bytes checked: read once for
-        their CRC-32 here where the payload was opened to be checked as read (KeptChanged where
-        they are no longer what was kept)."""
+        link of the file it was written to: Store.keep_linked), its bytes checked (`check`)."""
         if self._start:
             return False
         try:
@@ -266,11 +264,16 @@ class KeptPayload:
         if not stat.S_ISREG(there.st_mode) or (mine.st_dev, mine.st_ino) != (there.st_dev, there.st_ino) \
                 or there.st_size != self.size:
             return False
+        self.check()
+        return True
+
+    def check(self) -> None:
+        """Read it once for its CRC-32 where it is to be checked as read (KeptChanged where it is
+        not what was kept, OSError where it is shorter); from then on its pieces are given as read."""
         if self._crc is not None:
             for _ in self:
                 pass
             self._crc = None
-        return True
 
     def close(self) -> None:
         self._f.close()
@@ -539,9 +542,7 @@ class Store:
             payload = KeptPayload(f, start, head["size"], info if isinstance(info, dict) else {},
                                   crc=head["crc32"])
             if check != "as read":
-                for _ in payload:       # read once to check it (KeptChanged, or shorter: OSError)
-                    pass
-                payload._crc = None     # checked: its pieces are given as they are read
+                payload.check()
             return payload
         except (OSError, ValueError, TypeError):
             f.close()

@@ -14,6 +14,9 @@
   directory that also holds files traceview did not write keeps them: there every staged file is
   renamed into place, one after the other with signals held, and the earlier run's charts that
   this run did not draw are removed.
+- A file's pieces (`Pieces`: a JSON report) are written by direct_io.AdaptiveWriter, through the
+  page cache or around it (O_DIRECT), whichever this machine writes faster; other outputs through
+  a buffered file.
 - SIGTERM and SIGINT during the write raise `Interrupted` (after the temporary files are removed);
   during the renames of the swap they are held until the swap is complete.
 - `check_file_target` / `check_dir_target` refuse a location that cannot be written before any
@@ -70,6 +73,25 @@ def _chunks(data: str | bytes | Pieces):
 def _write_all(fh, data) -> None:
     for piece in _chunks(data):
         fh.write(piece)
+
+
+def _write_new(fd: int, path: str, data) -> None:
+    """`data` into the new regular file open as `fd` at `path` (closed here): the pieces of a
+    large output by direct_io.AdaptiveWriter (through the page cache or around it, whichever this
+    machine writes faster), anything else through a buffered file."""
+    if not isinstance(data, Pieces):
+        with os.fdopen(fd, "wb") as fh:
+            _write_all(fh, data)
+        return
+    from .direct_io import AdaptiveWriter
+    writer = AdaptiveWriter(fd, path)
+    try:
+        for piece in data:
+            writer.write(piece)
+        writer.close()
+    finally:
+        writer.release()
+        os.close(fd)
 
 
 class Interrupted(BaseException):
@@ -202,8 +224,7 @@ def write_file(data: str | bytes | Pieces, path: Path) -> None:
             fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
             if isinstance(data, Pieces):
                 data.to_folder = target.parent
-            with os.fdopen(fd, "wb") as fh:
-                _write_all(fh, data)
+            _write_new(fd, tmp, data)
             os.chmod(tmp, mode)
             if isinstance(data, Pieces) and data.written is not None:
                 data.written(Path(tmp))
@@ -288,8 +309,7 @@ def write_tree(files: list[tuple[str, str | bytes | Pieces]], out_dir: Path) -> 
             for i, (rel, data) in enumerate(files):
                 p = tmp / rel
                 p.parent.mkdir(parents=True, exist_ok=True)
-                with open(p, "wb") as fh:
-                    _write_all(fh, data)
+                _write_new(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), str(p), data)
                 os.chmod(p, fmode)
                 if i == 0:
                     _test_delay()

@@ -81,8 +81,9 @@ def main() -> None:
           f"medians of {args.repeat} interleaved runs")
     for k, rs in runs.items():
         w = statistics.median(r["write"] for r in rs)
-        print(f"  {k:22s} write {w:6.3f} s ({args.size / w:7.0f} MiB/s)  process {statistics.median(r['wall'] for r in rs):6.3f} s"
-              f"  system {statistics.median(r['sys'] for r in rs):6.3f} s  peak RSS "
+        wall, sys_s = statistics.median(r["wall"] for r in rs), statistics.median(r["sys"] for r in rs)
+        print(f"  {k:22s} write {w:6.3f} s ({args.size / w:7.0f} MiB/s)  process {wall:6.3f} s"
+              f"  system {sys_s:6.3f} s  peak RSS "
               f"{statistics.median(r['peak'] for r in rs):5.0f} MiB  last run: {rs[-1]['ways']}")
 
 

@@ -78,8 +78,9 @@ def _write_all(fh, data) -> None:
 def _write_new(fd: int, path: str, data) -> None:
     """`data` into the new regular file open as `fd` at `path` (closed here): the pieces of a
     large output by direct_io.AdaptiveWriter (through the page cache or around it, whichever this
-    machine writes faster), anything else through a buffered file."""
-    if not isinstance(data, Pieces):
+    machine writes faster), anything else (or on a platform without `os.pwrite`) through a
+    buffered file."""
+    if not isinstance(data, Pieces) or not hasattr(os, "pwrite"):
         with os.fdopen(fd, "wb") as fh:
             _write_all(fh, data)
         return

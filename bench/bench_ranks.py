@@ -1,5 +1,6 @@
 """Jobs of many ranks: a generated MoE job (fixtures/moe_job.py) of 64 and 1,024 ranks analyzed with
-`--jobs 1` and `--jobs 2`, a first run (empty store) and a second from the store; and the 8-rank DLRM job.
+`--jobs 1` and `--jobs 2`, a first run (empty store) and a second from the store (the same command, and
+with --jobs 2 to another -o path); and the 8-rank DLRM job.
 
     python bench/bench_ranks.py [--ranks 64 1024] [--dlrm] [--keep DIR]
 
@@ -383,7 +384,9 @@ def analyze(path: Path, out: Path, *args: str) -> dict:
             "tree_cpu_s": float(own) + float(others)}
 
 
-RUNS = ("jobs1 first", "jobs2 first", "jobs2 store", "jobs1 store")
+# "jobs2 other": from the store as "jobs2 store", to another -o path (the kept report copied there,
+# not the first run's own file, which the store keeps by a link and a repeat leaves as it is)
+RUNS = ("jobs1 first", "jobs2 first", "jobs2 store", "jobs1 store", "jobs2 other")
 
 
 def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=RUNS) -> dict:
@@ -393,12 +396,16 @@ def run_job(name: str, path: Path, n: int, work: Path, want: dict | None, only=R
     for label, args in (("jobs1 first", ["--jobs", "1", "--store", str(store) + "-1"]),
                         ("jobs2 first", ["--jobs", "2", "--store", str(store) + "-2"]),
                         ("jobs2 store", ["--jobs", "2", "--store", str(store) + "-2"]),
-                        ("jobs1 store", ["--jobs", "1", "--store", str(store) + "-1"])):
+                        ("jobs1 store", ["--jobs", "1", "--store", str(store) + "-1"]),
+                        ("jobs2 other", ["--jobs", "2", "--store", str(store) + "-2"])):
         if label not in only:
             continue
         if label.endswith("first"):     # an empty store: one left in a --keep folder would serve the run
             shutil.rmtree(args[-1], ignore_errors=True)
         out = work / f"{name}-{label.split()[0]}.json"     # a run from the store repeats the first's command
+        if label.endswith("other"):
+            out = work / f"{name}-other.json"
+            out.unlink(missing_ok=True)
         r = analyze(path, out, *args)
         r["per_rank_ms"] = r["wall_s"] / n * 1e3
         runs[label] = r
@@ -513,6 +520,9 @@ def ratios(name: str, runs: dict) -> None:
         if f"jobs{jobs} first" in runs and f"jobs{jobs} store" in runs:
             print(f"  {name:10s} first run / second from the store (--jobs {jobs}): "
                   f"{vs(f'jobs{jobs} first', f'jobs{jobs} store')}")
+    if "jobs2 first" in runs and "jobs2 other" in runs:
+        print(f"  {name:10s} first run / second from the store to another -o path (--jobs 2): "
+              f"{vs('jobs2 first', 'jobs2 other')}")
     if "jobs1 first" in runs and "jobs2 first" in runs:
         print(f"  {name:10s} --jobs 1 / --jobs 2 (first run): {vs('jobs1 first', 'jobs2 first')}; "
               f"the machine ran two CPU-bound processes at {capacity():.2f}x one just after")

@@ -52,15 +52,10 @@ def _pieces(total: int, seed: int) -> list[bytes]:
 
 def _write(path, pieces) -> AdaptiveWriter:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    w = AdaptiveWriter(fd, str(path))
     try:
-        for p in pieces:
-            w.write(p)
-        w.close()
+        return direct_io.write_pieces(fd, str(path), pieces)
     finally:
-        w.release()
         os.close(fd)
-    return w
 
 
 # sizes around the chunk and the block: empty, under a block, a block, a chunk and one byte on

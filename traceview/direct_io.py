@@ -32,8 +32,7 @@ import mmap
 import os
 import time
 
-CHUNK = 8 << 20          # the staging buffer, and the least a write carries (but the last)
-MAX_WRITE = CHUNK        # the most one write through the page cache carries (each write is a sample)
+CHUNK = 8 << 20          # what one write carries (but the last): the staging buffer's size, and a sample
 ALIGN = 4096             # O_DIRECT's alignment of buffer, offset and length (a logical block, at most a page)
 PROBE = 16 << 20         # bytes through the page cache before O_DIRECT may be tried
 FAST_ENOUGH = 1 << 30    # bytes/s through the page cache at which O_DIRECT is not tried
@@ -70,9 +69,8 @@ class AdaptiveWriter:
         view = memoryview(piece).cast("B")
         while len(view):
             if self.n == 0 and len(view) >= CHUNK and self._way() == CACHE:
-                m = min(len(view), MAX_WRITE) // ALIGN * ALIGN   # from where it lies, ALIGN kept
-                self._write(CACHE, view[:m])
-                view = view[m:]
+                self._write(CACHE, view[:CHUNK])   # from where it lies (CHUNK keeps the offset aligned)
+                view = view[CHUNK:]
                 continue
             buf = self._buffer()
             k = min(len(view), CHUNK - self.n)
@@ -174,6 +172,19 @@ class AdaptiveWriter:
         if self.dfd is not None:
             os.close(self.dfd)
             self.dfd = None
+
+
+def write_pieces(fd: int, path: str, pieces) -> AdaptiveWriter:
+    """`pieces` written by an AdaptiveWriter into the empty regular file open as `fd` at `path`
+    (the caller closes `fd`); the writer, whose `written` says which way the bytes went."""
+    writer = AdaptiveWriter(fd, path)
+    try:
+        for piece in pieces:
+            writer.write(piece)
+        writer.close()
+    finally:
+        writer.release()
+    return writer
 
 
 def _pwrite_all(fd: int, view: memoryview, off: int) -> None:

@@ -84,14 +84,10 @@ def _write_new(fd: int, path: str, data) -> None:
         with os.fdopen(fd, "wb") as fh:
             _write_all(fh, data)
         return
-    from .direct_io import AdaptiveWriter
-    writer = AdaptiveWriter(fd, path)
+    from .direct_io import write_pieces
     try:
-        for piece in data:
-            writer.write(piece)
-        writer.close()
+        write_pieces(fd, path, data)
     finally:
-        writer.release()
         os.close(fd)
 
 

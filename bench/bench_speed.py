@@ -200,6 +200,55 @@ def _ratio(a: dict, b: dict, m: str) -> float | None:
     return a[m] / b[m]
 
 
+def linearity(points: dict[int, tuple[int, float, float]], within: float = 1.3) -> dict:
+    """How the Kineto runs grow with the trace: `points` {factor: (GPU activities, wall s, cpu s)}.
+    Returns, over the factors from 5 up:
+      - `steps`: the marginal cost of each step between consecutive factors, us per added GPU
+        activity (wall, cpu): the time the larger trace took beyond the smaller one over the
+        activities it added; their max/min (`step_ratio_wall`, `step_ratio_cpu`) is linearity read
+        without the process's fixed cost;
+      - `fixed_s`, `slope_us`: the least-squares line wall = fixed + slope x activities;
+      - `fixed_allowed_s`: the fixed cost at which that line's wall per activity would be flat within
+        `within` between the smallest and the largest trace (F/N_min + s <= within x (F/N_max + s)).
+    Empty where fewer than two factors of 5 and up were measured."""
+    pts = sorted((n, w, c) for f, (n, w, c) in points.items() if f >= 5)
+    if len(pts) < 2:
+        return {}
+    steps = [((w1 - w0) / (n1 - n0) * 1e6, (c1 - c0) / (n1 - n0) * 1e6)
+             for (n0, w0, c0), (n1, w1, c1) in zip(pts, pts[1:], strict=False) if n1 > n0]
+    ns, ws = [p[0] for p in pts], [p[1] for p in pts]
+    mn, mw = sum(ns) / len(ns), sum(ws) / len(ws)
+    sxx = sum((n - mn) ** 2 for n in ns)
+    slope = sum((n - mn) * (w - mw) for n, w in zip(ns, ws, strict=True)) / sxx if sxx else float("nan")
+    fixed = mw - slope * mn
+    lo, hi = ns[0], ns[-1]
+    room = 1 / lo - within / hi
+    out = {"steps": steps, "fixed_s": fixed, "slope_us": slope * 1e6,
+           "fixed_allowed_s": (within - 1) * slope / room if room > 0 else float("inf")}
+    walls, cpus = [x[0] for x in steps], [x[1] for x in steps]
+    if steps and min(walls) > 0:
+        out["step_ratio_wall"] = max(walls) / min(walls)
+    if steps and min(cpus) > 0:
+        out["step_ratio_cpu"] = max(cpus) / min(cpus)
+    return out
+
+
+def show_linearity(points: dict[int, tuple[int, float, float]]) -> None:
+    got = linearity(points)
+    if not got:
+        return
+    facs = sorted(f for f in points if f >= 5)
+    print("linearity (Kineto, the factors from x5):")
+    for (f0, f1), (w, c) in zip(zip(facs, facs[1:], strict=False), got["steps"], strict=False):
+        print(f"  x{f0} -> x{f1}: {w:6.2f} us (cpu {c:6.2f} us) per added GPU activity")
+    if "step_ratio_wall" in got:
+        print(f"  marginal cost max/min: wall {got['step_ratio_wall']:.2f}, "
+              f"cpu {got.get('step_ratio_cpu', float('nan')):.2f}")
+    print(f"  least squares: wall = {got['fixed_s']:.3f} s + {got['slope_us']:.2f} us x GPU activities; "
+          f"wall per activity within 1.3x over x{facs[0]}..x{facs[-1]} needs a fixed cost of at most "
+          f"{got['fixed_allowed_s']:.3f} s")
+
+
 def targets(summary: dict) -> None:
     """The Kineto targets side by side: figure reached, target, met or not."""
     rows = []
@@ -303,6 +352,8 @@ def main() -> None:
             print(f"  parser memory / decompressed JSON: {res['parse']['mem'] / raw_mb:.2f}")
             summary["per_gpu"][f] = res["traceview"]["wall"] / counts[f]["gpu_activities"] * 1e6
             summary.setdefault("per_gpu_cpu", {})[f] = res["traceview"]["cpu"] / counts[f]["gpu_activities"] * 1e6
+            summary.setdefault("points", {})[f] = (counts[f]["gpu_activities"], res["traceview"]["wall"],
+                                                   res["traceview"]["cpu"])
             if f == args.target:
                 summary["target"] = (f, path.stat().st_size / 2**20, raw_mb, res)
     if not args.no_df:
@@ -313,6 +364,7 @@ def main() -> None:
         res = interleaved(cmds, args.repeat)
         show("kineto hta_df_index_resolver", res, "traceview", 0)
         summary["df"] = res
+    show_linearity(summary.get("points", {}))
     targets(summary)
     a2a = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
     for s in [int(x) for x in args.nsys_scales.split(",") if x]:

@@ -193,3 +193,66 @@ def test_entry_records_what_the_run_read(tmp_path, job, monkeypatch, capsys):
     assert replay.try_replay(argv) == 3
     assert capsys.readouterr().out == '{"x": 1}\n'
     assert replay.try_replay([*argv, "--top", "2"]) is None      # another command
+
+
+def test_another_output_file_is_a_copy_of_the_kept_report(tmp_path, job):
+    """The same analysis written to another -o FILE is written from the store (the masked entry),
+    with the bytes and exit status of the command run in full, whichever way -o is spelled."""
+    reference, _ = tv(tmp_path, "analyze", job, "-f", "json", "--no-store")
+    first, full1 = tv(tmp_path, "analyze", job, "-f", "json", "-o", tmp_path / "a.json")
+    assert full1 and first.returncode == 0, first.stderr
+    for spelled in (["-o", tmp_path / "b.json"], ["--output", tmp_path / "c.json"],
+                    [f"--output={tmp_path / 'd.json'}"], ["-o", "e.json"]):
+        out = Path(spelled[-1].split("=", 1)[-1] if isinstance(spelled[-1], str) else spelled[-1])
+        out = out if out.is_absolute() else tmp_path / out
+        got, full = tv(tmp_path, "analyze", job, "-f", "json", *spelled)
+        assert not full and got.returncode == 0 and got.stdout == b"" and got.stderr == "", spelled
+        assert out.read_bytes() == reference.stdout, spelled
+    # to stdout it is another command (the kept report has no entry for it yet): run in full once
+    _, full = tv(tmp_path, "analyze", job, "-f", "json")
+    assert full
+    # another option besides another file: run in full
+    _, full = tv(tmp_path, "analyze", job, "-f", "json", "--top", "3", "-o", tmp_path / "f.json")
+    assert full
+
+
+def test_another_output_file_keeps_the_exit_status_and_follows_the_inputs(tmp_path, job):
+    budget = tmp_path / "budget.toml"
+    budget.write_text("max_idle_pct = 0.0\n")        # any idle at all violates it
+    a, fa = tv(tmp_path, "analyze", job, "-f", "json", "--budget", budget, "-o", tmp_path / "a.json")
+    b, fb = tv(tmp_path, "analyze", job, "-f", "json", "--budget", budget, "-o", tmp_path / "b.json")
+    assert fa and not fb and a.returncode == b.returncode == 1
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+    (job / "rank3.json").unlink()                    # the job changed: analyzed again
+    c, fc = tv(tmp_path, "analyze", job, "-f", "json", "--budget", budget, "-o", tmp_path / "c.json")
+    assert fc and len(json.loads((tmp_path / "c.json").read_text())["inputs"]) == 3
+
+
+def test_masked_names_one_output_file_only():
+    assert replay.masked(["analyze", "t", "-o", "r.json", "-f", "json"]) == \
+        (["analyze", "t", replay.MASK, "-f", "json"], "r.json")
+    assert replay.masked(["analyze", "t", "--output=r.json"]) == (["analyze", "t", replay.MASK], "r.json")
+    assert replay.masked(["analyze", "t", "--output", "r.json"]) == (["analyze", "t", replay.MASK], "r.json")
+    # the two spellings mask alike: either is the same command with another file
+    assert replay.masked(["analyze", "t", "-o", "x"])[0] == replay.masked(["analyze", "t", "--output=y"])[0]
+    for argv in (["analyze", "t"], ["analyze", "t", "-o"], ["analyze", "t", "-o", "a", "-o", "b"],
+                 ["analyze", "t", "--output="], ["analyze", "t", "-o", "a", "--output=b"]):
+        assert replay.masked(argv) is None, argv
+
+
+def test_no_masked_entry_where_the_command_read_another_output(tmp_path, job, monkeypatch):
+    """record() leaves the masked entry only where the run's own output is the masked value: a
+    `-o` that the command line read as another option's value (`--step-regex -o`) is not its
+    output, and a run to stdout has no file to mask."""
+    store = tmp_path / "s"
+    before = replay.snapshot([str(job)], [])
+    entries = lambda: sorted(p.name[:2] for p in (store / "replay").glob("*.json"))  # noqa: E731
+    argv = ["analyze", str(job), "--step-regex", "-o", "x.json"]
+    monkeypatch.setattr(replay, "INVOCATION", argv)
+    assert replay.record(store, before, [str(job)], [], ("k", "json"), None, 0)
+    assert replay.record(store, before, [str(job)], [], ("k", "json"), "other.json", 0)
+    assert all(not n.startswith("o-") for n in entries()) and len(entries()) == 1
+    argv = ["analyze", str(job), "-o", "x.json"]
+    monkeypatch.setattr(replay, "INVOCATION", argv)
+    assert replay.record(store, before, [str(job)], [], ("k", "json"), "x.json", 0)
+    assert [n for n in entries() if n.startswith("o-")] == ["o-"]

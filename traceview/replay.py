@@ -16,6 +16,15 @@ entry under the identity of its whole invocation:
   no entry;
 - which kept report it wrote out, where (stdout or -o), and the exit status.
 
+A run that wrote its report to `-o FILE` also leaves a second entry under the identity of its
+invocation with that one value masked (`masked`: the same command with any other -o FILE), so
+that the same analysis written to another file is a copy of the kept report too (a CI job that
+names its report by date, a second copy of a report): the kept report, its checks and exit
+status are the same, only the file differs. The mask is positional (the one `-o`/`--output` token
+and the value after it, or `--output=VALUE`), and an entry is left under it only where the run's
+own output (as the command line read it) is that value: a token that the command line read as
+another option's value is never masked.
+
 `try_replay(argv)` looks for an entry of exactly this invocation in the stores the run could have
 used (--store, TRACEVIEW_CACHE_DIR, `.traceview/` beside any path argument, the per-user cache),
 checks every recorded stat and the kept report's size and CRC-32 (Store.open_kept; for -o FILE as
@@ -66,6 +75,27 @@ def invocation(argv: list[str]) -> str:
              "tty": [_isatty(0), _isatty(1), _isatty(2)], "python": sys.executable,
              "version": __version__, "code": code_stamp(), "ram": ram}
     return hashlib.sha256(json.dumps(ident, sort_keys=True).encode("utf-8", "surrogateescape")).hexdigest()[:40]
+
+
+MASK = "\x00-o\x00"   # what stands for the output file in a masked invocation (no argument holds NUL)
+
+
+def masked(argv: list[str]) -> tuple[list[str], str] | None:
+    """(argv with its output file masked, the output file as given) where argv names exactly one
+    output file by `-o VALUE`, `--output VALUE` or `--output=VALUE`; None otherwise."""
+    found: list[tuple[int, int, str]] = []     # (first token, tokens, value)
+    for i, tok in enumerate(argv):
+        if tok in ("-o", "--output"):
+            if i + 1 < len(argv):
+                found.append((i, 2, argv[i + 1]))
+            else:
+                return None
+        elif tok.startswith("--output="):
+            found.append((i, 1, tok[len("--output="):]))
+    if len(found) != 1 or not found[0][2]:
+        return None
+    i, n, value = found[0]
+    return [*argv[:i], MASK, *argv[i + n:]], value
 
 
 def _stat(path: str) -> list | None:
@@ -125,9 +155,18 @@ def record(root: Path, before: dict | None, paths: list[str], named: list[str], 
     if INVOCATION is None or before is None or snapshot(paths, named) != before:
         return False
     entry = {"format": ENTRY_FORMAT, "deps": before, "kept": list(kept), "out": out, "rc": int(rc)}
-    inv = invocation(INVOCATION)
-    target = _entry_path(root, inv)
-    tmp = target.with_name(f".tmp-{inv}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
+    if not _put(root, invocation(INVOCATION), entry):
+        return False
+    got = masked(INVOCATION) if out is not None else None
+    if got is not None and str(Path(got[1])) == out:     # the mask is where the command read its -o
+        _put(root, "o-" + invocation(got[0]), {**entry, "out": None})
+    return True
+
+
+def _put(root: Path, name: str, entry: dict) -> bool:
+    """Entry `name` written into the store at `root` (renamed into place); whether it was."""
+    target = _entry_path(root, name)
+    tmp = target.with_name(f".tmp-{name}-{os.getpid()}-{uuid.uuid4().hex[:8]}")
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp.write_text(json.dumps(entry, sort_keys=True), encoding="utf-8")
@@ -193,26 +232,35 @@ def try_replay(argv: list[str]) -> int | None:
     if any(t.split("=", 1)[0] in _NOT_REPLAYED for t in argv[1:]):
         return None
     try:
-        inv = invocation(argv)
-        for root in _candidates(argv):
-            entry = _read_entry(_entry_path(root, inv))
-            if entry is None:
-                continue
-            if not _current(entry):
-                return None
-            from .store import Store
-            key, fmt = entry["kept"]
-            out = entry["out"]
-            got = Store(root).open_kept(str(key), str(fmt), check=_check(out))   # never whole in memory
-            if got is None:
-                return None
-            try:
-                return _write(got, str(fmt), out, entry["rc"])
-            finally:
-                got.close()
+        roots = _candidates(argv)
+        names: list[tuple[str, str | None]] = [(invocation(argv), None)]
+        other = masked(argv)
+        if other is not None:        # the same command written to another file (`masked`)
+            names.append(("o-" + invocation(other[0]), other[1]))
+        for name, out_given in names:
+            for root in roots:
+                entry = _read_entry(_entry_path(root, name))
+                if entry is None:
+                    continue
+                if not _current(entry):
+                    return None
+                return _serve(root, entry, entry["out"] if out_given is None else out_given)
     except Exception:       # an unexpected store or file: the command runs as usual and says what is wrong
         return None
     return None
+
+
+def _serve(root: Path, entry: dict, out: str | None) -> int | None:
+    """The kept report `entry` names written to `out` (None: stdout); its exit status, or None."""
+    from .store import Store
+    key, fmt = entry["kept"]
+    got = Store(root).open_kept(str(key), str(fmt), check=_check(out))   # never whole in memory
+    if got is None:
+        return None
+    try:
+        return _write(got, str(fmt), out, entry["rc"])
+    finally:
+        got.close()
 
 
 def _check(out: str | None) -> str:

@@ -265,11 +265,12 @@ def targets(summary: dict) -> None:
         df = summary["df"]
         rows.append(("hta_df_index_resolver: HTA / analyze (wall)", _ratio(df.get("hta"), df.get("traceview"), "wall"),
                      ">= 5", lambda v: v >= 5))
-    per = {f: v for f, v in summary["per_gpu"].items() if f >= 5}
+    points = {f: p for f, p in summary.get("points", {}).items() if f >= 5}   # (activities, wall, cpu)
+    per = {f: w / n * 1e6 for f, (n, w, _) in points.items()}
     if len(per) > 1:
         rows.append((f"us per GPU activity, max/min over x{min(per)}..x{max(per)}",
                      max(per.values()) / min(per.values()), "<= 1.3", lambda v: v <= 1.3))
-    per_cpu = {f: v for f, v in summary.get("per_gpu_cpu", {}).items() if f >= 5}
+    per_cpu = {f: c / n * 1e6 for f, (n, _, c) in points.items()}
     if len(per_cpu) > 1:
         rows.append((f"cpu us per GPU activity, max/min over x{min(per_cpu)}..x{max(per_cpu)}",
                      max(per_cpu.values()) / min(per_cpu.values()), "<= 1.3", lambda v: v <= 1.3))
@@ -299,7 +300,7 @@ def main() -> None:
     work.mkdir(parents=True, exist_ok=True)
     print(f"{time.strftime('%Y-%m-%d %H:%M')} UTC, {os.cpu_count()} cores; medians of {args.repeat} interleaved runs")
     hta_factors = {int(x) for x in args.hta_factors.split(",") if x}
-    summary: dict = {"per_gpu": {}}
+    summary: dict = {}
     n_help = max(args.repeat, 10)
     # the kept copy of the help text (help_cache.py; its first run renders it), the rendering itself
     # (a cache folder below a plain file can be neither read nor written), and the interpreter's
@@ -350,8 +351,6 @@ def main() -> None:
             print(f"  traceview memory / decompressed JSON: {res['traceview']['mem'] / raw_mb:.2f}")
         if "error" not in res["parse"]:
             print(f"  parser memory / decompressed JSON: {res['parse']['mem'] / raw_mb:.2f}")
-            summary["per_gpu"][f] = res["traceview"]["wall"] / counts[f]["gpu_activities"] * 1e6
-            summary.setdefault("per_gpu_cpu", {})[f] = res["traceview"]["cpu"] / counts[f]["gpu_activities"] * 1e6
             summary.setdefault("points", {})[f] = (counts[f]["gpu_activities"], res["traceview"]["wall"],
                                                    res["traceview"]["cpu"])
             if f == args.target:

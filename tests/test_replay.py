@@ -228,6 +228,12 @@ def test_another_output_file_keeps_the_exit_status_and_follows_the_inputs(tmp_pa
     assert fc and len(json.loads((tmp_path / "c.json").read_text())["inputs"]) == 3
 
 
+def test_masked_flags_are_analyzes_output_option():
+    from traceview import analyze_cli
+    flags = {name: f for name, f, _, _ in analyze_cli.OPTIONS}
+    assert replay.OUT_FLAGS == flags["out"]
+
+
 def test_masked_names_one_output_file_only():
     assert replay.masked(["analyze", "t", "-o", "r.json", "-f", "json"]) == \
         (["analyze", "t", replay.MASK, "-f", "json"], "r.json")

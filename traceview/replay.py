@@ -78,6 +78,7 @@ def invocation(argv: list[str]) -> str:
 
 
 MASK = "\x00-o\x00"   # what stands for the output file in a masked invocation (no argument holds NUL)
+OUT_FLAGS = ("-o", "--output")   # analyze's output option (analyze_cli.OPTIONS: held equal by tests)
 
 
 def masked(argv: list[str]) -> tuple[list[str], str] | None:
@@ -85,13 +86,13 @@ def masked(argv: list[str]) -> tuple[list[str], str] | None:
     output file by `-o VALUE`, `--output VALUE` or `--output=VALUE`; None otherwise."""
     found: list[tuple[int, int, str]] = []     # (first token, tokens, value)
     for i, tok in enumerate(argv):
-        if tok in ("-o", "--output"):
+        if tok in OUT_FLAGS:
             if i + 1 < len(argv):
                 found.append((i, 2, argv[i + 1]))
             else:
                 return None
-        elif tok.startswith("--output="):
-            found.append((i, 1, tok[len("--output="):]))
+        elif tok.startswith("--") and tok.split("=", 1)[0] in OUT_FLAGS and "=" in tok:
+            found.append((i, 1, tok.split("=", 1)[1]))
     if len(found) != 1 or not found[0][2]:
         return None
     i, n, value = found[0]

@@ -39,6 +39,7 @@ EXPORT_TIMEOUT_S = 600  # default limit on one `nsys export`; TRACEVIEW_NSYS_TIM
 TIMEOUT_ENV = "TRACEVIEW_NSYS_TIMEOUT"
 # Timestamps outside [-2^61, 2^62] ns are impossible (and their differences could overflow int64).
 MIN_TIME_NS, MAX_TIME_NS = -(1 << 61), 1 << 62
+PART_MIN_ROWS = 200_000   # rowids of a range of a table read in parts (Export.table_behind)
 # Places Nsight Systems installs itself when it is not on PATH.
 _NSYS_GLOBS = (
     "/opt/nvidia/nsight-systems*/*/bin/nsys",
@@ -295,26 +296,58 @@ class Export:
         return _typed(self.fetch(sql, params) if sql is not None else None, schema_)
 
     def table_behind(self, table: str, spec: dict[str, str], where: str = "", params: tuple = (),
-                     need: tuple[str, ...] = ()) -> Callable[[], pa.Table]:
+                     need: tuple[str, ...] = (), parts: int = 0) -> Callable[[], pa.Table]:
         """`table(...)` read on a connection of its own, on a thread, while this one reads on
         (SQLite and Arrow let go of the GIL while they read): returns a function that waits for
         the rows (or raises the read's error). A refused column is said now, as table() says it;
-        close() waits for a read still going on before it closes the export."""
+        close() waits for a read still going on before it closes the export.
+
+        `parts` >= 1: the rows in rowid order, `where` a WHERE clause without ORDER BY; a table of
+        at least 2 x PART_MIN_ROWS rowids is read as up to `parts` ranges of consecutive rowids,
+        each on a connection and thread of its own, and the ranges joined in rowid order (one
+        SQLite read decodes its rows on one core)."""
         sql, schema_ = self._table_query(table, spec, where, need)
         if sql is None:
             return lambda: schema_.empty_table()
         if self._db is None:
             raise ValueError("the export is closed")
-        con = adbc_driver_manager.AdbcConnection(self._db)
+        reads = [(sql, params)] if parts < 1 else [
+            (f"{sql} {rng} ORDER BY rowid", params + bounds) for rng, bounds in self._rowid_ranges(table, where, parts)]
+        behind = []
+        for i, (part_sql, part_params) in enumerate(reads):
+            con = adbc_driver_manager.AdbcConnection(self._db)
 
-        def read() -> pa.Table:
-            try:
-                return self.fetch(sql, params, con)
-            finally:
-                con.close()
-        later = Later(read, name=f"traceview-nsys-{table}")
-        self._behind.append(later)
-        return lambda: _typed(later.result(), schema_)
+            def read(q=part_sql, p=part_params, c=con) -> pa.Table:
+                try:
+                    return self.fetch(q, p, c)
+                finally:
+                    c.close()
+            behind.append(Later(read, name=f"traceview-nsys-{table}" + (f"-{i}" if len(reads) > 1 else "")))
+        self._behind += behind
+        if len(behind) == 1:
+            return lambda: _typed(behind[0].result(), schema_)
+
+        def joined() -> pa.Table:
+            for later in behind:   # (all ended before an error of one is raised)
+                later.wait()
+            # (each range typed first: one without rows reads with the types SQLite gave it, none)
+            return pa.concat_tables([_typed(later.result(), schema_) for later in behind])
+        return joined
+
+    def _rowid_ranges(self, table: str, where: str, parts: int) -> list[tuple[str, tuple]]:
+        """The clauses and bounds that cut the rows of `where` (a WHERE clause) into up to `parts`
+        ranges of consecutive rowids, of at least PART_MIN_ROWS rowids each (one range, the whole
+        table, where it is smaller), in rowid order."""
+        if not re.search(r"\bWHERE\b", where, re.IGNORECASE) or re.search(r"\bORDER\s+BY\b", where, re.IGNORECASE):
+            raise ValueError("a read in parts takes a WHERE clause without ORDER BY")
+        got = self.fetch(f'SELECT (SELECT min(rowid) FROM "{table}") AS lo, (SELECT max(rowid) FROM "{table}") AS hi')
+        lo, hi = got.column("lo")[0].as_py(), got.column("hi")[0].as_py()
+        n = 0 if lo is None else hi - lo + 1
+        k = max(1, min(parts, n // PART_MIN_ROWS))
+        if k == 1:
+            return [("", ())]
+        step = -(-n // k)
+        return [("AND rowid BETWEEN ? AND ?", (lo + i * step, min(hi, lo + (i + 1) * step - 1))) for i in range(k)]
 
     def _table_query(self, table: str, spec: dict[str, str], where: str,
                      need: tuple[str, ...]) -> tuple[str | None, pa.Schema]:

@@ -598,3 +598,86 @@ def test_a_table_read_behind_gives_the_rows_read_in_line_and_close_waits_for_it(
     finally:
         src.close()
     assert done == [every]
+
+
+def _rows_table(path: Path, rowids: list[int]) -> Path:
+    """NVTX_EVENTS rows at these rowids (start = 10 x rowid, eventType 59 where the rowid is odd)."""
+    con = sqlite3.connect(path)
+    con.execute("CREATE TABLE NVTX_EVENTS (start INTEGER, end INTEGER, eventType INTEGER, text TEXT)")
+    con.executemany("INSERT INTO NVTX_EVENTS (rowid, start, end, eventType, text) VALUES (?, ?, ?, ?, ?)",
+                    [(r, 10 * r, 10 * r + 5, 59 if r % 2 else 60, f"r{r}") for r in rowids])
+    con.commit()
+    con.close()
+    return path
+
+
+def test_a_large_table_is_read_in_ranges_of_rowids_on_threads_and_joined_in_rowid_order(tmp_path, monkeypatch):
+    """table_behind(parts=k): the rows of a table of at least 2 x PART_MIN_ROWS rowids read as up to k
+    ranges of consecutive rowids, each on a thread, joined in rowid order: the rows one read in rowid
+    order gives, whatever the gaps in the rowids; a smaller table in one read; ORDER BY refused."""
+    rowids = [r for r in range(3, 40) if r % 7] + [100, 101, 250]   # gaps: 7, 14, ... and 40..99, 102..249
+    src = nsys_export.Export(_rows_table(tmp_path / "parts.sqlite", rowids))
+    spec = {"start_ns": "start TIME", "event_type": "eventType", "name": "text TEXT"}
+    reads: list[tuple[str, tuple]] = []
+    fetch = src.fetch
+
+    def counted(sql, params=(), con=None):
+        reads.append((sql, params))
+        return fetch(sql, params, con)
+    monkeypatch.setattr(src, "fetch", counted)
+    monkeypatch.setattr(nsys_export, "PART_MIN_ROWS", 50)   # 248 rowids from 3 to 250: 4 ranges of 62
+    try:
+        whole = src.table("NVTX_EVENTS", spec, "WHERE eventType = ? ORDER BY rowid", (59,))
+        reads.clear()
+        got = src.table_behind("NVTX_EVENTS", spec, "NOT INDEXED WHERE eventType = ?", (59,), parts=8)()
+        assert got.equals(whole) and got.num_rows == sum(1 for r in rowids if r % 2)
+        assert got.column("start_ns").to_pylist() == [10 * r for r in rowids if r % 2]
+        ranges = sorted(p[1:] for s, p in reads if "rowid BETWEEN" in s)   # (read on threads: in any order)
+        assert ranges == [(3, 64), (65, 126), (127, 188), (189, 250)] and len(reads) == 1 + 4   # (248 // 50 ranges)
+        reads.clear()   # two cores: two ranges
+        assert src.table_behind("NVTX_EVENTS", spec, "WHERE eventType = ?", (59,), parts=2)().equals(whole)
+        assert sorted(p[1:] for s, p in reads if "rowid BETWEEN" in s) == [(3, 126), (127, 250)]
+        monkeypatch.setattr(nsys_export, "PART_MIN_ROWS", 125)   # fewer than 2 x 125 rowids: one read
+        reads.clear()
+        assert src.table_behind("NVTX_EVENTS", spec, "WHERE eventType = ?", (59,), parts=4)().equals(whole)
+        assert len(reads) == 2 and reads[1][0].endswith(" ORDER BY rowid") and "rowid BETWEEN" not in reads[1][0]
+        with pytest.raises(ValueError, match="without ORDER BY"):
+            src.table_behind("NVTX_EVENTS", spec, "WHERE eventType = ? ORDER BY rowid", (59,), parts=2)
+        # a range whose read fails: its error raised once every range has ended
+        monkeypatch.setattr(nsys_export, "PART_MIN_ROWS", 50)
+        ended: list[int] = []
+
+        def failing(sql, params=(), con=None):
+            if "rowid BETWEEN" in sql and params[1] == 3:
+                raise RuntimeError("the first range failed")
+            out = fetch(sql, params, con)
+            ended.append(out.num_rows)
+            return out
+        monkeypatch.setattr(src, "fetch", failing)
+        later = src.table_behind("NVTX_EVENTS", spec, "WHERE eventType = ?", (59,), parts=4)
+        with pytest.raises(RuntimeError, match="first range"):
+            later()
+        assert len(ended) == 1 + 3   # (the min/max read, then the three other ranges)
+    finally:
+        src.close()
+
+
+def test_the_nvtx_rows_read_in_ranges_give_the_profile_of_one_read(monkeypatch):
+    """The parser's NVTX_EVENTS read in ranges (a rowid range per core) gives the profile that one read
+    gives: every canonical table equal, on the a2a export, its 19,118 NVTX rows cut into 4 ranges."""
+    one = nsys.read(A2A)
+    monkeypatch.setattr(nsys_export, "PART_MIN_ROWS", 2_000)
+    monkeypatch.setattr(nsys, "_cores", lambda: 4)
+    cut: list[tuple] = []
+    ranges = nsys_export.Export._rowid_ranges
+
+    def seen(self, table, where, parts):
+        got = ranges(self, table, where, parts)
+        cut.append((table, len(got)))
+        return got
+    monkeypatch.setattr(nsys_export.Export, "_rowid_ranges", seen)
+    parts = nsys.read(A2A)
+    assert cut == [("NVTX_EVENTS", 4)]
+    for name in ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta"):
+        assert getattr(parts, name).equals(getattr(one, name)), name
+    assert parts.warnings == one.warnings

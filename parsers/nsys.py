@@ -29,6 +29,7 @@ import pyarrow.compute as pc
 
 from traceview import duck, schema
 from traceview.errors import TraceError
+from traceview.later import Later
 from traceview.profile import Profile
 
 from . import huge_pages, nsys_export, nsys_nesting
@@ -167,6 +168,12 @@ PARALLEL_MIN_BYTES = 64 << 20
 # export x100 (1,911,800 NVTX rows), 2 cores: its tables read in 1.0-1.1 s instead of 1.2 s (the
 # NVTX read alone, on one thread, 1.14 s); analyze 8 interleaved pairs, A/B wall 0.982.
 READ_PARTS = 4
+# The nesting sweep of an export of at least 2 x SWEEP_BLOCK_MIN push/pop ranges goes in blocks of
+# whole threads, one a core (_Reader.sweep_blocks): the a2a export x100 (1,911,800 ranges on two
+# threads) swept and nested in two blocks on two cores, `ranges` 1.22 s instead of 1.40-1.47 s;
+# analyze (with the NVTX read in ranges) 8 interleaved pairs against the tree before both, A/B wall
+# 0.952 (7.85 / 8.21 s), peak 1,023 / 1,068 MiB.
+SWEEP_BLOCK_MIN = 100_000
 RELEASE_AFTER = 100_000   # rows of the NVTX sweep from which DuckDB's freed pages are given back before it
 
 _GPU = {"start_ns": "start TIME", "end_ns": "end TIME", "device": "deviceId", "stream": "streamId",
@@ -179,6 +186,57 @@ def _cores() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not Linux
         return max(1, os.cpu_count() or 1)
+
+
+def _thread_groups(counts: list[tuple[int, int]], parts: int) -> list[list[int]]:
+    """Threads (gtid, rows), in gtid order, cut into at most `parts` runs of consecutive threads of
+    about equal rows: a run ends before the thread whose middle lies past the run's share."""
+    total = sum(n for _, n in counts)
+    groups: list[list[int]] = [[]]
+    acc = 0
+    for gtid, n in counts:
+        if groups[-1] and len(groups) < parts and acc + n / 2 > total * len(groups) / parts:
+            groups.append([])
+        groups[-1].append(int(gtid))
+        acc += n
+    return groups if groups[0] else []
+
+
+def _sweep(ev: pa.Table, ends: pa.Array) -> dict:
+    """One block of the nesting sweep (`_Reader.ranges`: the rows of whole threads, in (gtid, t, kid)
+    order; `ends`: every range's end, by id): the running open-range count, then, from the starts and
+    calls, each start's id, depth, parent (the latest earlier start one level up on its thread) and
+    whether it ends after its parent (in sweep order), and each call's innermost open range (table
+    id, op_id). Columns are freed as they are used (the sweep has 2.5 rows a range)."""
+    cols = {c: ev.column(c) for c in ("gtid", "t", "kid")}
+    del ev
+    cols["kind"] = pc.divide(cols["kid"], _K).cast(pa.int8())
+    is_start, is_call = pc.equal(cols["kind"], 1), pc.equal(cols["kind"], 3)
+    cols["run"] = pc.cumulative_sum(pc.if_else(is_start, 1, pc.if_else(is_call, 0, -1)).cast(pa.int32()))
+    keep = pc.or_(is_start, is_call)
+    del is_start, is_call
+    sw = {c: _flat(pc.filter(cols.pop(c), keep)) for c in ("gtid", "t", "kid", "kind", "run")}
+    del keep
+    kind, run = sw.pop("kind"), sw.pop("run").cast(pa.int64())
+    is_start = pc.equal(kind, 1)
+    del kind
+    null = pa.scalar(None, pa.int64())
+    depth = pc.if_else(is_start, pc.subtract(run, 1), null)
+    want = pc.subtract(run, pc.if_else(is_start, 2, 1).cast(pa.int64()))
+    del run
+    hit = nsys_nesting.last_at_depth(sw.pop("gtid"), is_start, depth, want)
+    del want
+    ident = pc.bit_wise_and(sw.pop("kid"), _K - 1)   # kid = kind * _K + id, ids < _K
+    end = pc.if_else(is_start, pc.take(ends, pc.if_else(is_start, ident, null)), null)
+    up_id, up_end = pc.take(ident, hit), pc.take(end, hit)
+    del hit
+    is_call = pc.invert(is_start)
+    open_ = pc.fill_null(pc.greater(up_end, sw.pop("t")), False)
+    op = pa.table({"id": pc.filter(ident, is_call),
+                   "op_id": pc.filter(pc.if_else(open_, up_id, null), is_call)})
+    del open_, is_call
+    return {"s_id": pc.filter(ident, is_start), "op": op,
+            "cols": [pc.filter(c, is_start) for c in (depth, up_id, pc.less(up_end, end))]}
 
 
 class _Reader:
@@ -511,26 +569,29 @@ class _Reader:
         # DuckDB sorts (a plain ORDER BY), Arrow sums: every range adds one start and one end on its
         # thread, so a thread's sum is 0 and the running sum over all threads in (gtid, t, kid)
         # order is each thread's own (no window operator, which costs about twice the sort).
-        ev = self.q(f"""
-            SELECT gtid, t, kid FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop
-                  UNION ALL SELECT gtid, end_ns, id + CASE WHEN end_ns > start_ns THEN 0 ELSE {2 * _K} END FROM r0
-                            WHERE pushpop
-                  UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
-                            WHERE gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
-            ORDER BY gtid, t, kid""")
-        # column by column, each freed once used (the sweep has 2.5 rows a range)
-        cols = {c: ev.column(c) for c in ("gtid", "t", "kid")}
-        del ev
-        cols["kind"] = pc.divide(cols["kid"], _K).cast(pa.int8())
-        is_start, is_call = pc.equal(cols["kind"], 1), pc.equal(cols["kind"], 3)
-        cols["run"] = pc.cumulative_sum(pc.if_else(is_start, 1, pc.if_else(is_call, 0, -1)).cast(pa.int32()))
-        keep = pc.or_(is_start, is_call)
-        del is_start, is_call
-        sw = {c: _flat(pc.filter(cols.pop(c), keep)) for c in ("gtid", "t", "kid", "kind", "run")}
-        del keep
-        if len(sw["t"]) >= RELEASE_AFTER:   # the sort's pages that DuckDB's allocator keeps, back to the system
-            duck.release_unused()           # before the sweep allocates (Arrow's, elsewhere): ~40 MiB off the peak
-        depth, parent_id, crosses, op = self.nest(sw)
+        # A large sweep goes in blocks of whole threads (`sweep_blocks`, in gtid order), one a core:
+        # each block sorted here, then swept and nested on a thread of its own (Arrow's kernels let
+        # go of the GIL) while the next is sorted; the blocks' rows, joined in block order, are the
+        # one sweep's.
+        ends = _flat(self.q("SELECT end_ns FROM r0").column("end_ns"))   # by id (r0's rows are in id order)
+        blocks = self.sweep_blocks()
+        swept: list[Later] = []
+        for i, cond in enumerate(blocks):
+            ev = self.q(f"""
+                SELECT gtid, t, kid FROM (SELECT gtid, start_ns AS t, id + {_K} AS kid FROM r0 WHERE pushpop AND {cond}
+                      UNION ALL SELECT gtid, end_ns, id + CASE WHEN end_ns > start_ns THEN 0 ELSE {2 * _K} END FROM r0
+                                WHERE pushpop AND {cond}
+                      UNION ALL SELECT gtid, start_ns, id + {3 * _K} FROM l0
+                                WHERE {cond} AND gtid IN (SELECT DISTINCT gtid FROM r0 WHERE pushpop))
+                ORDER BY gtid, t, kid""")
+            if ev.num_rows >= RELEASE_AFTER:   # the sort's pages that DuckDB's allocator keeps, back to the system
+                duck.release_unused()          # before the sweep allocates (Arrow's, elsewhere): ~40 MiB off the peak
+            last = i + 1 == len(blocks)
+            swept.append(Later(_sweep, ev, ends, threaded=not last, name=f"traceview-nsys-sweep-{i}"))
+            del ev
+        del ends
+        depth, parent_id, crosses, op = self.nest([later.result() for later in swept])
+        del swept
         # the sweep's arrays (up to 321 MiB of Arrow's pool at 1.9 M ranges) back to the system: the
         # pool would keep them through the analysis, which allocates elsewhere (docs/MEMORY.md)
         pa.default_memory_pool().release_unused()
@@ -564,40 +625,38 @@ class _Reader:
         del names, pos
         return rows
 
-    def nest(self, sw: dict[str, pa.Array]):
-        """From the sweep (starts and calls, in (gtid, t, kid) order; its columns are taken out of
-        `sw` and freed as they are used): depth, parent id and whether it ends after its parent, of
-        every range (in id order; null where not push/pop), and the innermost open range of each
-        call (table id, op_id)."""
-        kind, run = sw.pop("kind"), sw.pop("run").cast(pa.int64())
-        is_start = pc.equal(kind, 1)
-        del kind
-        null = pa.scalar(None, pa.int64())
-        depth = pc.if_else(is_start, pc.subtract(run, 1), null)
-        want = pc.subtract(run, pc.if_else(is_start, 2, 1).cast(pa.int64()))
-        del run
-        hit = nsys_nesting.last_at_depth(sw.pop("gtid"), is_start, depth, want)
-        del want
-        ident = pc.bit_wise_and(sw.pop("kid"), _K - 1)   # kid = kind * _K + id, ids < _K
-        ends = _flat(self.q("SELECT end_ns FROM r0").column("end_ns"))   # by id (r0's rows are in id order)
-        end = pc.if_else(is_start, pc.take(ends, pc.if_else(is_start, ident, null)), null)
-        del ends
-        up_id, up_end = pc.take(ident, hit), pc.take(end, hit)
-        del hit
-        is_call = pc.invert(is_start)
-        open_ = pc.fill_null(pc.greater(up_end, sw.pop("t")), False)
-        op = pa.table({"id": pc.filter(ident, is_call),
-                       "op_id": pc.filter(pc.if_else(open_, up_id, null), is_call)})
-        del open_, is_call
-        s_id = pc.filter(ident, is_start)
-        del ident
+    def sweep_blocks(self) -> list[str]:
+        """The nesting sweep's blocks, as conditions on r0's and l0's `gtid`: contiguous runs of
+        threads in gtid order of about equal push/pop ranges, one a core (up to READ_PARTS); one
+        block (all threads) where one core is given or the ranges are fewer than 2 x SWEEP_BLOCK_MIN."""
+        parts = min(READ_PARTS, _cores())
+        if parts < 2:
+            return ["TRUE"]
+        counts = self.db.execute("SELECT gtid, count(*) FROM r0 WHERE pushpop GROUP BY gtid ORDER BY gtid").fetchall()
+        if sum(n for _, n in counts) < 2 * SWEEP_BLOCK_MIN:
+            return ["TRUE"]
+        groups = _thread_groups(counts, parts)
+        return ["TRUE"] if len(groups) < 2 else [f"gtid BETWEEN {g[0]} AND {g[-1]}" for g in groups]
+
+    def nest(self, blocks: list[dict]):
+        """From the swept blocks (`_sweep`, in block order; the list is emptied as they are joined):
+        depth, parent id and whether it ends after its parent, of every range (in id order; null
+        where not push/pop), and the innermost open range of each call (table id, op_id)."""
+        def joined(get):
+            got = [get(b) for b in blocks]
+            return got[0] if len(got) == 1 else pa.concat_arrays(got)
+        s_id = joined(lambda b: b["s_id"])
+        cols = [joined(lambda b, j=j: b["cols"][j]) for j in range(3)]
+        op = blocks[0]["op"] if len(blocks) == 1 else pa.concat_tables([b["op"] for b in blocks])
+        blocks.clear()
         order = pc.sort_indices(s_id)
-        cols = [pc.take(pc.filter(c, is_start), order) for c in (depth, up_id, pc.less(up_end, end))]
-        del depth, up_id, up_end, end, order
+        cols = [pc.take(c, order) for c in cols]
+        del order
         n_ranges = self.one("SELECT count(*) FROM r0")[0]
         if len(s_id) != n_ranges:   # start/end ranges among them: no depth, no parent
             pushpop = _flat(self.q("SELECT pushpop FROM r0").column("pushpop"))   # by id
-            slot = pc.if_else(pushpop, pc.subtract(pc.cumulative_sum(pushpop.cast(pa.int64())), 1), null)
+            slot = pc.if_else(pushpop, pc.subtract(pc.cumulative_sum(pushpop.cast(pa.int64())), 1),
+                              pa.scalar(None, pa.int64()))
             cols = [pc.take(c, slot) for c in cols]
         return cols[0].cast(pa.int32()), cols[1], pc.fill_null(cols[2], False), op
 

@@ -4,12 +4,15 @@ random exports against a stack of open ranges kept by hand."""
 from __future__ import annotations
 
 import sqlite3
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from traceview.parsers import nsys, nsys_nesting
+
+A2A = Path(__file__).resolve().parents[1].parent / "shared" / "traces" / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
 
 
 def _loop(thread, is_start, depth, want):
@@ -85,7 +88,7 @@ def _tree(draw, lo, hi, budget):
 @st.composite
 def exports(draw):
     threads = []
-    for _ in range(draw(st.integers(1, 2))):
+    for _ in range(draw(st.integers(1, 4))):
         budget = [draw(st.integers(1, 25))]
         threads.append((_tree(draw, 0, 200, budget), draw(st.lists(st.integers(0, 210), max_size=20))))
     return threads
@@ -137,10 +140,13 @@ def _export(path, threads):
 
 
 @pytest.mark.parametrize("levels", [nsys_nesting.LEVELS, 0])   # level by level, and the sort
+@pytest.mark.parametrize("cores", [1, 2, 3])   # the sweep in one block, or in blocks of threads on threads
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(threads=exports())
-def test_parser_nesting_matches_a_stack_of_open_ranges(tmp_path_factory, monkeypatch, levels, threads):
+def test_parser_nesting_matches_a_stack_of_open_ranges(tmp_path_factory, monkeypatch, levels, cores, threads):
     monkeypatch.setattr(nsys_nesting, "LEVELS", levels)
+    monkeypatch.setattr(nsys, "_cores", lambda: cores)
+    monkeypatch.setattr(nsys, "SWEEP_BLOCK_MIN", 0)
     path = tmp_path_factory.mktemp("nest") / "t.sqlite"
     _export(path, threads)
     prof = nsys.read(path)
@@ -181,3 +187,36 @@ def test_start_end_ranges_have_no_depth_and_do_not_nest(tmp_path):
     assert (r["B"]["depth"], r["B"]["parent_id"]) == (1, r["A"]["id"])
     (call,) = prof.launches.to_pylist()
     assert call["op_id"] == r["B"]["id"]
+
+
+@pytest.mark.parametrize("counts, parts, groups", [
+    ([(1, 10), (2, 10), (3, 10), (4, 10)], 2, [[1, 2], [3, 4]]),
+    ([(1, 10), (2, 10), (3, 10), (4, 10)], 4, [[1], [2], [3], [4]]),
+    ([(1, 10), (2, 10), (3, 10), (4, 10)], 8, [[1], [2], [3], [4]]),
+    ([(1, 100), (2, 1), (3, 1)], 2, [[1], [2, 3]]),
+    ([(1, 1), (2, 1), (3, 100)], 2, [[1, 2], [3]]),       # 3's middle (52) lies past half of 102
+    ([(7, 944_300), (9, 967_500)], 2, [[7], [9]]),        # the a2a export x100's two threads
+    ([(7, 5)], 4, [[7]]),
+    ([], 2, []),
+])
+def test_sweep_threads_cut_into_runs_of_about_equal_ranges(counts, parts, groups):
+    assert nsys._thread_groups(counts, parts) == groups
+
+
+def test_the_sweep_in_blocks_gives_the_profile_of_one_block(monkeypatch):
+    """The a2a export's nesting sweep in two blocks (one rank's thread each) on a thread each: every
+    canonical table equal to the one block's, and the two blocks' sorts were made."""
+    one = nsys.read(A2A)
+    monkeypatch.setattr(nsys, "SWEEP_BLOCK_MIN", 1_000)
+    monkeypatch.setattr(nsys, "_cores", lambda: 2)
+    made: list = []
+    sweep = nsys._sweep
+
+    def counted(ev, ends):
+        made.append((ev.num_rows, len(set(ev.column("gtid").to_pylist()))))
+        return sweep(ev, ends)
+    monkeypatch.setattr(nsys, "_sweep", counted)
+    two = nsys.read(A2A)
+    assert len(made) == 2 and all(threads == 1 for _, threads in made)
+    for name in ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta"):
+        assert getattr(two, name).equals(getattr(one, name)), name

@@ -649,15 +649,14 @@ class _Reader:
         cols = [joined(lambda b, j=j: b["cols"][j]) for j in range(3)]
         op = blocks[0]["op"] if len(blocks) == 1 else pa.concat_tables([b["op"] for b in blocks])
         blocks.clear()
-        order = pc.sort_indices(s_id)
-        cols = [pc.take(c, order) for c in cols]
-        del order
+        # the starts in id order: each range's place among them (its start's), null for a start/end
+        # range (no depth, no parent). A block's starts run up by id on each thread: inverting the
+        # permutation is linear where a sort of the merged runs is not (1.9 M starts: 6 ms, 195).
         n_ranges = self.one("SELECT count(*) FROM r0")[0]
-        if len(s_id) != n_ranges:   # start/end ranges among them: no depth, no parent
-            pushpop = _flat(self.q("SELECT pushpop FROM r0").column("pushpop"))   # by id
-            slot = pc.if_else(pushpop, pc.subtract(pc.cumulative_sum(pushpop.cast(pa.int64())), 1),
-                              pa.scalar(None, pa.int64()))
-            cols = [pc.take(c, slot) for c in cols]
+        if n_ranges:
+            at = pc.inverse_permutation(s_id, max_index=n_ranges - 1)
+            cols = [pc.take(c, at) for c in cols]
+            del at
         return cols[0].cast(pa.int32()), cols[1], pc.fill_null(cols[2], False), op
 
     def parse_names(self) -> dict[str, pa.Array]:

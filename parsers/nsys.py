@@ -248,6 +248,8 @@ class _Reader:
         # and close() gives back the threads it found (a setting of the database, not the connection)
         self.db = duck.connect()
         self.threads: int | None = None   # the threads found, where they were changed
+        # a large export's NVTX rows are read, and their nesting swept, in parts (one a core)
+        self.parts = min(READ_PARTS, _cores()) if size >= PARALLEL_MIN_BYTES else 1
         if size >= PARALLEL_MIN_BYTES:
             self.threads = int(self.one("SELECT current_setting('threads')")[0])
             self.db.execute("RESET threads")
@@ -318,7 +320,7 @@ class _Reader:
             # its place in the file, the ranges' last tie-break; a large table in ranges of rowids
             # read on as many threads (the cores, up to READ_PARTS)
             "NOT INDEXED WHERE eventType IN (?, ?, ?)", tuple(types[n] for n in _EVENT_TYPES),
-            need=("start", "eventType", "globalTid"), parts=min(READ_PARTS, _cores()))
+            need=("start", "eventType", "globalTid"), parts=self.parts)
         k_all = s.table("CUPTI_ACTIVITY_KIND_KERNEL", {
             **_GPU, "name_id": "demangledName", "short_id": "shortName", "gx": "gridX", "gy": "gridY", "gz": "gridZ",
             "bx": "blockX", "by": "blockY", "bz": "blockZ"}, need=_NEED_GPU)
@@ -629,7 +631,7 @@ class _Reader:
         """The nesting sweep's blocks, as conditions on r0's and l0's `gtid`: contiguous runs of
         threads in gtid order of about equal push/pop ranges, one a core (up to READ_PARTS); one
         block (all threads) where one core is given or the ranges are fewer than 2 x SWEEP_BLOCK_MIN."""
-        parts = min(READ_PARTS, _cores())
+        parts = self.parts
         if parts < 2:
             return ["TRUE"]
         counts = self.db.execute("SELECT gtid, count(*) FROM r0 WHERE pushpop GROUP BY gtid ORDER BY gtid").fetchall()

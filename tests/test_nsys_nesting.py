@@ -147,6 +147,7 @@ def test_parser_nesting_matches_a_stack_of_open_ranges(tmp_path_factory, monkeyp
     monkeypatch.setattr(nsys_nesting, "LEVELS", levels)
     monkeypatch.setattr(nsys, "_cores", lambda: cores)
     monkeypatch.setattr(nsys, "SWEEP_BLOCK_MIN", 0)
+    monkeypatch.setattr(nsys, "PARALLEL_MIN_BYTES", 0)   # (as a large export)
     path = tmp_path_factory.mktemp("nest") / "t.sqlite"
     _export(path, threads)
     prof = nsys.read(path)
@@ -209,6 +210,7 @@ def test_the_sweep_in_blocks_gives_the_profile_of_one_block(monkeypatch):
     one = nsys.read(A2A)
     monkeypatch.setattr(nsys, "SWEEP_BLOCK_MIN", 1_000)
     monkeypatch.setattr(nsys, "_cores", lambda: 2)
+    monkeypatch.setattr(nsys, "PARALLEL_MIN_BYTES", 0)   # (as a large export)
     made: list = []
     sweep = nsys._sweep
 

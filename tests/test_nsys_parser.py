@@ -664,8 +664,8 @@ def test_a_large_table_is_read_in_ranges_of_rowids_on_threads_and_joined_in_rowi
 
 def test_the_nvtx_rows_read_in_ranges_give_the_profile_of_one_read(monkeypatch):
     """The parser's NVTX_EVENTS read in ranges (a rowid range per core) gives the profile that one read
-    gives: every canonical table equal, on the a2a export, its 19,118 NVTX rows cut into 4 ranges."""
-    one = nsys.read(A2A)
+    gives: every canonical table equal, on the a2a export, its 19,118 NVTX rows cut into 4 ranges. An
+    export under PARALLEL_MIN_BYTES is read in one read (no rowid bounds asked for)."""
     monkeypatch.setattr(nsys_export, "PART_MIN_ROWS", 2_000)
     monkeypatch.setattr(nsys, "_cores", lambda: 4)
     cut: list[tuple] = []
@@ -676,6 +676,9 @@ def test_the_nvtx_rows_read_in_ranges_give_the_profile_of_one_read(monkeypatch):
         cut.append((table, len(got)))
         return got
     monkeypatch.setattr(nsys_export.Export, "_rowid_ranges", seen)
+    one = nsys.read(A2A)
+    assert cut == []
+    monkeypatch.setattr(nsys, "PARALLEL_MIN_BYTES", 0)   # (a large export's read, here one of 2.6 MB)
     parts = nsys.read(A2A)
     assert cut == [("NVTX_EVENTS", 4)]
     for name in ("gpu_activities", "cpu_ranges", "launches", "syncs", "meta"):

@@ -302,18 +302,22 @@ class Export:
         the rows (or raises the read's error). A refused column is said now, as table() says it;
         close() waits for a read still going on before it closes the export.
 
-        `parts` >= 1: the rows in rowid order, `where` a WHERE clause without ORDER BY; with `parts`
-        > 1, a table of at least 2 x PART_MIN_ROWS rowids is read as up to `parts` ranges of consecutive rowids,
-        each on a connection and thread of its own, and the ranges joined in rowid order (one
-        SQLite read decodes its rows on one core)."""
+        `parts` >= 1: the rows in rowid order, `where` a WHERE clause without ORDER BY. With `parts`
+        > 1, a table of at least 2 x PART_MIN_ROWS rowids is read as up to `parts` ranges of
+        consecutive rowids, each on a connection and thread of its own, and the ranges joined in
+        rowid order (one SQLite read decodes its rows on one core)."""
         sql, schema_ = self._table_query(table, spec, where, need)
         if sql is None:
             return lambda: schema_.empty_table()
         if self._db is None:
             raise ValueError("the export is closed")
-        reads = [(sql, params)] if parts < 1 else [
-            (f"{sql} {rng} ORDER BY rowid", params + bounds) for rng, bounds in self._rowid_ranges(table, where, parts)
-        ] if parts > 1 else [(f"{sql} ORDER BY rowid", params)]
+        if parts < 1:     # (as `where` says)
+            reads = [(sql, params)]
+        elif parts == 1:  # (in rowid order, one read)
+            reads = [(f"{sql} ORDER BY rowid", params)]
+        else:
+            reads = [(f"{sql} {rng} ORDER BY rowid", params + bounds)
+                     for rng, bounds in self._rowid_ranges(table, where, parts)]
         behind = []
         for i, (part_sql, part_params) in enumerate(reads):
             con = adbc_driver_manager.AdbcConnection(self._db)
@@ -324,7 +328,7 @@ class Export:
                 finally:
                     c.close()
             behind.append(Later(read, name=f"traceview-nsys-{table}" + (f"-{i}" if len(reads) > 1 else "")))
-        self._behind += behind
+            self._behind.append(behind[-1])   # (each as it starts: close() waits for it)
         if len(behind) == 1:
             return lambda: _typed(behind[0].result(), schema_)
 

@@ -19,7 +19,6 @@ Mapping (see traceview/schema.py for the columns):
 """
 from __future__ import annotations
 
-import os
 import re
 from pathlib import Path
 
@@ -29,6 +28,7 @@ import pyarrow.compute as pc
 
 from traceview import duck, schema
 from traceview.errors import TraceError
+from traceview.executors import cores as _cores
 from traceview.later import Later
 from traceview.profile import Profile
 
@@ -179,13 +179,6 @@ RELEASE_AFTER = 100_000   # rows of the NVTX sweep from which DuckDB's freed pag
 _GPU = {"start_ns": "start TIME", "end_ns": "end TIME", "device": "deviceId", "stream": "streamId",
         "correlation": "correlationId", "gpid": "globalPid"}
 _NEED_GPU = ("start", "end", "globalPid")  # a table without them cannot be placed on a timeline
-
-
-def _cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def _thread_groups(counts: list[tuple[int, int]], parts: int) -> list[list[int]]:

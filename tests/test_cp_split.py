@@ -10,9 +10,10 @@ from __future__ import annotations
 from array import array
 
 import cp_reference as ref
+import pyarrow as pa
 import pytest
 from cp_cases import cases
-from hypothesis import given, settings
+from hypothesis import given, settings, strategies as st
 
 from traceview.analysis import cp_rows, cp_split, critical_path as cp
 
@@ -92,3 +93,25 @@ def test_an_empty_segment_cuts_no_collective(split):
         (0, 1, "all_to_all_ns", "imbalance"), (1, 2, "all_to_all_ns", "exposed_a2a")]
     comp = (cp.composition if split is not ref.split else ref.composition)(path, 0, 2)
     assert (comp["all_to_all_ns"], comp["imbalance_ns"], comp["window_ns"]) == (2, 1, 2)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(0, 60), unique=True, max_size=30), st.integers(-2, 3),
+       st.lists(st.one_of(st.just(cp.NULL), st.integers(-5, 70)), max_size=40))
+def test_positions_in_is_list_index(keys, scale, values):
+    """positions_in (keys close together: placed by offset; else hashed) against list.index, -1 for
+    a value not among the keys or null (NULL)."""
+    keys = [k * (10 ** scale if scale > 0 else 1) + (10 ** 12 if scale < 0 else 0) for k in keys]
+    values = [v if v == cp.NULL else v * (10 ** scale if scale > 0 else 1) + (10 ** 12 if scale < 0 else 0)
+              for v in values]
+    got = cp_split.positions_in(pa.array(values, pa.int64()), pa.array(keys, pa.int64())).to_pylist()
+    assert got == [keys.index(v) if v in keys else -1 for v in values]
+
+
+def test_positions_in_by_hand():
+    keys = pa.array([7, 5, 6, 9], pa.int64())        # span 5 over 4 keys: by offset
+    vals = pa.array([5, 9, 8, 4, 10, cp.NULL, 7], pa.int64())
+    assert cp_split.positions_in(vals, keys).to_pylist() == [1, 3, -1, -1, -1, -1, 0]
+    keys = pa.array([1_000_000, 3, 70], pa.int64())   # spread out: hashed
+    assert cp_split.positions_in(pa.array([70, 3, 4], pa.int64()), keys).to_pylist() == [2, 1, -1]
+    assert cp_split.positions_in(pa.array([1], pa.int64()), pa.array([], pa.int64())).to_pylist() == [-1]

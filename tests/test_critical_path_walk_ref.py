@@ -97,12 +97,13 @@ def reference(acts, ws, we, syncs_by_tid=None, infer_waits=False):
 @st.composite
 def windows(draw):
     n = draw(st.integers(0, 9))
+    dense = draw(st.booleans())   # (ids close together: Acts places them by offset, else by hashing)
     rows = []
     for i in range(n):
         s = draw(st.integers(0, 40))
         d = draw(st.integers(0, 12))
         launch = draw(st.one_of(st.none(), st.integers(-5, 45)))
-        rows.append({"id": 100 + draw(st.integers(0, 50)) * 10 + i, "stream": draw(st.integers(0, 2)),
+        rows.append({"id": 100 + (i if dense else draw(st.integers(0, 50)) * 10 + i), "stream": draw(st.integers(0, 2)),
                      "tid": draw(st.sampled_from([None, 1, 2])), "start_ns": s, "end_ns": s + d,
                      "origin_start_ns": launch,
                      "origin_end_ns": None if launch is None else launch + draw(st.integers(0, 10))})
@@ -123,10 +124,10 @@ def windows(draw):
     ws = draw(st.integers(-3, 20))
     we = ws + draw(st.integers(0, 50))
     syncs = {}
-    for tid in (1, 2):
+    for tid in (None, 1, 2):   # (None: the syncs of activities without a launching thread)
         ends = sorted(draw(st.lists(st.integers(-5, 50), max_size=3)))
         if ends:
-            syncs[(0, tid)] = (ends, [{"id": 5000 + tid * 10 + j, "end_ns": e} for j, e in enumerate(ends)])
+            syncs[(0, tid)] = (ends, [{"id": 5000 + (tid or 0) * 10 + j, "end_ns": e} for j, e in enumerate(ends)])
     return rows, ws, we, syncs, draw(st.booleans())
 
 

@@ -92,3 +92,13 @@ def test_a_gap_group_by_hand():
     assert row["evidence"] == {"pieces": 2, "gaps": 2, "max_gap_ns": 2, "mean_gap_ns": 2, "activities": 1,
                                "last_start_ns": 4, "late_to_collectives": [
                                    {"kind": "all_to_all", "group": "g", "index": 3, "skew_ns": 5}]}
+
+
+@pytest.mark.parametrize("scale", [1, 2 ** 59], ids=["running-max", "sorted (span too wide to shift)"])
+def test_run_max_by_hand(scale):
+    """The largest value of each group (rows numbered by group, groups' last rows), both ways:
+    a running max over values shifted by their group, and a sort where the shift would overflow."""
+    v = pa.array([x * scale for x in [3, -1, 7, 2, 5, 5, -4, 0, 1]], pa.int64())
+    group = pa.array([0, 0, 0, 1, 2, 2, 3, 3, 4], pa.int64())
+    lasts = pa.array([2, 3, 5, 7, 8], pa.int64())
+    assert stalls._run_max(v, group, lasts).to_pylist() == [x * scale for x in [7, 2, 5, 0, 1]]

@@ -231,10 +231,10 @@ def walk(acts, ws: int, we: int, last: int, syncs_by_tid: dict | None, infer_wai
             got, cur, t = _step(acts, cur, t, ws, syncs_by_tid, infer_waits, syncs_in, inferred)
             first += got
     del s_of, nc_of, nt_of, seen
-    _build(acts, ch, arrow_ints(vk), arrow_ints(vt), first, syncs_by_tid, pieces, syncs_in)
+    _build(acts, ch, arrow_ints(vk), arrow_ints(vt), first, syncs_by_tid, pieces)
 
 
-def _build(acts, ch: dict, vk: pa.Array, vt: pa.Array, first: list, syncs_by_tid, pieces, syncs_in) -> None:
+def _build(acts, ch: dict, vk: pa.Array, vt: pa.Array, first: list, syncs_by_tid, pieces) -> None:
     """The pieces of the visits (vk reached at vt) and of the one-step pieces `first`, in time order."""
     s = ch["S"].take(vk)
     e = pc.min_element_wise(ch["end"].take(vk), vt)
@@ -256,22 +256,47 @@ def _build(acts, ch: dict, vk: pa.Array, vt: pa.Array, first: list, syncs_by_tid
     order = pc.sort_indices(starts)
     n_act = len(act)
     # where each row went: the one-step pieces keep their syncs, the late launches get theirs
-    pos = pc.sort_indices(order)     # (row -> its place in time order)
+    pos = pc.inverse_permutation(order.cast(_I64))     # (row -> its place in time order)
     pieces.start, pieces.end, pieces.k = to_q(starts.take(order)), to_q(ends.take(order)), to_q(ks.take(order))
     codes = codes.take(order)
     code = array("b", bytes(memoryview(codes.buffers()[1])[codes.offset:codes.offset + len(codes)]))
     found_at: dict = {}
-    lo, start_of, k_of = pos.slice(n_act, na).to_pylist(), pieces.start, pieces.k
-    for j, is_late in zip(lo, late.to_pylist(), strict=True):
-        if is_late:
-            kk = k_of[j]
-            found = syncs_in(syncs_by_tid, acts, kk, start_of[j], acts.ostart[kk])
-            if found:
+    lates = pc.indices_nonzero(late)
+    if len(lates) and syncs_by_tid:   # (the late launches' gaps from A0: host_sync where a sync ended in them)
+        got = _late_syncs(acts, syncs_by_tid, ka.take(lates), ch["A0"].take(ka.take(lates)))
+        if got:
+            at = pos.slice(n_act, na).take(lates).take(pa.array([i for i, _ in got], _I64)).to_pylist()
+            for j, (_, found) in zip(at, got, strict=True):
                 code[j], found_at[j] = _SYNC, found
     for j, p in zip(pos.slice(n_act + na + nb, nf).to_pylist(), first, strict=True):
         if p[4]:
             found_at[j] = p[4]
     pieces.code, pieces.syncs = code, SparseSyncs(code, found_at)
+
+
+def _late_syncs(acts, syncs_by_tid: dict, ks: pa.Array, los: pa.Array) -> list[tuple[int, list]]:
+    """critical_path._syncs_in for many late launches at once: for the i-th (activity ks[i], its gap
+    from los[i]) the host syncs on its launching thread that ended from los[i] to the launch call's
+    start, in end order; (i, syncs) where there are any. Each thread's syncs (sorted by end) are
+    searched in bulk for the launches of that thread."""
+    rank = acts.rank
+    threads = [(tid, v) for (r, tid), v in syncs_by_tid.items() if r == rank and v[0]]
+    if not threads:
+        return []
+    tid_q, hi = arrow_ints(acts.tid).take(ks), arrow_ints(acts.ostart).take(ks)
+    known = pc.not_equal(hi, lit(_NULL))   # (a launch without a start: none, as _syncs_in says)
+    out: list = []
+    for tid, (ends, rows) in threads:
+        mine = pc.indices_nonzero(pc.and_(known, pc.equal(tid_q, lit(_NULL if tid is None else tid))))
+        if not len(mine):
+            continue
+        e = arrow_ints(ends)
+        upper = searchsorted_right(e, hi.take(mine))                         # ends at most the launch
+        lower = searchsorted_right(e, pc.subtract(los.take(mine), lit(1)))  # ends before the gap
+        has = pc.indices_nonzero(pc.greater(upper, lower))
+        out += [(i, rows[a:b]) for i, a, b in zip(mine.take(has).to_pylist(), lower.take(has).to_pylist(),
+                                                  upper.take(has).to_pylist(), strict=True)]
+    return out
 
 
 class SparseSyncs:

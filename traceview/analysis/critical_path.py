@@ -178,9 +178,9 @@ class Acts:
             prev_id, wsrc_id = cols.prev_id[lo:hi], cols.wsrc_id[lo:hi]
             self._kind = cols.kind[lo:hi]
         self._ids = (prev_id, wsrc_id)
-        ids, none = cp_split.arrow_ints(self.id), cp_split.lit(-1, pa.int32())   # (ids are unique in a window)
-        self.prev_k = cp_split.to_q(pc.fill_null(pc.index_in(cp_split.arrow_ints(prev_id), ids), none))
-        self.wsrc_k = cp_split.to_q(pc.fill_null(pc.index_in(cp_split.arrow_ints(wsrc_id), ids), none))
+        ids = cp_split.arrow_ints(self.id)   # (ids are unique in a window)
+        self.prev_k = cp_split.to_q(cp_split.positions_in(cp_split.arrow_ints(prev_id), ids))
+        self.wsrc_k = cp_split.to_q(cp_split.positions_in(cp_split.arrow_ints(wsrc_id), ids))
         del ids
         self._pos = None   # built on request (`index`): the walk needs none
 

@@ -241,28 +241,35 @@ def _groups(w: dict, coll_by_id) -> list[tuple[tuple, _Group]]:
     zero = cp_split.lit(0)
     k_or_last = pc.if_else(pc.less(k, zero), cp_split.lit(n_act), k)
     key = pc.if_else(pc.is_in(c, _BY_ACTIVITY_CODES), k, _attr_codes(acts).take(k_or_last))
-    # one sort by (cause, key, row): each group's rows are a run, in path order
-    order = pc.sort_indices(pa.table({"c": c, "key": key, "j": rows}),
-                            [("c", "ascending"), ("key", "ascending"), ("j", "ascending")])
-    c_s, key_s, j_s, d_s = c.take(order), key.take(order), rows.take(order).cast(pa.int64()), d.take(order)
+    # one sort by (cause, key, activity, row): each group's rows are a run, its activities runs in it
+    order = pc.sort_indices(pa.table({"c": c, "key": key, "k": k, "j": rows}),
+                            [("c", "ascending"), ("key", "ascending"), ("k", "ascending"), ("j", "ascending")])
+    c_s, key_s, k_s = c.take(order), key.take(order), k.take(order)
+    j_s, d_s = rows.take(order).cast(pa.int64()), d.take(order)
     n = len(order)
-    starts = pc.indices_nonzero(cp_split.first_of_runs([c_s, key_s])).cast(pa.int64())
+    is_first = cp_split.first_of_runs([c_s, key_s])
+    starts = pc.indices_nonzero(is_first).cast(pa.int64())
     lasts = pc.subtract(pa.concat_arrays([starts.slice(1), pa.array([n], pa.int64())]), cp_split.lit(1))
-    upto = pc.cumulative_sum(d_s)   # (a group's sum: upto at its last row less upto before its first)
-    before = pa.concat_arrays([pa.array([0], pa.int64()), upto.take(pc.subtract(starts.slice(1), cp_split.lit(1)))])
-    sums = pc.subtract(upto.take(lasts), before)
-    gap_group = pc.invert(pc.is_in(c_s.take(starts), _BY_ACTIVITY_CODES)).to_pylist()
-    k_s = k.take(order)
+    group = pc.subtract(pc.cumulative_sum(is_first.cast(pa.int64())), cp_split.lit(1))   # (each row's)
+
+    def summed(v: pa.Array) -> pa.Array:   # (a group's sum: the running sum at its last row less before its first)
+        upto = pc.cumulative_sum(v)
+        return pc.subtract(upto.take(lasts), pa.concat_arrays(
+            [pa.array([0], pa.int64()), upto.take(pc.subtract(starts.slice(1), cp_split.lit(1)))]))
+    sums = summed(d_s)
+    acts_in = summed(cp_split.first_of_runs([c_s, key_s, k_s]).cast(pa.int64()))   # (distinct activities)
+    first_j = pc.negate(_run_max(pc.negate(j_s), group, lasts))   # (the group's rows in path order: first, last)
+    last_j = _run_max(j_s, group, lasts)
+    # the gaps' evidence: the longest and the activities
+    gap_group = pc.invert(pc.is_in(c_s.take(starts), _BY_ACTIVITY_CODES))
+    mx = pc.if_else(gap_group, _run_max(d_s, group, lasts), zero)
+    na = pc.if_else(gap_group, acts_in, zero)
     out = []
-    for cc, kk, a, b, s0, s1, sm, is_gap in zip(
-            c_s.take(starts).to_pylist(), key_s.take(starts).to_pylist(), j_s.take(starts).to_pylist(),
-            j_s.take(lasts).to_pylist(), starts.to_pylist(), lasts.to_pylist(), sums.to_pylist(), gap_group,
-            strict=True):
-        mx = na = 0
-        if is_gap:   # (the gaps' evidence: the longest and the activities)
-            mx = pc.max(d_s.slice(s0, s1 - s0 + 1)).as_py()
-            na = pc.count_distinct(k_s.slice(s0, s1 - s0 + 1)).as_py()
-        out.append(((cc, kk), _Group(a, b, s1 - s0 + 1, sm, mx, na)))
+    for cc, kk, a, b, cnt, sm, mxg, nag in zip(
+            c_s.take(starts).to_pylist(), key_s.take(starts).to_pylist(), first_j.to_pylist(), last_j.to_pylist(),
+            pc.add(pc.subtract(lasts, starts), cp_split.lit(1)).to_pylist(), sums.to_pylist(), mx.to_pylist(),
+            na.to_pylist(), strict=True):
+        out.append(((cc, kk), _Group(a, b, cnt, sm, mxg, nag)))
     # the activities of collectives among a launch_bound / idle group's rows, in path order
     gap = pc.and_(pc.invert(pc.is_in(c, _BY_ACTIVITY_CODES)), pc.greater_equal(k, zero))
     ids = cp_split.arrow_ints(acts.id).take(pc.if_else(pc.less(k, zero), zero, k))   # (k -1: masked by gap)
@@ -270,12 +277,28 @@ def _groups(w: dict, coll_by_id) -> list[tuple[tuple, _Group]]:
     sel = pc.indices_nonzero(coll)
     if len(sel):
         by_key = {key: g for key, g in out}
+        seen: set = set()
         for cc, kk, key2 in zip(c.take(sel).to_pylist(), k.take(sel).to_pylist(), key.take(sel).to_pylist(),
                                 strict=True):
-            lst = by_key[(cc, key2)].colls
-            if kk not in lst:
-                lst.append(kk)
+            if (cc, key2, kk) not in seen:
+                seen.add((cc, key2, kk))
+                by_key[(cc, key2)].colls.append(kk)
     return out
+
+
+def _run_max(v: pa.Array, group: pa.Array, lasts: pa.Array) -> pa.Array:
+    """The largest of v (int64) in each group of rows (group: each row's, runs numbered up from 0;
+    lasts: each group's last row): a running max of v raised by its group times a bound above v's
+    span, so that no group's values reach into the next one's."""
+    lo, hi = (x.as_py() for x in pc.min_max(v).values())
+    span = hi - lo + 1
+    n_groups = len(lasts)
+    if n_groups * span < 2 ** 62:
+        shift = pc.multiply(group, cp_split.lit(span))
+        top = pc.cumulative_max(pc.add(pc.subtract(v, cp_split.lit(lo)), shift)).take(lasts)
+        return pc.add(pc.subtract(top, shift.take(lasts)), cp_split.lit(lo))
+    order = pc.sort_indices(pa.table({"g": group, "v": v}), [("g", "ascending"), ("v", "ascending")])
+    return v.take(order).take(lasts)
 
 
 _BY_ACTIVITY_CODE_SET = frozenset(cp_split.CAUSE_CODE[c] for c in _BY_ACTIVITY)

@@ -34,14 +34,22 @@ waits AS (
       AND w.stream <> w.event_stream
     QUALIFY row_number() OVER (PARTITION BY w.id ORDER BY l.start_ns DESC NULLS LAST) = 1
 ),
+-- the launches on the streams that wait and on those waited for: the only rows the ASOF joins below
+-- can match (an ASOF join orders its whole right side, even for no wait at all)
+waiting_launched AS (
+    SELECT * FROM launched l WHERE EXISTS (SELECT 1 FROM waits w WHERE w.rank = l.rank AND w.stream = l.stream)
+),
+waited_launched AS (
+    SELECT * FROM launched l WHERE EXISTS (SELECT 1 FROM waits w WHERE w.rank = l.rank AND w.event_stream = l.stream)
+),
 waiter AS (
     SELECT w.wait_id, w.rank, w.event_stream, w.cut, a.id AS waiter_id
-    FROM waits w ASOF JOIN launched a
+    FROM waits w ASOF JOIN waiting_launched a
       ON a.rank = w.rank AND a.stream = w.stream AND w.cut < a.origin_start_ns
 ),
 source AS (
     SELECT w.waiter_id, a.id AS src_id, a.end_ns AS src_end_ns
-    FROM waiter w ASOF JOIN launched a
+    FROM waiter w ASOF JOIN waited_launched a
       ON a.rank = w.rank AND a.stream = w.event_stream AND w.cut > a.origin_start_ns
 ),
 best_wait AS (

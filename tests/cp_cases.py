@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from array import array
 
+import pyarrow as pa
 from hypothesis import strategies as st
 
 from traceview.analysis import critical_path as cp
@@ -25,6 +26,8 @@ def cases(draw):
     acts = cp.Acts()
     acts.id = array("q", [100 + 7 * k for k in range(n)])
     acts.cls = [draw(st.sampled_from(["compute", "comm", "memory", "other"])) for _ in range(n)]
+    if draw(st.booleans()):   # (the class codes a chunk's activities carry: split reads them, not the names)
+        acts.cls_code = cp._class_codes(pa.array(acts.cls, pa.string()))
     starts = [draw(st.integers(ws - 5, we + 5)) for _ in range(n)]
     acts.start = array("q", starts)
     acts.end = array("q", [s + draw(st.integers(0, 40)) for s in starts])

@@ -115,3 +115,11 @@ def test_positions_in_by_hand():
     keys = pa.array([1_000_000, 3, 70], pa.int64())   # spread out: hashed
     assert cp_split.positions_in(pa.array([70, 3, 4], pa.int64()), keys).to_pylist() == [2, 1, -1]
     assert cp_split.positions_in(pa.array([1], pa.int64()), pa.array([], pa.int64())).to_pylist() == [-1]
+
+
+def test_class_codes_by_hand():
+    """A chunk's class column (coded, with a null) as split's codes: 1 memory, 2 comm, else 0."""
+    coded = pa.chunked_array([pa.array(["comm", "compute", None], pa.string()).dictionary_encode(),
+                              pa.array(["memory", "comm", "comm"], pa.string()).dictionary_encode()])
+    assert list(cp._class_codes(coded)) == [2, 0, 0, 1, 2, 2]
+    assert list(cp._class_codes(pa.array(["other", "memory"], pa.string()))) == [0, 1]

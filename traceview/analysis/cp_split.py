@@ -183,14 +183,25 @@ def split(pieces, segs, acts, comm: dict) -> CodedPath:
     n_act = len(acts.id)
     ids = acts.id
     # per activity: 1 a copy, 2 a collective with comm info, else 0; one more entry (0) for k = -1
-    act_code = bytearray(n_act + 1)
+    by_class = getattr(acts, "cls_code", None)   # (a chunk's: 1 memory, 2 comm; else from the class names)
     comm_ks = []
-    for k, c in enumerate(acts.cls):
-        if c == "memory":
-            act_code[k] = 1
-        elif c == "comm" and ids[k] in comm:
-            act_code[k] = 2
-            comm_ks.append(k)
+    if by_class is not None and len(by_class) == n_act == len(acts.cls):
+        act_code = bytearray(by_class)
+        act_code.append(0)
+        classes = pa.Array.from_buffers(_I8, n_act, [None, pa.py_buffer(by_class)])
+        for k in pc.indices_nonzero(pc.equal(classes, lit(2, _I8))).to_pylist():
+            if ids[k] in comm:
+                comm_ks.append(k)
+            else:
+                act_code[k] = 0
+    else:
+        act_code = bytearray(n_act + 1)
+        for k, c in enumerate(acts.cls):
+            if c == "memory":
+                act_code[k] = 1
+            elif c == "comm" and ids[k] in comm:
+                act_code[k] = 2
+                comm_ks.append(k)
     code_of_act = pa.Array.from_buffers(_I8, n_act + 1, [None, pa.py_buffer(bytes(act_code))])
     pcode = code_of_act.take(pc.if_else(pc.less(pk, lit(0)), lit(n_act), pk))
     split_me = pc.or_(pc.not_equal(pcause, lit(0, _I8)), pc.not_equal(pcode, lit(0, _I8)))

@@ -99,10 +99,27 @@ class _Columns:
         self.prev_id, self.prev_end = _ints(c("prev_id")), _ints(c("prev_end_ns"))
         self.wsrc_id, self.wsrc_end = _ints(c("wait_src_id")), _ints(c("wait_src_end_ns"))
         self.cls = _shared_strings(table.column("class"))
+        self.cls_code = _class_codes(table.column("class"))
         self.kind = _shared_strings(table.column("kind"))
         self.name = _shared_strings(table.column("name"))
         attr = _attr_columns(*(table.column(n) for n in ("layer", "phase", "stage")))
         self.attr, self.attr_key, self.attr_of_key = attr
+
+
+_CLASS_CODE = {"memory": 1, "comm": 2}   # (cp_split.split's codes of an activity's class; other classes 0)
+
+
+def _class_codes(col) -> array:
+    """A class column's codes (_CLASS_CODE, 0 for another class or none) as array('b')."""
+    out = array("b")
+    for ch in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]):
+        if not pa.types.is_dictionary(ch.type):
+            ch = ch.dictionary_encode()
+        values = ch.dictionary.to_pylist()
+        table = pa.array([_CLASS_CODE.get(v, 0) for v in values] + [0], pa.int8())   # (the last: null)
+        got = table.take(pc.fill_null(ch.indices.cast(pa.int32()), pa.scalar(len(values), pa.int32())))
+        out.frombytes(memoryview(got.buffers()[1])[got.offset:got.offset + len(got)])
+    return out
 
 
 def _codes(col) -> tuple[pa.Array, list]:
@@ -157,6 +174,7 @@ class Acts:
             self.id = self.stream = self.start = self.end = self.tid = e
             self.ostart = self.oend = self.prev_k = self.prev_end = self.wsrc_k = self.wsrc_end = e
             self.cls, self.attr, self._name, self._kind, self._ids = [], [], [], [], (array("q"), array("q"))
+            self.cls_code = array("b")
             self.attr_key: array | None = None
             self.attr_of_key: dict = {}
             self._pos: dict | None = {}
@@ -165,6 +183,7 @@ class Acts:
             self.id, self.stream, self.tid, self.start, self.end = cols.id, cols.stream, cols.tid, cols.start, cols.end
             self.ostart, self.oend, self.prev_end, self.wsrc_end = cols.ostart, cols.oend, cols.prev_end, cols.wsrc_end
             self.cls, self.attr, self._name, self.attr_key = cols.cls, cols.attr, cols.name, cols.attr_key
+            self.cls_code = cols.cls_code
             self.attr_of_key = cols.attr_of_key
             prev_id, wsrc_id = cols.prev_id, cols.wsrc_id
             self._kind = cols.kind
@@ -174,6 +193,7 @@ class Acts:
             self.ostart, self.oend = cols.ostart[lo:hi], cols.oend[lo:hi]
             self.prev_end, self.wsrc_end = cols.prev_end[lo:hi], cols.wsrc_end[lo:hi]
             self.cls, self.attr, self._name = cols.cls[lo:hi], cols.attr[lo:hi], cols.name[lo:hi]
+            self.cls_code = cols.cls_code[lo:hi]
             self.attr_key, self.attr_of_key = cols.attr_key[lo:hi], cols.attr_of_key
             prev_id, wsrc_id = cols.prev_id[lo:hi], cols.wsrc_id[lo:hi]
             self._kind = cols.kind[lo:hi]

@@ -40,8 +40,8 @@ def _recorded(monkeypatch) -> list:
     the order they happen (one rank a chunk)."""
     events: list = []
     fetch, walk = critical_path._chunk, critical_path.walk_columns
-    monkeypatch.setattr(critical_path, "_chunk", lambda session, ranks: events.append(("fetch", ranks[0]))
-                        or fetch(session, ranks))
+    monkeypatch.setattr(critical_path, "_chunk", lambda session, ranks, *a: events.append(("fetch", ranks[0]))
+                        or fetch(session, ranks, *a))
     monkeypatch.setattr(critical_path, "walk_columns", lambda acts, *a, **k: events.append(("walk", acts.rank))
                         or walk(acts, *a, **k))
     return events
@@ -62,6 +62,8 @@ def test_thread_part_equals_the_inline_part():
     got = wait()
     want = stalls.rank_part(s, job, idle)
     assert len(got) == 1 and want["critical_path"] and want["stalls"]
+    # (the thread fetched its first chunk before cp_host_syncs was built: the syncs read after)
+    assert any(st["cause"] == "host_sync" for st in _plain(want)["stalls"])
     assert _plain(got[0]) == _plain(want)
 
 
@@ -75,7 +77,7 @@ def test_several_chunks_are_fetched_and_walked_on_one_thread_one_after_the_other
     readers: list = []
     fetch = critical_path._chunk
     monkeypatch.setattr(critical_path, "_chunk",
-                        lambda session, ranks: readers.append(session) or fetch(session, ranks))
+                        lambda session, ranks, *a: readers.append(session) or fetch(session, ranks, *a))
     threads = []
     make = later.threading.Thread
     monkeypatch.setattr(later.threading, "Thread", lambda *a, **k: threads.append(k.get("name")) or make(*a, **k))
@@ -119,10 +121,10 @@ def test_a_failed_fetch_is_raised_by_the_call(monkeypatch):
     monkeypatch.setattr(critical_path, "CHUNK_ROWS", 1)
     fetch = critical_path._chunk
 
-    def second_fails(session, ranks):
+    def second_fails(session, ranks, *a):
         if ranks == [1]:
             raise OSError("the chunk's rows could not be read")
-        return fetch(session, ranks)
+        return fetch(session, ranks, *a)
     monkeypatch.setattr(critical_path, "_chunk", second_fails)
     wait = stalls.start_rank_part(s, job, idle)
     with pytest.raises(OSError, match="could not be read"):

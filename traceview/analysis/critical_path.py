@@ -41,14 +41,15 @@ SPLIT_IN_BULK = 2_000  # activities of a window from which cp_split splits its p
 RELEASE_AFTER = 100_000  # activities / pieces of a window after whose walk / split Arrow's unused memory is released
 CHUNK_ROWS = 250_000  # the GPU activities of the ranks fetched together (a rank is never cut)
 # shadowed by a rank filter in the per-chunk query (cp_preds' inputs and the attribution)
-_CHUNK_INPUTS = ("activity_class", "syncs", "launches", "cp_host_syncs", "windows", "activity_origin",
+_CHUNK_INPUTS = ("activity_class", "syncs", "launches", "windows", "activity_origin",
                  "activity_attribution")
 
 
-def prepare(session: Session) -> None:
+def prepare(session: Session, syncs: bool = True) -> None:
     """Build what the per-chunk critical-path query reads (cp_preds itself is never materialized
-    for every rank at once: `iter_paths` runs its SQL per chunk of ranks)."""
-    build(session, ["cp_host_syncs", "activity_class", "windows", "activity_origin"])
+    for every rank at once: `iter_paths` runs its SQL per chunk of ranks), and the host syncs the
+    walks read besides (cp_host_syncs; `syncs` False: not yet, for chunks fetched without them)."""
+    build(session, (["cp_host_syncs"] if syncs else []) + ["activity_class", "windows", "activity_origin"])
 
 
 def _ints(col, null: int = NULL) -> array:
@@ -617,14 +618,31 @@ def _with_strings(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Tabl
     return acts
 
 
-def fetch_chunk(session: Session, data: dict, i: int = 0) -> dict:
-    """The rows of chunk `i` of ranks of `windows_data`'s `data`, for `iter_paths`."""
-    return _chunk(session, data["chunks"][i])
+def fetch_chunk(session: Session, data: dict, i: int = 0, syncs: bool = True) -> dict:
+    """The rows of chunk `i` of ranks of `windows_data`'s `data`, for `iter_paths` (`syncs` False:
+    without the host syncs, for a chunk fetched before cp_host_syncs is built: `add_syncs`)."""
+    return _chunk(session, data["chunks"][i], syncs)
 
 
-def _chunk(session: Session, ranks: list[int]) -> dict:
+def add_syncs(session: Session, fetched: dict, ranks: list[int]) -> None:
+    """The host syncs of a chunk fetched without them (`fetch_chunk`), read now."""
+    fetched["syncs"] = _host_syncs(session, ranks)
+
+
+def _host_syncs(session: Session, ranks: list[int]) -> dict:
+    """(rank, tid) -> (end times, rows) of the host syncs of `ranks`, by end."""
+    syncs: dict = {}
+    for h in session.rows("SELECT * FROM cp_host_syncs WHERE list_contains($ranks, rank) "
+                          "ORDER BY rank, tid, end_ns, id", ranks=ranks):
+        e = syncs.setdefault((h["rank"], h["tid"]), ([], []))
+        e[0].append(h["end_ns"])
+        e[1].append(h)
+    return syncs
+
+
+def _chunk(session: Session, ranks: list[int], syncs: bool = True) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
-    host syncs."""
+    host syncs (None where `syncs` is False)."""
     acts = _with_strings(session, session.sql(_chunk_sql(session), ranks=ranks), ranks)
     cols, act_bounds = _Columns(acts), _bounds(acts)
     del acts   # (before the segments are read: one chunk's Arrow rows at a time)
@@ -632,16 +650,11 @@ def _chunk(session: Session, ranks: list[int]) -> dict:
                        "WHERE t_end IS NOT NULL AND list_contains($ranks, rank) ORDER BY rank, step, t", ranks=ranks)
     seg_cols, seg_bounds = tuple(_ints(segs.column(n)) for n in Segments.NAMES), _bounds(segs)
     del segs
-    syncs: dict = {}
-    for h in session.rows("SELECT * FROM cp_host_syncs WHERE list_contains($ranks, rank) "
-                          "ORDER BY rank, tid, end_ns, id", ranks=ranks):
-        e = syncs.setdefault((h["rank"], h["tid"]), ([], []))
-        e[0].append(h["end_ns"])
-        e[1].append(h)
+    host_syncs = _host_syncs(session, ranks) if syncs else None
     pa.default_memory_pool().release_unused()   # (the fetch's Arrow memory, back to the system)
     if cols.rows >= RELEASE_AFTER:   # (and the pages DuckDB's allocator keeps of the fetch's query: the walk
         duck.release_unused()        # that follows is Python, which allocates elsewhere)
-    return {"acts": cols, "act_bounds": act_bounds, "segments": seg_cols, "seg_bounds": seg_bounds, "syncs": syncs}
+    return {"acts": cols, "act_bounds": act_bounds, "segments": seg_cols, "seg_bounds": seg_bounds, "syncs": host_syncs}
 
 
 def iter_paths(session: Session | None, comm: dict, data: dict | None = None, ranks: list[int] | None = None,

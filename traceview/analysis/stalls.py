@@ -484,8 +484,15 @@ def begin_rank_part(session: Session, idle: dict) -> Begun:
     """The critical paths' first chunk fetched from now on a thread (Begun): what they read of the
     session is built first (critical_path.prepare); the collectives are not needed before
     `walk(job)`."""
-    critical_path.prepare(session)
-    return Begun(session, idle, critical_path.windows_data(session, None))
+    critical_path.prepare(session, syncs=False)   # (the first chunk is fetched without its host syncs:
+    data = critical_path.windows_data(session, None)   # cp_host_syncs is built here while it is fetched,
+    begun = Begun(session, idle, data)                  # and read by the thread once the job comes)
+    try:
+        build(session, ["cp_host_syncs"])
+    except BaseException:
+        begun.cancel()
+        raise
+    return begun
 
 
 def _walk_chunks(reader, take: Callable[[], tuple | None], idle: dict, data: dict) -> list[dict]:
@@ -495,10 +502,12 @@ def _walk_chunks(reader, take: Callable[[], tuple | None], idle: dict, data: dic
     try:
         parts: list[dict] = []
         for i, chunk in enumerate(data["chunks"]):
-            fetched = critical_path.fetch_chunk(reader, data, i)
+            fetched = critical_path.fetch_chunk(reader, data, i, syncs=i > 0)
             given = take()
             if given is None:
                 return parts
+            if i == 0:   # (begin_rank_part built cp_host_syncs before it gave the job)
+                critical_path.add_syncs(reader, fetched, chunk)
             job, comm = given
             parts.append(_walk_part(None, job, idle, None, comm, {**data, "chunks": [chunk]}, fetched))
             del fetched

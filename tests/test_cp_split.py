@@ -96,11 +96,11 @@ def test_an_empty_segment_cuts_no_collective(split):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.integers(0, 60), unique=True, max_size=30), st.integers(-2, 3),
+@given(st.lists(st.integers(0, 60), max_size=30), st.integers(-2, 3),
        st.lists(st.one_of(st.just(cp.NULL), st.integers(-5, 70)), max_size=40))
 def test_positions_in_is_list_index(keys, scale, values):
-    """positions_in (keys close together: placed by offset; else hashed) against list.index, -1 for
-    a value not among the keys or null (NULL)."""
+    """positions_in (keys close together: placed by offset; else hashed) against list.index (a key
+    that repeats: its first position), -1 for a value not among the keys or null (NULL)."""
     keys = [k * (10 ** scale if scale > 0 else 1) + (10 ** 12 if scale < 0 else 0) for k in keys]
     values = [v if v == cp.NULL else v * (10 ** scale if scale > 0 else 1) + (10 ** 12 if scale < 0 else 0)
               for v in values]
@@ -115,6 +115,8 @@ def test_positions_in_by_hand():
     keys = pa.array([1_000_000, 3, 70], pa.int64())   # spread out: hashed
     assert cp_split.positions_in(pa.array([70, 3, 4], pa.int64()), keys).to_pylist() == [2, 1, -1]
     assert cp_split.positions_in(pa.array([1], pa.int64()), pa.array([], pa.int64())).to_pylist() == [-1]
+    keys = pa.array([6, 5, 6, 7], pa.int64())          # close together but 6 repeats: its first position
+    assert cp_split.positions_in(pa.array([6, 7, 5], pa.int64()), keys).to_pylist() == [0, 3, 1]
 
 
 def test_class_codes_by_hand():

@@ -57,18 +57,20 @@ DENSE_SPAN = 4   # positions_in: keys spanning at most this many times their num
 
 
 def positions_in(values: pa.Array, keys: pa.Array) -> pa.Array:
-    """For each of `values` (int64) its position in `keys` (int64, unique, no nulls) as int32, -1
-    where absent or null. Keys that lie close together (their span at most DENSE_SPAN times their
-    number, as a window's activity ids do) are placed by their offset from the smallest, each
-    key's position scattered into a table of the span (inverse_permutation) and looked up by the
-    values' offsets; other keys are hashed (index_in)."""
+    """For each of `values` (int64) its position in `keys` (int64, no nulls) as int32, -1 where
+    absent or null (a key that repeats: its first position). Keys that lie close together (their
+    span at most DENSE_SPAN times their number, as a window's activity ids do) and do not repeat
+    are placed by their offset from the smallest, each key's position scattered into a table of the
+    span (inverse_permutation) and looked up by the values' offsets; other keys are hashed
+    (index_in)."""
     none = lit(-1, _I32)
     n = len(keys)
     if n:
         lo, hi = (v.as_py() for v in pc.min_max(keys).values())
         span = hi - lo + 1
-        if span <= DENSE_SPAN * n:
-            table = pc.inverse_permutation(pc.subtract(keys, lit(lo)), max_index=span - 1, output_type=_I32)
+        table = pc.inverse_permutation(pc.subtract(keys, lit(lo)), max_index=span - 1, output_type=_I32) \
+            if span <= DENSE_SPAN * n else None
+        if table is not None and table.null_count == span - n:   # (else a key repeats: hashed below)
             inside = pc.and_(pc.greater_equal(values, lit(lo)), pc.less_equal(values, lit(hi)))
             rel = pc.subtract(pc.if_else(inside, values, pa.scalar(None, _I64)), lit(lo))
             return pc.fill_null(table.take(rel), none)

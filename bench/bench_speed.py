@@ -25,7 +25,8 @@ charged in full.
 Each command runs --repeat times, interleaved (A B C A B C ...), every Kineto factor's commands in one
 round (the cost per GPU activity compares factors: a host drifting in speed over the run weighs on all
 alike); the medians are printed with the ratios and the microseconds per GPU activity, then the targets
-side by side (issue "Done when").
+side by side (issue "Done when"): the Kineto ones after the Kineto runs, the nsys ones (analyze within
+2x of the read-once, a peak of at most 2x the export) at the end.
 
     python bench/bench_speed.py [--factors 5,10,25,34,50] [--target 34] [--hta-factors 34] [--nsys-scales 1,100]
                                 [--hta-python PY] [--repeat 3]
@@ -275,11 +276,29 @@ def targets(summary: dict) -> None:
         rows.append((f"cpu us per GPU activity, max/min over x{min(per_cpu)}..x{max(per_cpu)}",
                      max(per_cpu.values()) / min(per_cpu.values()), "<= 1.3", lambda v: v <= 1.3))
     rows.append(("traceview --help (s)", summary.get("help"), "< 0.2", lambda v: v < 0.2))
-    print("targets:")
+    _print_targets("targets:", rows)
+
+
+def _print_targets(title: str, rows: list) -> None:
+    print(title)
     for label, v, want, ok in rows:
         shown = "n/a" if v is None else f"{v:.2f}"
         verdict = "" if v is None else ("met" if ok(v) else "NOT met")
         print(f"  {label:58s} {shown:>7s}  target {want:7s} {verdict}")
+
+
+def nsys_target_rows(nsys: dict) -> list:
+    """The nsys targets of each scale of the export ({scale: (its runs, the export's MiB)}): analyze
+    within 2x of the read-once's wall, and a peak of at most 2x the export's size; rows of
+    (label, figure or None, target, test)."""
+    rows = []
+    for s, (res, size_mb) in sorted(nsys.items()):
+        tv = res.get("traceview")
+        rows.append((f"nsys x{s}: analyze / read-once (wall)", _ratio(tv, res.get("read-once"), "wall"), "<= 2",
+                     lambda v: v <= 2))
+        per_export = tv["mem"] / size_mb if tv and "error" not in tv and size_mb else None
+        rows.append((f"nsys x{s}: analyze memory / export size", per_export, "<= 2", lambda v: v <= 2))
+    return rows
 
 
 def main() -> None:
@@ -366,6 +385,7 @@ def main() -> None:
     show_linearity(summary.get("points", {}))
     targets(summary)
     a2a = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
+    nsys: dict = {}
     for s in [int(x) for x in args.nsys_scales.split(",") if x]:
         if not a2a.exists():
             print(f"nsys: {a2a} missing")
@@ -383,6 +403,9 @@ def main() -> None:
              f" ({db.stat().st_size / 2**20:.1f} MiB export, {n:,} kernels)")
         if "error" not in res["traceview"]:
             print(f"  traceview memory / export size: {res['traceview']['mem'] / (db.stat().st_size / 2**20):.2f}")
+        nsys[s] = (res, db.stat().st_size / 2**20)
+    if nsys:
+        _print_targets("nsys targets:", nsys_target_rows(nsys))
     tmpctx.cleanup()
 
 

@@ -60,3 +60,17 @@ def test_no_room_means_any_fixed_cost_is_too_much_or_none_is(bench):
     # N_min = 100, N_max = 110: 1/100 - 1.3/110 < 0, any fixed cost keeps the ratio within 1.3
     got = bench.linearity({5: (100, 1.0, 1.0), 10: (110, 1.1, 1.1)})
     assert math.isinf(got["fixed_allowed_s"])
+
+
+def test_nsys_targets_by_hand(bench):
+    """analyze / read-once and peak / export size of each scale, against hand-computed ratios."""
+    nsys = {100: ({"traceview": {"wall": 7.2, "cpu": 12.0, "mem": 1006.0}, "read-once": {"wall": 3.6, "mem": 506.0}},
+                  230.0),
+            1: ({"traceview": {"wall": 0.56, "mem": 190.0}, "read-once": {"error": "exit 1"}}, 2.5)}
+    rows = bench.nsys_target_rows(nsys)
+    assert [r[0] for r in rows] == ["nsys x1: analyze / read-once (wall)", "nsys x1: analyze memory / export size",
+                                    "nsys x100: analyze / read-once (wall)", "nsys x100: analyze memory / export size"]
+    assert rows[0][1] is None                                   # (the read-once failed: no ratio)
+    assert rows[1][1] == pytest.approx(76.0) and not rows[1][3](rows[1][1])   # 190 / 2.5
+    assert rows[2][1] == pytest.approx(2.0) and rows[2][3](rows[2][1])        # 7.2 / 3.6: at the target, met
+    assert rows[3][1] == pytest.approx(1006 / 230) and not rows[3][3](rows[3][1])

@@ -56,25 +56,31 @@ def arrow_ints(a) -> pa.Array:
 DENSE_SPAN = 4   # positions_in: keys spanning at most this many times their number are placed by their offset
 
 
-def positions_in(values: pa.Array, keys: pa.Array) -> pa.Array:
-    """For each of `values` (int64) its position in `keys` (int64, no nulls) as int32, -1 where
-    absent or null (a key that repeats: its first position). Keys that lie close together (their
-    span at most DENSE_SPAN times their number, as a window's activity ids do) and do not repeat
-    are placed by their offset from the smallest, each key's position scattered into a table of the
-    span (inverse_permutation) and looked up by the values' offsets; other keys are hashed
-    (index_in)."""
-    none = lit(-1, _I32)
+def positions_in(values: pa.Array, keys: pa.Array, absent: int | None = -1) -> pa.Array:
+    """For each of `values` (int64) its position in `keys` (int64, no nulls) as int32, `absent`
+    where it is not among them or null (None: null; a key that repeats: its first position). Keys
+    that lie close together (their span at most DENSE_SPAN times their number, as a window's
+    activity ids and a trace's per-rank ids do) and do not repeat are placed by their offset from
+    the smallest: where they run up one by one (keys[i] = keys[0] + i) the offset is the position,
+    else each key's position is scattered into a table of the span (inverse_permutation) and looked
+    up by the values' offsets. Other keys are hashed (index_in)."""
+    def filled(pos: pa.Array) -> pa.Array:
+        return pos if absent is None else pc.fill_null(pos, lit(absent, _I32))
     n = len(keys)
     if n:
         lo, hi = (v.as_py() for v in pc.min_max(keys).values())
         span = hi - lo + 1
-        table = pc.inverse_permutation(pc.subtract(keys, lit(lo)), max_index=span - 1, output_type=_I32) \
-            if span <= DENSE_SPAN * n else None
-        if table is not None and table.null_count == span - n:   # (else a key repeats: hashed below)
+        if span <= DENSE_SPAN * n:
+            rel = pc.subtract(values, lit(lo))   # (a value outside the keys' span: null below)
             inside = pc.and_(pc.greater_equal(values, lit(lo)), pc.less_equal(values, lit(hi)))
-            rel = pc.subtract(pc.if_else(inside, values, pa.scalar(None, _I64)), lit(lo))
-            return pc.fill_null(table.take(rel), none)
-    return pc.fill_null(pc.index_in(values, keys), none)
+            if not pc.all(inside).as_py():
+                rel = pc.if_else(inside, rel, pa.scalar(None, _I64))
+            if span == n and (n == 1 or pc.all(pc.greater(keys.slice(1), keys.slice(0, n - 1))).as_py()):
+                return filled(rel.cast(_I32))
+            table = pc.inverse_permutation(pc.subtract(keys, lit(lo)), max_index=span - 1, output_type=_I32)
+            if table.null_count == span - n:   # (else a key repeats: hashed below)
+                return filled(table.take(rel))
+    return filled(pc.index_in(values, keys))
 
 
 def to_q(col: pa.Array | pa.ChunkedArray) -> array:

@@ -112,14 +112,11 @@ _CLASS_CODE = {"memory": 1, "comm": 2}   # (cp_split.split's codes of an activit
 
 def _class_codes(col) -> array:
     """A class column's codes (_CLASS_CODE, 0 for another class or none) as array('b')."""
+    codes, values = _codes(col)
+    table = pa.array([_CLASS_CODE.get(v, 0) for v in values] + [0], pa.int8())   # (the last: none)
+    got = table.take(pc.if_else(pc.less(codes, pa.scalar(0, pa.int64())), pa.scalar(len(values), pa.int64()), codes))
     out = array("b")
-    for ch in (col.chunks if isinstance(col, pa.ChunkedArray) else [col]):
-        if not pa.types.is_dictionary(ch.type):
-            ch = ch.dictionary_encode()
-        values = ch.dictionary.to_pylist()
-        table = pa.array([_CLASS_CODE.get(v, 0) for v in values] + [0], pa.int8())   # (the last: null)
-        got = table.take(pc.fill_null(ch.indices.cast(pa.int32()), pa.scalar(len(values), pa.int32())))
-        out.frombytes(memoryview(got.buffers()[1])[got.offset:got.offset + len(got)])
+    out.frombytes(memoryview(got.buffers()[1])[got.offset:got.offset + len(got)])
     return out
 
 
@@ -574,19 +571,14 @@ def _coded(col):
 
 
 def _positions(ids, keys) -> pa.Array:
-    """The position in `keys` (unique) of each of `ids`, null where absent: by subtraction where
-    keys run densely up (keys[i] = keys[0] + i, as a trace's ids are read and its per-rank steps
-    keep them), else by hashing (index_in: most of the cost of taking a chunk's strings)."""
-    if isinstance(keys, pa.ChunkedArray):
-        keys = keys.combine_chunks() if keys.num_chunks != 1 else keys.chunk(0)
-    n = len(keys)
-    if n and not keys.null_count and keys.type == pa.int64():
-        first, last = keys[0].as_py(), keys[n - 1].as_py()
-        if last - first == n - 1 and (n == 1 or pc.all(pc.greater(keys.slice(1), keys.slice(0, n - 1))).as_py()):
-            pos = pc.subtract(ids, pa.scalar(first, pa.int64()))
-            inside = pc.and_(pc.greater_equal(pos, pa.scalar(0, pa.int64())), pc.less(pos, pa.scalar(n, pa.int64())))
-            return pos if pc.all(inside).as_py() else pc.if_else(inside, pos, pa.scalar(None, pa.int64()))
-    return pc.index_in(ids, keys)
+    """The position in `keys` (unique) of each of `ids`, null where absent (cp_split.positions_in:
+    by offset where the keys lie close together, as a trace's ids are read and its per-rank steps
+    keep them; else by hashing, most of the cost of taking a chunk's strings)."""
+    ids, keys = ((c.chunk(0) if c.num_chunks == 1 else c.combine_chunks()) if isinstance(c, pa.ChunkedArray) else c
+                 for c in (ids, keys))
+    if keys.null_count or not pa.types.is_integer(keys.type):
+        return pc.index_in(ids, keys)
+    return cp_split.positions_in(ids.cast(pa.int64()), keys.cast(pa.int64()), absent=None)
 
 
 def _with_strings(session: Session, acts: pa.Table, ranks: list[int]) -> pa.Table:

@@ -484,9 +484,10 @@ def begin_rank_part(session: Session, idle: dict) -> Begun:
     """The critical paths' first chunk fetched from now on a thread (Begun): what they read of the
     session is built first (critical_path.prepare); the collectives are not needed before
     `walk(job)`."""
-    critical_path.prepare(session, syncs=False)   # (the first chunk is fetched without its host syncs:
-    data = critical_path.windows_data(session, None)   # cp_host_syncs is built here while it is fetched,
-    begun = Begun(session, idle, data)                  # and read by the thread once the job comes)
+    # the first chunk is fetched without its host syncs: cp_host_syncs is built here while it is
+    # fetched, and read by the thread once the job comes
+    critical_path.prepare(session, syncs=False)
+    begun = Begun(session, idle, critical_path.windows_data(session, None))
     try:
         build(session, ["cp_host_syncs"])
     except BaseException:

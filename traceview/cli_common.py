@@ -128,6 +128,8 @@ def skip_pyarrow_pandas_probe() -> None:
         return
     import types
 
+    from . import lean_imports
+    lean_imports.pyarrow()      # without cloudpickle
     import pyarrow as pa
 
     class _Absent(types.ModuleType):

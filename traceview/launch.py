@@ -19,6 +19,11 @@ def one_blas_thread() -> None:
 
 
 def main() -> None:
+    # no collector passes while the command starts (its imports, typer's, the analysis's: some 70
+    # passes and 10 ms before a Kineto parse begins); runs.collect_again turns it back on before the
+    # parse, with every object made so far frozen (gc.freeze), and any other command does below
+    import gc
+    gc.disable()
     from .parsers import kineto_helper
     kineto_helper.note_start()   # how busy the other cores are is measured from now (a large Kineto parse)
     one_blas_thread()
@@ -42,6 +47,7 @@ def main() -> None:
     rc = analyze_cli.run_plain(argv)      # a plain `analyze`, read without typer
     if rc is not None:
         exit_now(rc)
+    gc.enable()
     from . import cli
     exit_now(cli.run_cli(argv))
 

@@ -34,6 +34,16 @@ def _settle() -> None:
         gc.freeze()
 
 
+def collect_again() -> None:
+    """The garbage collector, which the command line turns off while it starts (launch.main), on
+    again before the parse, with what the start made frozen (`_settle`): the imports and the
+    session's set-up made no cycles worth a pass. A no-op where it is on (a library user's process)."""
+    import gc
+    if not gc.isenabled():
+        _settle()
+        gc.enable()
+
+
 def _cli_process() -> None:
     """The command line's own process, before it parses: a python-dateutil that is not installed
     is marked absent (parsers/no_dateutil.py), as in the pool's workers. Not in a library
@@ -64,11 +74,10 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
         from .mapped import open_spare, start_job
         start_pool(len(files), open_spare)
         started = start_job(files, opts.nsys)
-    if not mapped_job and bad is None and len(files) == 1:
-        _prestart(files[0])
+    forked = _prestart(files[0]) if not mapped_job and bad is None and len(files) == 1 else False
     try:
         if not mapped_job:
-            _begin_database()
+            _begin_database(files[0] if forked else None)
         from .engine.session import Session
         session = Session()   # its connection checks the patterns before the work
         if not mapped_job:
@@ -91,6 +100,7 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
         if mapped_job:       # the step rule's candidates: the workers try them while they place the ranks
             from .analysis.breakdown import step_regexes
             early = {"step_regexes": step_regexes(opts.step_regex, opts.whole_trace)}
+        collect_again()
         profile = _load(paths, files, opts.nsys, mapped_job, started, early)
     finally:
         from .load import end_prestarted
@@ -101,30 +111,37 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
     return assemble(profile, opts, session, rules, budget, keep_tables=keep_tables), session
 
 
-def _begin_database() -> None:
+def _begin_database(prime=None) -> None:
     """The job analyzed in this process: its DuckDB database made on a thread (duck.begin) while
     the analysis's modules are imported here (imported after the load otherwise); the session's
     connection takes it. After `_prestart`, which forks only while no other thread runs."""
+    from . import cli_common
+    if cli_common.IN_CLI:
+        from . import lean_imports
+        lean_imports.duckdb()
     from . import duck
     duck.begin()
+    if prime is not None:
+        from .load import prime_prestarted
+        prime_prestarted(prime)
     import importlib
     for m in ("traceview.document.assemble", "traceview.flops.mfu"):
         importlib.import_module(m)
 
 
-def _prestart(path) -> None:
+def _prestart(path) -> bool:
     """A single Kineto trace analyzed by the command line: its parser's helper process is forked
     now, before the DuckDB connection starts threads (parsers/kineto_helper.prestart); not in a
     library user's process, which keeps the helper the parser starts itself."""
     from . import cli_common
     if not cli_common.IN_CLI:
-        return
+        return False
     from .executors import current, stored
     state = current()
     if state is not None and state.settings.store is not None and stored(path, state.settings.store):
-        return           # read from the store: nothing to parse
+        return False     # read from the store: nothing to parse
     from .load import prestart_parse
-    prestart_parse(path)
+    return prestart_parse(path, prime=False)
 
 
 def _mappable(files) -> bool:

@@ -1,0 +1,167 @@
+"""The command line's start (traceview/lean_imports.py, launch.main, runs.run_job): pyarrow and DuckDB
+imported without cloudpickle, docscrape and importlib.metadata, DuckDB's version the one its
+metadata gives, the modules left out still importable after, the garbage collector off while the
+command starts and on again for the parse, and the Kineto helper's first batches handed over once
+DuckDB's database is begun. Each case runs in a fresh interpreter: this process has all of these
+modules imported already."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+
+import pytest
+from helpers import TRACES
+
+REAL = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"     # 22 MB of JSON: the helper is forked
+
+
+def _run(code: str, *args, timeout: int = 180) -> dict:
+    p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                       timeout=timeout)
+    assert p.returncode == 0, p.stderr
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def test_pyarrow_without_cloudpickle_and_docscrape_and_both_importable_after():
+    got = _run("""
+import json, sys
+from traceview import lean_imports
+lean_imports.pyarrow()
+out = {"cloudpickle": "cloudpickle" in sys.modules, "docscrape": "pyarrow.vendored.docscrape" in sys.modules}
+import pyarrow as pa, pyarrow.compute as pc
+out["sum"] = pc.sum(pa.array([1, 2, 39])).as_py()
+out["sorted"] = pc.sort_indices(pa.array([3, 1, 2])).to_pylist()
+import pyarrow.vendored.docscrape as d
+out["real_docscrape"] = hasattr(d.NumpyDocString, "_parse")
+try:
+    import cloudpickle
+    out["cloudpickle_after"] = cloudpickle.dumps(lambda x: x + 1) is not None
+except ImportError:
+    out["cloudpickle_after"] = None
+print(json.dumps(out))
+""")
+    assert got["cloudpickle"] is False and got["docscrape"] is False
+    assert got["sum"] == 42 and got["sorted"] == [1, 2, 0]
+    assert got["real_docscrape"] is True
+    installed = importlib.util.find_spec("cloudpickle") is not None
+    assert got["cloudpickle_after"] is (True if installed else None)
+
+
+def test_duckdb_version_is_the_one_importlib_metadata_gives():
+    got = _run("""
+import json, sys
+from traceview import lean_imports
+lean_imports.duckdb()
+import duckdb
+out = {"metadata_loaded": "importlib.metadata" in sys.modules, "version": duckdb.__version__,
+       "query": duckdb.sql("SELECT 6 * 7").fetchall()[0][0]}
+import importlib.metadata as m
+out["real"] = m.version("duckdb")
+out["real_module"] = hasattr(m, "distributions") and type(m).__name__ == "module"
+print(json.dumps(out))
+""")
+    assert got["metadata_loaded"] is False and got["query"] == 42
+    assert got["version"] == got["real"] and got["real_module"]
+
+
+def _package(site, name, versions):
+    (site / name).mkdir(parents=True)
+    (site / name / "__init__.py").write_text("")
+    for v in versions:
+        info = site / f"{name}-{v}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {v}\n\nVersion: 9.9\n")
+
+
+@pytest.mark.parametrize("versions, want", [(["1.2.3"], "1.2.3"), (["1.0", "2.0"], None), ([], None)])
+def test_metadata_version_reads_the_one_dist_info_beside_the_package(tmp_path, monkeypatch, versions, want):
+    from traceview import lean_imports
+    name = "tv_lean_fake_pkg_" + "_".join(v.replace(".", "") for v in versions)
+    _package(tmp_path, name, versions)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    importlib.invalidate_caches()
+    assert lean_imports._metadata_version(name) == want
+    assert lean_imports._metadata_version("tv_lean_no_such_package") is None
+
+
+def test_the_stand_in_answers_its_versions_and_hands_the_rest_to_the_real_module():
+    got = _run("""
+import json, sys
+from traceview import lean_imports
+stand_in = lean_imports._StandIn({"somepkg": "7.1"})
+sys.modules["importlib.metadata"] = stand_in
+out = {"own": stand_in.version("somepkg")}
+out["other"] = stand_in.version("pyarrow")            # from the real module
+out["attr"] = callable(stand_in.distributions)
+out["still_stand_in"] = sys.modules["importlib.metadata"] is stand_in
+out["one_real"] = stand_in._real() is stand_in._real()
+del sys.modules["importlib.metadata"]
+import importlib.metadata as m
+out["pyarrow"] = m.version("pyarrow")
+print(json.dumps(out))
+""")
+    assert got["own"] == "7.1" and got["other"] == got["pyarrow"]
+    assert got["attr"] and got["still_stand_in"] and got["one_real"]
+
+
+_CLI = """
+import gc, json, os, sys
+from traceview.parsers import kineto_helper
+kineto_helper._cores = lambda: 2                      # a busy test machine still forks the helper
+kineto_helper._idle_core = lambda cores: True
+events = []
+sys.argv = ["traceview", "analyze", *sys.argv[1:]]
+from traceview import launch
+_main = launch.main
+def main():
+    from traceview import runs
+    job, load = runs.run_job, runs._load
+    from traceview import lean_imports
+    lean = lean_imports.duckdb
+    def lean_duckdb():                                # DuckDB imported as the command does, then watched
+        lean()
+        from traceview import duck
+        begin = duck.begin
+        duck.begin = lambda: (events.append(["begin", gc.isenabled()]), begin())[1]
+    lean_imports.duckdb = lean_duckdb
+    def run_job(*a, **k):
+        events.append(["run_job", gc.isenabled()])
+        from traceview.parsers import kineto
+        prime = kineto.prime
+        def priming(path, *a, **k):
+            got = prime(path, *a, **k)
+            events.append(["prime", got, gc.isenabled()])
+            return got
+        kineto.prime = priming
+        return job(*a, **k)
+    def loading(*a, **k):
+        events.append(["load", gc.isenabled()])
+        return load(*a, **k)
+    runs.run_job, runs._load = run_job, loading
+    _main()
+def done(code):
+    print(json.dumps({"rc": code, "events": events, "gc": gc.isenabled(),
+                      "modules": [m for m in ("cloudpickle", "pyarrow.vendored.docscrape", "importlib.metadata")
+                                  if m in sys.modules]}))
+    sys.stdout.flush()
+    os._exit(code)
+launch.exit_now = done
+main()
+"""
+
+
+def test_the_command_starts_without_the_collector_and_primes_once_the_database_is_begun(tmp_path):
+    got = _run(_CLI, REAL, "-f", "json", "-o", tmp_path / "a.json", "--no-store")
+    assert got["rc"] == 0
+    # the collector off from the start to the parse; the helper primed after DuckDB's database is
+    # begun (its thread makes the database while the batches are cut), before the parse
+    assert got["events"] == [["run_job", False], ["begin", False], ["prime", True, False], ["load", True]]
+    assert got["gc"] is True
+    assert got["modules"] == [], "the command line imported what lean_imports leaves out"
+    p = subprocess.run([sys.executable, "-m", "traceview", "analyze", str(REAL), "-f", "json", "-o",
+                        str(tmp_path / "b.json"), "--no-store"], capture_output=True, text=True, timeout=180,
+                       env={**__import__("os").environ, "TRACEVIEW_PARSE_HELPER": "0"})
+    assert p.returncode == 0, p.stderr
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()

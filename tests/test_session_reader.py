@@ -274,3 +274,29 @@ def test_a_sql_step_begun_with_other_parameters_is_built_anew(sql_steps):
     pipeline.start_sql(s, ["tq_counts"], {"bias": 1})
     build(s, ["tq_counts"], {"bias": 2})
     assert s.rows("SELECT n FROM tq_counts ORDER BY rank") == [{"n": 4}, {"n": 3}] and not s.started
+
+
+def test_a_python_step_begun_with_chain_makes_its_sql_requirements_on_its_thread(sql_steps):
+    python_step("tr_from_q", scope="rank", requires=("tq_counts",), produces=("rank", "total"))(
+        lambda session, params: session.sql("SELECT rank, n * 10 AS total FROM tq_counts"))
+    python_step("tr_from_opt", scope="rank", requires=("tq_opt",), produces=("rank", "v"))(
+        lambda session, params: session.sql("SELECT rank, v FROM tq_opt"))
+    s, ref = _session(), _session()
+    assert pipeline.start(s, "tr_from_q", {"bias": 5}, chain=True)
+    assert set(s.started) == {"tq_counts", "tr_from_q"} and "tq_counts" not in s.built   # not built here
+    assert build(s, ["tr_from_q"], {"bias": 5}) == ["tq_counts", "tr_from_q"]
+    build(ref, ["tr_from_q"], {"bias": 5})                   # the reference: in line
+    # gpu rows: rank 0 two, rank 1 one; n = rows + 5, total = n * 10
+    assert s.rows("SELECT * FROM tr_from_q ORDER BY rank") == ref.rows("SELECT * FROM tr_from_q ORDER BY rank") \
+        == [{"rank": 0, "total": 70}, {"rank": 1, "total": 60}]
+    assert sql_steps == [("tq_counts", "traceview-step-tr_from_q")]
+    assert s.build_counts == {"tq_counts": 1, "tr_from_q": 1} and not s.started
+    assert s.rows("SELECT n FROM tq_counts ORDER BY rank") == [{"n": 7}, {"n": 6}]   # the session's table
+    # a requirement a reader cannot make (optimizers of the database's): built here, as without chain
+    sql_steps.clear()
+    t = _session()
+    assert pipeline.start(t, "tr_from_opt", {}, chain=True)
+    assert "tq_opt" in t.built and set(t.started) == {"tr_from_opt"} and sql_steps == []
+    assert build(t, ["tr_from_opt"]) == ["tr_from_opt"]
+    assert t.rows("SELECT * FROM tr_from_opt ORDER BY rank") == [{"rank": 0, "v": 1}, {"rank": 0, "v": 1},
+                                                                 {"rank": 1, "v": 1}]

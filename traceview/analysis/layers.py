@@ -77,8 +77,9 @@ def layer_blocks(session: Session, params: dict) -> pa.Table:
 def start(session: Session, rules: Rules) -> None:
     """Begin range_context_raw (Arrow compute over every CPU range) on a thread now, its name_tags
     built first, so that it runs while the breakdown's queries run here (engine/pipeline.start);
-    `prepare` takes it."""
-    start_step(session, "range_context_raw", rule_params(rules))
+    `prepare` takes it. Where the session's steps each run on one thread (a small trace: the second
+    core idle), name_tags is made on that thread too."""
+    start_step(session, "range_context_raw", rule_params(rules), chain=session.one_thread_each())
 
 
 def prepare(session: Session, rules: Rules) -> None:

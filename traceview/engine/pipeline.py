@@ -126,10 +126,12 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
     return built_now
 
 
-def start(session, name: str, params: Mapping[str, object]) -> bool:
+def start(session, name: str, params: Mapping[str, object], chain: bool = False) -> bool:
     """Begin Python step `name` on a thread of its own, its requirements built here first: it reads
     them through a reader of the session (another connection), and `build` takes its table when the
-    step is asked for with the same parameters (else builds it anew). Where it may: a session with
+    step is asked for with the same parameters (else builds it anew). With `chain`, requirements
+    that are SQL steps a reader can make (`_chainable`: all of them, or none) are made on that
+    thread first instead, and `build` takes them as it takes the step. Where it may: a session with
     readers, the step not built or begun already, not on a mapped job's workers. Returns whether
     it began."""
     step = lookup(name)
@@ -138,10 +140,38 @@ def start(session, name: str, params: Mapping[str, object]) -> bool:
     started = getattr(session, "started", None)
     if started is None or _remote(session) is not None or name in session.built or name in started:
         return False
-    build(session, [r for r in step.requires if r not in schema.TABLES], params)
+    needs = [r for r in step.requires if r not in schema.TABLES]
+    ahead = _chainable(session, plan(needs, session.tables() - set(session.built)), params) if chain else None
+    if ahead is None:
+        build(session, needs, params)
+        ahead = []
     own = {p: params[p] for p in step.params}
-    started[name] = (own, _Chain(session.reader(), [(step, own)], name=f"traceview-step-{name}"))
+    todo = ahead + [(step, own)]
+    made = _Chain(session.reader(), todo, name=f"traceview-step-{name}")
+    for s, p in todo:
+        started[s.name] = (p, made)
     return True
+
+
+def _chainable(session, steps: list[Step], params: Mapping[str, object]) -> list[tuple[Step, dict]] | None:
+    """`steps` (in plan order) with their parameters, where a reader can make each after the ones
+    before it (as start_sql begins them): a SQL step, neither built nor begun, that sets no
+    optimizers of the database, whose parameters are given and whose requirements are canonical,
+    materialized here or made before it; None where one of them cannot be."""
+    started = getattr(session, "started", None) or {}
+    todo: list[tuple[Step, dict]] = []
+    ahead: set[str] = set()
+    for step in steps:
+        if step.name in session.built:
+            continue
+        if step.sql is None or step.name in started or step.disabled_optimizers \
+                or any(p not in params for p in step.params) \
+                or not all(r in schema.TABLES or r in ahead or (r in session.built and session.materialized(r))
+                           for r in step.requires):
+            return None
+        todo.append((step, {p: params[p] for p in step.params}))
+        ahead.add(step.name)
+    return todo
 
 
 def start_sql(session, names: Iterable[str], params: Mapping[str, object]) -> list[str]:

@@ -33,6 +33,7 @@ RANK_STEPS = ("breakdown", "activity_attribution", "layer_times", "attribution_g
 
 # Built on a thread while layers.prepare runs here, where the session's steps run on one thread
 # each (Session.one_thread_each): they need only the breakdown's tables and the profile's.
+BESIDE_BREAKDOWN = ("segments", "breakdown")
 BESIDE_LAYERS = ("cp_host_syncs", "activity_spans", "activity_shares", "top_kernels_rank")
 
 
@@ -89,14 +90,19 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     # the per-rank steps the sections below build are asked for with the step rule's (on a mapped
     # job: one round of the workers)
     info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
-    rows = breakdown.step_rows(session)
-    _release(session)
     if session.one_thread_each():
-        # a second core idle: steps later sections need, begun on a thread while the layers are made
-        # (comm_ops first, here: a step with optimizers of its own would wait for the thread's queries)
+        # a second core idle: the breakdown's segments and the steps later sections need, begun on
+        # a thread while the layers are made here (comm_ops first: a step with optimizers of its own
+        # would wait for the thread's queries); the critical paths' walks, which read the segments
+        # and the attribution, begin once both are made
         build(session, ["comm_ops"])
-        start_sql(session, BESIDE_LAYERS, {})
-    layers.prepare(session, rules)
+        start_sql(session, BESIDE_BREAKDOWN + BESIDE_LAYERS, {})
+        layers.prepare(session, rules)
+        rows = breakdown.step_rows(session)
+    else:
+        rows = breakdown.step_rows(session)
+        _release(session)
+        layers.prepare(session, rules)
     # the FLOPs steps that read only the profile's tables, built on a thread while the critical
     # paths and the later sections are computed here (where a second core is given and the trace
     # is large: flops/early.py)

@@ -104,10 +104,13 @@ from traceview import launch
 launch.one_blas_thread()            # as the command does first (numpy's OpenBLAS would start threads)
 from traceview import executors
 def view(names):
+    import gc
     from traceview import mapped
     return sorted(n for n in names if n in sys.modules), executors.current() is None, \\
-        mp.parent_process() is not None, os.getppid(), len(mapped._SPARE)
+        mp.parent_process() is not None, os.getppid(), len(mapped._SPARE), gc.isenabled()
 jobs, files = int(sys.argv[1]), int(sys.argv[2])
+import gc
+gc.disable()                         # as the command line is while it starts (launch.main)
 out = {"safe": executors._fork_safe()}
 from traceview import mapped
 with executors.configured(executors.RunSettings(jobs=jobs)) as state:
@@ -117,8 +120,9 @@ with executors.configured(executors.RunSettings(jobs=jobs)) as state:
     if pool is not None:
         out["method"] = pool._mp_context.get_start_method()
         out["processes"] = len(pool._processes)
-        loaded, no_run, has_parent, ppid, spare = pool.submit(view, sys.argv[3:]).result()
-        out.update(loaded=loaded, no_run=no_run, has_parent=has_parent, my_child=ppid == os.getpid(), spare=spare)
+        loaded, no_run, has_parent, ppid, spare, collects = pool.submit(view, sys.argv[3:]).result()
+        out.update(loaded=loaded, no_run=no_run, has_parent=has_parent, my_child=ppid == os.getpid(), spare=spare,
+                   collects=collects)
 print(json.dumps(out))
 """
 
@@ -140,6 +144,7 @@ def test_start_pool_forks_the_workers_with_what_they_run_imported():
     assert got["loaded"] == sorted(names)           # imported before the fork, not by the worker
     assert got["no_run"] and got["has_parent"] and got["my_child"]   # this process's child, no forkserver
     assert got["spare"] == 1                        # its first batch's session, opened as it started
+    assert got["collects"] is True                  # its garbage collector on, the parent's off
 
 
 def test_a_batch_takes_the_session_opened_ahead_then_opens_its_own():

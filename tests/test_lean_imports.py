@@ -165,3 +165,33 @@ def test_the_command_starts_without_the_collector_and_primes_once_the_database_i
                        env={**__import__("os").environ, "TRACEVIEW_PARSE_HELPER": "0"})
     assert p.returncode == 0, p.stderr
     assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()
+
+
+_STORED = """
+import gc, json, os, sys
+sys.argv = ["traceview", "analyze", *sys.argv[1:]]
+from traceview import analyze_cli, launch, runs
+seen = {}
+write = analyze_cli.write_output
+def writing(text, out):
+    seen["collects"] = gc.isenabled()
+    return write(text, out)
+analyze_cli.write_output = writing
+job = runs.run_job
+runs.run_job = lambda *a, **k: (seen.setdefault("ran", True), job(*a, **k))[1]
+def done(code):
+    print(json.dumps({"rc": code, **seen}))
+    sys.stdout.flush()
+    os._exit(code)
+launch.exit_now = done
+launch.main()
+"""
+
+
+def test_the_collector_is_on_for_the_output_of_a_job_the_store_kept(tmp_path):
+    store = tmp_path / "store"
+    first = _run(_STORED, REAL, "-f", "json", "-o", tmp_path / "a.json", "--store", store)
+    assert first == {"rc": 0, "collects": True, "ran": True}
+    # another format of the same job: its document from the store, no run
+    again = _run(_STORED, REAL, "-f", "markdown", "-o", tmp_path / "b.md", "--store", store)
+    assert again == {"rc": 0, "collects": True}

@@ -189,6 +189,10 @@ def analyze_main(paths: List[Path], fmt: str, out: Optional[Path], out_dir: Opti
             from .job_cache import open_job  # the store may keep this job's document and report
             job = open_job([str(p) for p in paths], fields, compute,
                            fmt if out_dir is None and per_rank_rows is None else None)
+            # the garbage collector, off while the command starts (launch.main), on for the output
+            # (a job the store kept ran nothing that turned it on: runs.collect_again)
+            import gc
+            gc.enable()
             if state.skipped:
                 job.document["skipped_ranks"] = state.skipped
             text = job.output(fmt, per_rank_rows)

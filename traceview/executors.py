@@ -477,11 +477,14 @@ def _pool(n: int) -> ProcessPoolExecutor:
 
 
 def worker_init() -> None:
-    """Each pool worker, before its first task: a python-dateutil that is not installed marked
-    absent (parsers/no_dateutil.py); malloc keeps the pages the worker frees (heap.py: a worker is
-    traceview's own process, whoever started the pool)."""
+    """Each pool worker, before its first task: the garbage collector on (a worker forked while the
+    command line starts inherits it turned off: launch.main); a python-dateutil that is not
+    installed marked absent (parsers/no_dateutil.py); malloc keeps the pages the worker frees
+    (heap.py: a worker is traceview's own process, whoever started the pool)."""
     global _STATE
     _STATE = None                    # (a forked worker: the parent's run is not its own)
+    import gc
+    gc.enable()
     from .heap import keep_heap
     keep_heap()
     tables_as_ipc()

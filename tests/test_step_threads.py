@@ -13,7 +13,7 @@ from traceview import executors, runs
 from traceview.document.assemble import assemble
 from traceview.document.options import AnalyzeOptions
 from traceview.engine import steps
-from traceview.engine.session import PARALLEL_MIN_ROWS, Session
+from traceview.engine.session import PARALLEL_MIN_ROWS, Reader, Session
 from traceview.load import load
 
 FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
@@ -98,14 +98,25 @@ class _Spy(Session):
         super().materialize_sql(name, sql, params, disabled_optimizers, parallel)
 
 
-def test_declared_steps_get_step_threads_only_where_an_input_is_large():
+def test_declared_steps_get_step_threads_only_where_an_input_is_large(monkeypatch):
     profile = load([str(FIXTURE)])
     big = max(profile.gpu_activities.num_rows, profile.cpu_ranges.num_rows)
     assert big < PARALLEL_MIN_ROWS                      # the fixture is small: every step on one thread
+    # a small trace's steps made on a thread beside the main one (document/assemble.py): by a reader,
+    # on the threads of the database the reader's query finds (the session's own, one)
+    by_reader: dict[str, int] = {}
+    create = Reader.create
+
+    def creating(self, name, *a):
+        by_reader[name] = self.con.execute("SELECT current_setting('threads') AS t").fetchone()[0]
+        return create(self, name, *a)
+    monkeypatch.setattr(Reader, "create", creating)
     s = _Spy(profile)
     s.step_threads = 2
     assemble(profile, session=s)
-    assert set(PARALLEL) <= set(s.parallel) and not any(s.parallel.values())
+    assert {"name_tags", "segments", "breakdown"} <= set(by_reader) and set(by_reader.values()) == {1}
+    assert set(PARALLEL) <= set(s.parallel) | set(by_reader) and not any(s.parallel.values())
+    monkeypatch.setattr(Reader, "create", create)
     s = _Spy(profile)                                   # a threshold the CPU ranges reach, not the GPU activities
     s.step_threads = 2
     s.parallel_min_rows = big

@@ -4,6 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from traceview import schema
+from traceview.engine.session import Session
 from traceview.profile import Profile
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -58,3 +59,35 @@ def analyze_paths(paths) -> dict:
     from traceview.load import load
     p = load([str(x) for x in paths])
     return assemble(p, session=Session(p))
+
+
+class SpySession(Session):
+    """A session given `step_threads` cores (and `parallel_min_rows` where given) that notes the
+    steps it builds itself (`made`), the early tables it adopts (`adopted`), and in `order` what it
+    made and what it took as a reader made it ("taken <name>"), in the order they came."""
+    def __init__(self, profile, step_threads: int, min_rows: int | None = None):
+        super().__init__(profile)
+        self.step_threads = step_threads
+        if min_rows is not None:
+            self.parallel_min_rows = min_rows
+        self.made: list[str] = []
+        self.adopted: list[str] = []
+        self.order: list[str] = []
+
+    def materialize_sql(self, name, *a, **k):
+        self.made.append(name)
+        self.order.append(name)
+        super().materialize_sql(name, *a, **k)
+
+    def materialize_arrow(self, name, table):
+        self.made.append(name)
+        self.order.append(name)
+        super().materialize_arrow(name, table)
+
+    def adopt(self, name, table, params):
+        self.adopted.append(name)
+        super().adopt(name, table, params)
+
+    def adopt_made(self, name, rows):
+        self.order.append("taken " + name)
+        super().adopt_made(name, rows)

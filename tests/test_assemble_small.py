@@ -5,34 +5,14 @@ of their own while the layers are made here, and the document byte for byte the 
 that builds every step itself (one core)."""
 import threading
 
-from helpers import ROOT
+from helpers import ROOT, SpySession
 
 from traceview.document.assemble import BESIDE_BREAKDOWN, BESIDE_LAYERS, assemble
-from traceview.engine.session import Reader, Session
+from traceview.engine.session import Reader
 from traceview.load import load
 from traceview.reports import json_report
 
 FIXTURE = ROOT / "fixtures" / "h200_moe_overlap.json.gz"
-
-
-class _Spy(Session):
-    """A session given `step_threads` cores that notes the steps it builds itself, in order."""
-    def __init__(self, profile, step_threads: int):
-        super().__init__(profile)
-        self.step_threads = step_threads
-        self.made: list[str] = []
-
-    def materialize_sql(self, name, *a, **k):
-        self.made.append(name)
-        super().materialize_sql(name, *a, **k)
-
-    def materialize_arrow(self, name, table):
-        self.made.append(name)
-        super().materialize_arrow(name, table)
-
-    def adopt_made(self, name, rows):
-        self.made.append("taken " + name)
-        super().adopt_made(name, rows)
 
 
 def test_a_small_trace_builds_the_breakdown_beside_the_layers_and_gives_the_same_document(monkeypatch):
@@ -41,7 +21,7 @@ def test_a_small_trace_builds_the_breakdown_beside_the_layers_and_gives_the_same
     create = Reader.create
     monkeypatch.setattr(Reader, "create", lambda self, name, *a: elsewhere.append(
         (name, threading.current_thread().name)) or create(self, name, *a))
-    two = _Spy(profile, 2)
+    two = SpySession(profile, 2)
     assert two.one_thread_each()              # the fixture is small: its steps run on one thread each
     doc_two = json_report.render_bytes(assemble(profile, session=two))
     on = {}
@@ -51,9 +31,9 @@ def test_a_small_trace_builds_the_breakdown_beside_the_layers_and_gives_the_same
     assert on.get("traceview-steps") == list(BESIDE_BREAKDOWN + BESIDE_LAYERS)
     assert not set(BESIDE_BREAKDOWN + BESIDE_LAYERS + ("name_tags",)) & set(two.made)   # taken, not rebuilt
     # the main thread made the attribution before it took the segments: they were made meanwhile
-    assert two.made.index("activity_attribution") < two.made.index("taken segments")
+    assert two.order.index("activity_attribution") < two.order.index("taken segments")
     elsewhere.clear()
-    one = _Spy(profile, 1)
+    one = SpySession(profile, 1)
     assert not one.one_thread_each()
     doc_one = json_report.render_bytes(assemble(profile, session=one))
     assert elsewhere == [] or all(t.startswith("traceview-flops") for _, t in elsewhere)

@@ -4,12 +4,11 @@ error of the early build raised where the FLOPs section would meet it, and no th
 not pay (one core given, a mapped job); on a large trace after the layers, on a small one from the
 start of assemble on a session shared with the analysis session's database."""
 import pytest
-from helpers import ROOT, TRACES
+from helpers import ROOT, TRACES, SpySession
 
 from traceview.document.assemble import assemble
 from traceview.engine import steps
 from traceview.engine.pipeline import plan
-from traceview.engine.session import Session
 from traceview.flops import early
 from traceview.load import load
 from traceview.reports import json_report
@@ -20,30 +19,8 @@ EARLY = {"flops_shaped_ops", "flops_shapes", "flops_ops", "flops_kernels", "flop
          "flops_op_kernels", "flops_embedding_tokens"}
 
 
-class _Spy(Session):
-    """A session that notes the steps it builds itself and the early tables it adopts."""
-    def __init__(self, profile, step_threads: int, min_rows: int):
-        super().__init__(profile)
-        self.step_threads = step_threads
-        self.parallel_min_rows = min_rows
-        self.made: list[str] = []
-        self.adopted: list[str] = []
-
-    def materialize_sql(self, name, *a, **k):
-        self.made.append(name)
-        super().materialize_sql(name, *a, **k)
-
-    def materialize_arrow(self, name, table):
-        self.made.append(name)
-        super().materialize_arrow(name, table)
-
-    def adopt(self, name, table, params):
-        self.adopted.append(name)
-        super().adopt(name, table, params)
-
-
 def _doc(profile, step_threads, min_rows):
-    s = _Spy(profile, step_threads, min_rows)
+    s = SpySession(profile, step_threads, min_rows)
     return json_report.render_bytes(assemble(profile, session=s)), s
 
 
@@ -82,24 +59,24 @@ def test_no_shapes_only_the_count_is_taken():
 
 def test_no_thread_where_it_does_not_pay():
     profile = load([str(FIXTURE)])
-    assert early.start(_Spy(profile, 1, 0), tokens=True) is None          # one core given
-    assert early.start(_Spy(profile, 2, 10 ** 9), tokens=True) is None    # a small trace
-    got = early.start(_Spy(profile, 2, 0), tokens=False)
+    assert early.start(SpySession(profile, 1, 0), tokens=True) is None          # one core given
+    assert early.start(SpySession(profile, 2, 10 ** 9), tokens=True) is None    # a small trace
+    got = early.start(SpySession(profile, 2, 0), tokens=False)
     assert got is not None and "flops_embedding_tokens" not in got.later.result()
     # from the start of assemble, on a shared session: only where no table is large, on two cores
-    assert early.start_small(_Spy(profile, 1, 10 ** 9), tokens=True) is None
-    assert early.start_small(_Spy(profile, 2, 0), tokens=True) is None
+    assert early.start_small(SpySession(profile, 1, 10 ** 9), tokens=True) is None
+    assert early.start_small(SpySession(profile, 2, 0), tokens=True) is None
     threshold = max(t.num_rows for t in (profile.gpu_activities, profile.cpu_ranges, profile.launches))
-    assert early.start_small(_Spy(profile, 2, threshold), tokens=True) is None    # one table reaches it
-    got = early.start_small(_Spy(profile, 2, threshold + 1), tokens=True)
+    assert early.start_small(SpySession(profile, 2, threshold), tokens=True) is None    # one table reaches it
+    got = early.start_small(SpySession(profile, 2, threshold + 1), tokens=True)
     assert got is not None and set(got.later.result()) == EARLY
 
     class Remote:   # a mapped job: its workers build the per-rank steps
         pass
     profile.remote = Remote()
     try:
-        assert early.start(_Spy(profile, 2, 0), tokens=True) is None
-        assert early.start_small(_Spy(profile, 2, 10 ** 9), tokens=True) is None
+        assert early.start(SpySession(profile, 2, 0), tokens=True) is None
+        assert early.start_small(SpySession(profile, 2, 10 ** 9), tokens=True) is None
     finally:
         profile.remote = None
 
@@ -112,4 +89,4 @@ def test_an_error_of_the_early_build_is_raised_by_the_analysis(monkeypatch):
     monkeypatch.setattr(early, "_build", fail)
     for min_rows in (0, 10 ** 9):      # after the layers; from the start, on a shared session
         with pytest.raises(RuntimeError, match="early build failed"):
-            assemble(profile, session=_Spy(profile, 2, min_rows))
+            assemble(profile, session=SpySession(profile, 2, min_rows))

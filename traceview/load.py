@@ -34,18 +34,15 @@ def read_one(path: Path, nsys_bin: str | None = None) -> Profile:
     raise TraceError(path, "unknown trace format (expected Kineto .json/.json.gz or Nsight Systems .sqlite/.nsys-rep)")
 
 
-def prestart_parse(path: Path, prime: bool = True) -> bool:
+def prestart_parse(path: Path) -> bool:
     """Fork the Kineto parser's helper for `path` now (parsers/kineto_helper.prestart: where the
-    trace is large enough and no thread runs yet); the parse of `path` takes it. With `prime`, its
-    first batches are handed over at once (else by `prime_prestarted`). Returns whether it forked."""
+    trace is large enough and no thread runs yet); the parse of `path` takes it, its first batches
+    handed over by `prime_prestarted`. Returns whether it forked."""
     if path.name.lower().endswith(KINETO_SUFFIXES):    # (a trace named otherwise keeps the parser's own helper)
         from .parsers import kineto_helper
         if kineto_helper.fork_wanted(path):
-            from .parsers import kineto, kineto_helper_serve  # what the helper runs, imported once, before the fork
-            if kineto_helper.prestart(path, kineto_helper_serve._serve):
-                if prime:
-                    kineto.prime(path)
-                return True
+            from .parsers import kineto, kineto_helper_serve  # noqa: F401  (what the helper runs: imported before the fork)
+            return kineto_helper.prestart(path, kineto_helper_serve._serve)
     return False
 
 

@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 from .document.options import AnalyzeOptions, DiffOptions, check_options
 
 if TYPE_CHECKING:        # the analysis is imported when a run starts (a mapped job: while its workers parse)
+    from pathlib import Path
+
     from .diff.decompose import Side
     from .document.types import DiffDocument, ReportDocument
     from .engine.session import Session
@@ -111,7 +113,7 @@ def run_job(paths: list[str], opts: AnalyzeOptions, keep_tables: bool = True) ->
     return assemble(profile, opts, session, rules, budget, keep_tables=keep_tables), session
 
 
-def _begin_database(prime=None) -> None:
+def _begin_database(primed: Path | None = None) -> None:
     """The job analyzed in this process: its DuckDB database made on a thread (duck.begin) while
     the analysis's modules are imported here (imported after the load otherwise); the session's
     connection takes it. After `_prestart`, which forks only while no other thread runs."""
@@ -121,9 +123,9 @@ def _begin_database(prime=None) -> None:
         lean_imports.duckdb()
     from . import duck
     duck.begin()
-    if prime is not None:
+    if primed is not None:      # the helper forked for it: its first batches cut while the database is made
         from .load import prime_prestarted
-        prime_prestarted(prime)
+        prime_prestarted(primed)
     import importlib
     for m in ("traceview.document.assemble", "traceview.flops.mfu"):
         importlib.import_module(m)
@@ -141,7 +143,7 @@ def _prestart(path) -> bool:
     if state is not None and state.settings.store is not None and stored(path, state.settings.store):
         return False     # read from the store: nothing to parse
     from .load import prestart_parse
-    return prestart_parse(path, prime=False)
+    return prestart_parse(path)
 
 
 def _mappable(files) -> bool:

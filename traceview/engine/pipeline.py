@@ -145,33 +145,42 @@ def start(session, name: str, params: Mapping[str, object], chain: bool = False)
     if ahead is None:
         build(session, needs, params)
         ahead = []
-    own = {p: params[p] for p in step.params}
-    todo = ahead + [(step, own)]
-    made = _Chain(session.reader(), todo, name=f"traceview-step-{name}")
-    for s, p in todo:
-        started[s.name] = (p, made)
+    _begin_chain(session, ahead + [(step, {p: params[p] for p in step.params})], f"traceview-step-{name}")
     return True
 
 
+def _readable(session, step: Step, params: Mapping[str, object], ahead: set[str]) -> bool:
+    """Whether a reader of `session` can make SQL step `step` after the steps `ahead` (start_sql,
+    start's chain): neither built nor begun, setting no optimizers of the database (which the
+    session's own queries would run under), its parameters given, its requirements canonical,
+    materialized here or in `ahead`."""
+    return step.sql is not None and step.name not in session.built and step.name not in session.started \
+        and not step.disabled_optimizers and all(p in params for p in step.params) \
+        and all(r in schema.TABLES or r in ahead or (r in session.built and session.materialized(r))
+                for r in step.requires)
+
+
 def _chainable(session, steps: list[Step], params: Mapping[str, object]) -> list[tuple[Step, dict]] | None:
-    """`steps` (in plan order) with their parameters, where a reader can make each after the ones
-    before it (as start_sql begins them): a SQL step, neither built nor begun, that sets no
-    optimizers of the database, whose parameters are given and whose requirements are canonical,
-    materialized here or made before it; None where one of them cannot be."""
-    started = getattr(session, "started", None) or {}
+    """`steps` (in plan order) not built yet with their parameters, where a reader can make each
+    after the ones before it (`_readable`); None where one of them cannot be made so."""
     todo: list[tuple[Step, dict]] = []
     ahead: set[str] = set()
     for step in steps:
         if step.name in session.built:
             continue
-        if step.sql is None or step.name in started or step.disabled_optimizers \
-                or any(p not in params for p in step.params) \
-                or not all(r in schema.TABLES or r in ahead or (r in session.built and session.materialized(r))
-                           for r in step.requires):
+        if not _readable(session, step, params, ahead):
             return None
         todo.append((step, {p: params[p] for p in step.params}))
         ahead.add(step.name)
     return todo
+
+
+def _begin_chain(session, todo: list[tuple[Step, dict]], name: str) -> None:
+    """`todo` (steps and their parameters) made one after another on a thread named `name`, each
+    noted in the session's `started` for `build` to take."""
+    chain = _Chain(session.reader(), todo, name=name)
+    for step, own in todo:
+        session.started[step.name] = (own, chain)
 
 
 def start_sql(session, names: Iterable[str], params: Mapping[str, object]) -> list[str]:
@@ -191,17 +200,12 @@ def start_sql(session, names: Iterable[str], params: Mapping[str, object]) -> li
         step = lookup(name)
         if step is None or step.sql is None:
             raise StepError(f"{name} is not a SQL step")
-        if name in session.built or name in started or step.disabled_optimizers \
-                or any(p not in params for p in step.params) \
-                or not all(r in schema.TABLES or r in ahead or (r in session.built and session.materialized(r))
-                           for r in step.requires):
+        if not _readable(session, step, params, ahead):
             continue
         todo.append((step, {p: params[p] for p in step.params}))
         ahead.add(name)
     if todo:
-        chain = _Chain(session.reader(), todo, name="traceview-steps")
-        for step, own in todo:
-            started[step.name] = (own, chain)
+        _begin_chain(session, todo, "traceview-steps")
     return [step.name for step, _ in todo]
 
 

@@ -104,3 +104,37 @@ def arrow_reader(rel: duckdb.DuckDBPyRelation, batch_rows: int):
     DuckDB names it to_arrow_reader and warns that fetch_arrow_reader is deprecated)."""
     read = rel.to_arrow_reader if hasattr(rel, "to_arrow_reader") else rel.fetch_arrow_reader
     return read(batch_rows)
+
+
+def _seam_submit():
+    """DuckDB's own function that runs one statement to the format asked for (`duckdb._seam.submit`,
+    DuckDB 2), where it takes (con, sql, values, format, batch size); else None."""
+    try:
+        from duckdb import _seam
+        submit = _seam.submit
+        batch = int(_seam.DEFAULT_BATCH_SIZE)
+        code = submit.__code__
+        names = code.co_varnames[:code.co_argcount]
+    except (ImportError, AttributeError, TypeError, ValueError):
+        return None
+    if names[:5] != ("con", "sql", "values", "format", "batch_size"):
+        return None
+    return lambda con, sql, params: submit(con, sql, params, "arrow", batch).arrow_table()
+
+
+_SUBMIT = _seam_submit()
+
+
+def arrow_table(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None):
+    """The rows of one query (`$name` parameters from `params`) as an Arrow table. DuckDB 2's
+    relational API (`con.sql(...).to_arrow_table()`) parses the query's text and binds it (its
+    output's names and types, for a relation that may be composed further) before it runs it,
+    which parses and plans it again: a query whose rows are all that is wanted is submitted once,
+    through the function that API itself ends in (`_seam_submit`). Where a DuckDB has none, or
+    it refuses (its arguments changed), the API."""
+    if _SUBMIT is not None:
+        try:
+            return _SUBMIT(con, sql, params or None)
+        except (TypeError, AttributeError):   # not the function this was written for: the API
+            pass
+    return con.sql(sql, params=params or None).to_arrow_table()

@@ -357,7 +357,7 @@ class Session:
     def sql(self, sql: str, **params) -> pa.Table:
         params = {k: v for k, v in params.items() if f"${k}" in sql}
         with self._guard():
-            return self.con.sql(sql, params=params or None).to_arrow_table()
+            return duck.arrow_table(self.con, sql, params)
 
     def _guard(self):
         """What a query of this session holds: the settings lock where the session is shared."""

@@ -1,0 +1,83 @@
+"""duck.arrow_table: a query's rows as Arrow, submitted once through DuckDB's own submit function
+where it has one (DuckDB 2), else through the relational API; both give the same table, a query's
+error is raised as DuckDB's, and a submit function of another shape is not used."""
+from __future__ import annotations
+
+import duckdb
+import pyarrow as pa
+import pytest
+
+from traceview import duck
+
+QUERIES = [
+    ("SELECT range AS i, CASE WHEN range % 3 = 0 THEN NULL ELSE 'n' || range END AS s FROM range(10) ORDER BY i", None),
+    ("SELECT i, s FROM t WHERE i >= $lo AND s <> $skip ORDER BY i", {"lo": 2, "skip": "b"}),
+    ("SELECT i FROM t WHERE i > $lo", {"lo": 100}),                    # no rows
+]
+
+
+@pytest.fixture()
+def con():
+    c = duckdb.connect()
+    c.execute("CREATE TABLE t AS SELECT * FROM (VALUES (1, 'a'), (2, 'b'), (3, 'c'), (4, NULL)) v(i, s)")
+    yield c
+    c.close()
+
+
+def _expected(con, sql, params):
+    # the relational API, by hand: what the function must equal
+    return con.sql(sql, params=params).to_arrow_table()
+
+
+@pytest.mark.parametrize("sql,params", QUERIES)
+def test_the_same_table_as_the_relational_api(con, sql, params):
+    got = duck.arrow_table(con, sql, params)
+    assert isinstance(got, pa.Table)
+    assert got.equals(_expected(con, sql, params))
+
+
+def test_the_rows_by_hand(con):
+    got = duck.arrow_table(con, "SELECT i, s FROM t WHERE i >= $lo ORDER BY i", {"lo": 2})
+    assert got.to_pydict() == {"i": [2, 3, 4], "s": ["b", "c", None]}
+
+
+@pytest.mark.parametrize("sql,params", QUERIES)
+def test_without_a_submit_function_the_api(con, sql, params, monkeypatch):
+    monkeypatch.setattr(duck, "_SUBMIT", None)
+    assert duck.arrow_table(con, sql, params).equals(_expected(con, sql, params))
+
+
+def test_a_submit_function_that_refuses_its_arguments_leaves_it_to_the_api(con, monkeypatch):
+    calls = []
+
+    def refuses(*a):
+        calls.append(a)
+        raise TypeError("takes 4 positional arguments")
+    monkeypatch.setattr(duck, "_SUBMIT", refuses)
+    assert duck.arrow_table(con, "SELECT i FROM t ORDER BY i").to_pydict() == {"i": [1, 2, 3, 4]}
+    assert len(calls) == 1
+
+
+def test_a_query_error_is_duckdbs(con):
+    with pytest.raises(duckdb.Error, match="no_such_table"):
+        duck.arrow_table(con, "SELECT * FROM no_such_table")
+    with pytest.raises(duckdb.Error):
+        duck.arrow_table(con, "SELECT i FROM t WHERE i > $lo", {})   # a parameter not given
+
+
+def test_a_submit_function_of_another_shape_is_not_used(monkeypatch):
+    seam = pytest.importorskip("duckdb._seam")
+
+    def other(con, sql, values, batch_size=1):    # (no format argument)
+        raise AssertionError("not to be called")
+    monkeypatch.setattr(seam, "submit", other)
+    assert duck._seam_submit() is None
+    monkeypatch.delattr(seam, "submit")
+    assert duck._seam_submit() is None
+
+
+def test_duckdb_2_has_the_submit_function():
+    # the DuckDB this project installs (2.x) has it: the function is in use, not only the fallback
+    if int(duckdb.__version__.split(".")[0]) < 2:
+        pytest.skip(f"DuckDB {duckdb.__version__}: the relational API only")
+    assert duck._SUBMIT is not None

@@ -108,17 +108,18 @@ def test_activity_class():
                    params={"comm_op_regex": r"^(c10d::|nccl:)", "comm_kernel_regex": r"^nccl"})
     # collective ranges on thread 1: c10d::allreduce_ [100, 300] with nccl:all_reduce [150, 250] inside
     # (one island [100, 300], named by its first range), MPI_Send [500, 600] (domain MPI)
+    # (each activity's kind and name stay gpu_activities': its class needs them, its row does not)
     want = [
-        (11, 7, 1000, 1010, "kernel", "gemm", "comm", "c10d::allreduce_"),   # launched at [160, 170] inside
-        (12, 7, 1020, 1030, "memcpy", "Memcpy DtoH", "comm", "MPI_Send"),    # [510, 520] in the MPI call
-        (13, 7, 1040, 1050, "memset", "Memset", "memory", None),             # [710, 720]: ends after 600
-        (14, 8, 1060, 1070, "kernel", "ncclDevKernel_AllReduce", "comm", None),   # by its name (thread 2)
-        (15, 7, 1080, 1090, "kernel", "gemm2", "compute", None),            # [290, 310] ends after 300
-        (16, 7, 1100, 1110, "kernel", "k", "comm", None),                   # collective metadata
-        (17, 7, 1120, 1130, "kernel", "k", "compute", None),
+        (11, 7, 1000, 1010, "comm", "c10d::allreduce_"),   # a gemm kernel launched at [160, 170] inside
+        (12, 7, 1020, 1030, "comm", "MPI_Send"),           # a memcpy, [510, 520] in the MPI call
+        (13, 7, 1040, 1050, "memory", None),               # a memset, [710, 720]: ends after 600
+        (14, 8, 1060, 1070, "comm", None),                 # ncclDevKernel_AllReduce: by its name (thread 2)
+        (15, 7, 1080, 1090, "compute", None),              # a kernel, [290, 310] ends after 300
+        (16, 7, 1100, 1110, "comm", None),                 # collective metadata
+        (17, 7, 1120, 1130, "compute", None),
     ]
-    assert got == [{"id": i, "rank": 0, "device": 0, "stream": s, "start_ns": a, "end_ns": b, "kind": k,
-                    "name": n, "class": c, "coll_range": r} for i, s, a, b, k, n, c, r in want]
+    assert got == [{"id": i, "rank": 0, "device": 0, "stream": s, "start_ns": a, "end_ns": b,
+                    "class": c, "coll_range": r} for i, s, a, b, c, r in want]
 
 
 def test_activity_class_rules_apply_to_every_range_and_activity_of_a_name():
@@ -441,14 +442,16 @@ def test_cp_host_syncs():
 
 
 def test_cp_preds():
+    acts = [(1, 1, 100, 200), (2, 1, 250, 300), (3, 2, 150, 400), (4, 1, 2000, 2100)]   # id, stream, start, end
     prof = make_profile(
         launches=[{"id": 50, "tid": 9, "start_ns": 24, "end_ns": 26, "name": "cudaStreamWaitEvent", "correlation": 88}],
         syncs=[{"id": 500, "kind": "stream_wait_event", "start_ns": 27, "end_ns": 28, "stream": 1, "event_stream": 2,
-                "correlation": 88}])
-    acts = [(1, 1, 100, 200), (2, 1, 250, 300), (3, 2, 150, 400), (4, 1, 2000, 2100)]   # id, stream, start, end
+                "correlation": 88}],
+        # (each activity's kind and name: the profile's, not activity_class's)
+        gpu=[{"id": i, "stream": s, "start_ns": a, "end_ns": b, "name": f"k{i}"} for i, s, a, b in acts])
     given = {
         "activity_class": T([{"id": i, "rank": 0, "device": 0, "stream": s, "start_ns": a, "end_ns": b,
-                              "kind": "kernel", "name": f"k{i}", "class": "compute", "coll_range": None}
+                              "class": "compute", "coll_range": None}
                              for i, s, a, b in acts]),
         "activity_origin": T([origin(1, 1, 10, 12, launch_name="cudaLaunchKernel"),
                               origin(2, 1, 30, 32, launch_name="cudaLaunchKernel"),

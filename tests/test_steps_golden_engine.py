@@ -17,6 +17,15 @@ def _t(rows, **types):
     return pa.Table.from_pylist(rows, schema=schema)
 
 
+def _classed(cls: list[dict]):
+    """Rows of classed activities (with their kind and name) as a step reads them: a profile whose
+    GPU activities carry the kinds and names, and activity_class's rows without them."""
+    from helpers import make_profile
+    prof = make_profile(gpu=[{k: c[k] for k in ("id", "rank", "device", "stream", "start_ns", "end_ns", "kind", "name")}
+                             for c in cls], ranks=tuple(sorted({c["rank"] for c in cls})))
+    return prof, _t([{k: v for k, v in c.items() if k not in ("kind", "name")} for c in cls], coll_range=pa.string())
+
+
 def _proj(rows, *cols):
     return [tuple(r[c] for c in cols) for r in rows]
 
@@ -95,7 +104,8 @@ def test_top_kernels_total_time_inside_the_windows_over_ranks():
     cls = [{**c, "class": c.pop("cls")} for c in cls]
     win = [dict(rank=0, step=1, name="s", start_ns=0, end_ns=100, activities=3),
            dict(rank=1, step=1, name="s", start_ns=10, end_ns=100, activities=1)]
-    got = run_step("top_kernels", given={"activity_class": _t(cls, coll_range=pa.string()), "windows": win},
+    prof, classed = _classed(cls)
+    got = run_step("top_kernels", prof, given={"activity_class": classed, "windows": win},
                    order_by="total_ns DESC, name")
     # B: 50 ns once; A: 10 + 20 = 30 ns twice (on two ranks)
     assert _proj(got, "name", "class", "count", "total_ns") == [("B", "compute", 1, 50), ("A", "compute", 2, 30)]
@@ -114,11 +124,12 @@ def test_top_kernels_rank_counts_each_ranks_activities_inside_its_windows():
     win = [dict(rank=0, step=1, name="s", start_ns=0, end_ns=100, activities=4),
            dict(rank=0, step=2, name="s", start_ns=41, end_ns=50, activities=1),
            dict(rank=1, step=1, name="s", start_ns=10, end_ns=100, activities=1)]
-    given = {"activity_class": _t(cls, coll_range=pa.string()), "windows": win}
-    got = run_step("top_kernels_rank", given=given, order_by="rank, name")
+    prof, classed = _classed(cls)
+    given = {"activity_class": classed, "windows": win}
+    got = run_step("top_kernels_rank", prof, given=given, order_by="rank, name")
     # rank 0: A 10 ns once; B 50 + 2 in step 1 and 2 again in step 2: 3 times, 54 ns. rank 1: A 20 ns once
     assert _proj(got, "rank", "name", "count", "total_ns") == [(0, "A", 1, 10), (0, "B", 3, 54), (1, "A", 1, 20)]
-    total = run_step("top_kernels", given=given, order_by="total_ns DESC, name")
+    total = run_step("top_kernels", prof, given=given, order_by="total_ns DESC, name")
     assert _proj(total, "name", "count", "total_ns") == [("B", 3, 54), ("A", 2, 30)]
 
 

@@ -2,7 +2,7 @@
 -- scope: rank
 -- requires: cpu_ranges, gpu_activities, activity_origin
 -- params: comm_kernel_regex, comm_op_regex
--- produces: id, rank, device, stream, start_ns, end_ns, kind, name, class, coll_range
+-- produces: id, rank, device, stream, start_ns, end_ns, class, coll_range
 -- threads: all
 -- activity_class: classify every GPU activity as compute, comm or memory.
 -- comm:   launched inside a collective CPU range (name matches $comm_op_regex, or NVTX domain
@@ -54,7 +54,7 @@ name_rule AS (
     SELECT name, regexp_matches(name, $comm_kernel_regex) AS comm FROM gpu_activities GROUP BY name
 )
 SELECT
-    a.id, a.rank, a.device, a.stream, a.start_ns, a.end_ns, a.kind, a.name,
+    a.id, a.rank, a.device, a.stream, a.start_ns, a.end_ns,
     CASE
         WHEN u.id IS NOT NULL
           OR a.coll_name IS NOT NULL

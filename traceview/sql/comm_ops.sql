@@ -45,10 +45,10 @@ annot_scope AS (
     SELECT id, arg_min(rid, lvl) AS rid FROM chain WHERE kind <> 'op' GROUP BY id
 ),
 src AS (
-    SELECT c.id, c.rank, c.start_ns, c.end_ns, c.name, c.kind, g.bytes, g.coll_in_nelems, g.coll_dtype,
+    SELECT c.id, c.rank, c.start_ns, c.end_ns, g.name, g.kind, g.bytes, g.coll_in_nelems, g.coll_dtype,
            lower(replace(coalesce(g.coll_name, ''), '_', '')) AS meta,
            lower(replace(coalesce(c.coll_range, ''), '_', '')) AS rng,
-           lower(replace(c.name, '_', '')) AS kname
+           lower(replace(g.name, '_', '')) AS kname
     FROM gpu_activities g JOIN activity_class c ON c.id = g.id
     WHERE c.class = 'comm'
 ),

@@ -1,6 +1,6 @@
 -- step: cp_preds
 -- scope: rank
--- requires: activity_class, syncs, launches, cp_host_syncs, windows, activity_origin
+-- requires: activity_class, syncs, launches, cp_host_syncs, windows, activity_origin, gpu_activities
 -- produces: rank, step, id, stream, start_ns, end_ns, class, kind, name, tid, origin_start_ns
 -- produces: origin_end_ns, prev_id, prev_end_ns, wait_src_id, wait_src_end_ns, sync_id
 -- produces: sync_end_ns
@@ -62,12 +62,13 @@ last_sync AS (
       ON h.rank = a.rank AND h.tid = a.tid AND a.origin_start_ns >= h.end_ns
 )
 -- (critical_path._chunk_sql runs the CTEs above, less last_sync, with a SELECT of its own)
-SELECT w.rank, w.step, a.id, a.stream, a.start_ns, a.end_ns, c.class, c.kind, c.name, a.tid,
+SELECT w.rank, w.step, a.id, a.stream, a.start_ns, a.end_ns, c.class, g.kind, g.name, a.tid,
        a.origin_start_ns, a.origin_end_ns, a.prev_id, a.prev_end_ns,
        b.wait_src_id, b.wait_src_end_ns, s.sync_id, s.sync_end_ns
 FROM acts a
 JOIN windows w ON a.rank = w.rank AND a.end_ns > w.start_ns AND a.start_ns < w.end_ns
 JOIN activity_class c ON c.id = a.id
+JOIN gpu_activities g ON g.id = a.id
 LEFT JOIN best_wait b ON b.waiter_id = a.id
 LEFT JOIN last_sync s ON s.id = a.id
 ORDER BY w.rank, w.step, a.end_ns, a.id

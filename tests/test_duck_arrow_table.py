@@ -54,8 +54,46 @@ def test_a_submit_function_that_refuses_its_arguments_leaves_it_to_the_api(con, 
         calls.append(a)
         raise TypeError("takes 4 positional arguments")
     monkeypatch.setattr(duck, "_SUBMIT", refuses)
+    monkeypatch.setattr(duck, "_PROBED", True)
     assert duck.arrow_table(con, "SELECT i FROM t ORDER BY i").to_pydict() == {"i": [1, 2, 3, 4]}
     assert len(calls) == 1
+
+
+@pytest.mark.parametrize("wrong", ["raises", "other rows", "not a table"])
+def test_a_submit_function_that_answers_the_probe_wrong_is_not_used_again(con, monkeypatch, wrong):
+    # a DuckDB whose function takes the same arguments but does something else with them: the
+    # first query's probe finds it out, and every query goes through the API from then on
+    calls = []
+
+    def other(con, sql, params):
+        calls.append(sql)
+        if wrong == "raises":
+            raise duckdb.InvalidInputException("unknown format 'arrow'")
+        if wrong == "other rows":
+            return pa.table({"x": [0]})
+        return [(42, "a")]
+    monkeypatch.setattr(duck, "_SUBMIT", other)
+    monkeypatch.setattr(duck, "_PROBED", False)
+    for _ in range(2):
+        assert duck.arrow_table(con, "SELECT i FROM t ORDER BY i").to_pydict() == {"i": [1, 2, 3, 4]}
+    assert calls == [duck._PROBE]          # the probe only
+    assert duck._SUBMIT is None
+
+
+def test_the_probe_runs_once_and_keeps_a_right_function(con, monkeypatch):
+    calls = []
+    real = duck._seam_submit()
+    if real is None:
+        pytest.skip("no submit function in this DuckDB")
+
+    def counted(con, sql, params):
+        calls.append(sql)
+        return real(con, sql, params)
+    monkeypatch.setattr(duck, "_SUBMIT", counted)
+    monkeypatch.setattr(duck, "_PROBED", False)
+    for _ in range(3):
+        assert duck.arrow_table(con, "SELECT i FROM t WHERE i > $lo ORDER BY i", {"lo": 3}).to_pydict() == {"i": [4]}
+    assert calls[0] == duck._PROBE and len(calls) == 4 and duck._SUBMIT is counted
 
 
 def test_a_query_error_is_duckdbs(con):

@@ -123,6 +123,21 @@ def _seam_submit():
 
 
 _SUBMIT = _seam_submit()
+_PROBED = False   # whether _SUBMIT has given a known answer once (arrow_table's first call)
+_PROBE, _ANSWER = "SELECT 42::INTEGER AS x, 'a' AS y", {"x": [42], "y": ["a"]}
+
+
+def _probe(con: duckdb.DuckDBPyConnection) -> None:
+    """On the first query: _SUBMIT kept only where it gives a known query's rows (a DuckDB whose
+    function takes the same arguments but means something else by them is not trusted)."""
+    global _SUBMIT, _PROBED
+    _PROBED = True
+    try:
+        ok = _SUBMIT(con, _PROBE, None).to_pydict() == _ANSWER
+    except Exception:  # noqa: BLE001 - any failure: the API from now on
+        ok = False
+    if not ok:
+        _SUBMIT = None
 
 
 def arrow_table(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None):
@@ -130,11 +145,14 @@ def arrow_table(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = 
     relational API (`con.sql(...).to_arrow_table()`) parses the query's text and binds it (its
     output's names and types, for a relation that may be composed further) before it runs it,
     which parses and plans it again: a query whose rows are all that is wanted is submitted once,
-    through the function that API itself ends in (`_seam_submit`). Where a DuckDB has none, or
-    it refuses (its arguments changed), the API."""
-    if _SUBMIT is not None:
+    through the function that API itself ends in (`_seam_submit`), once it has answered a known
+    query right (`_probe`). Where a DuckDB has none, or it refuses (its arguments changed), the API."""
+    if _SUBMIT is not None and not _PROBED:
+        _probe(con)
+    submit = _SUBMIT
+    if submit is not None:
         try:
-            return _SUBMIT(con, sql, params or None)
+            return submit(con, sql, params or None)
         except (TypeError, AttributeError):   # not the function this was written for: the API
             pass
     return con.sql(sql, params=params or None).to_arrow_table()

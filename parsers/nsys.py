@@ -270,7 +270,7 @@ class _Reader:
         self.registered.add(name)
 
     def q(self, sql: str) -> pa.Table:
-        return self.db.sql(sql).to_arrow_table()
+        return duck.arrow_table(self.db, sql)   # (submitted once: duck.arrow_table)
 
     def drop(self, *names: str) -> None:
         """Free what later steps no longer need (temp tables and registered Arrow tables)."""

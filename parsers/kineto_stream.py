@@ -189,21 +189,27 @@ def too_deep(text: bytes, limit: int) -> bool:
     For a text that is not valid JSON it may say True where the exact count says False (brackets
     of different kinds paired): the caller then reads the file whole, whose exact check and
     decoder report it."""
-    return _shape(text, limit) == _DEEP
+    return _shape(text, limit, fast=False) == _DEEP
 
 
 _DEEP, _CLOSED, _OPEN_OR_UNKNOWN = "deep", "closed", "open"
 
 
-def _shape(text: bytes, limit: int) -> str:
+def _shape(text: bytes, limit: int, fast: bool = True) -> str:
     """_DEEP: more than `limit` levels (as `too_deep`); _CLOSED: one value of at most `limit`
     levels, every bracket and string in it closed (both kinds of bracket counted as one), as a
     batch `[` events `]` is; _OPEN_OR_UNKNOWN: neither (a string or bracket left open, as where a
     cut falls inside a string or an event; or more than one value, as where it falls after the
-    array), or, for a text with escapes, not known."""
+    array), or, for a text with escapes, not known.
+
+    `fast` (a batch's check): _CLOSED at once where `_closed_fast` says so, the strings' brackets
+    counted with the others (see there); the exact count only where it does not."""
     if b"\\" in text:  # escapes inside strings: the exact count
         return _DEEP if json_depth.depth_exceeds(text, limit) else _OPEN_OR_UNKNOWN
-    marks = text.translate(_PARENS, _DROP).replace(b'""', b"")  # strings without brackets gone
+    marks = text.translate(_PARENS, _DROP)
+    if fast and _closed_fast(marks, limit):
+        return _CLOSED
+    marks = marks.replace(b'""', b"")  # strings without brackets gone
     if 0x22 in marks:
         marks = _STRING.sub(b"", marks)  # the strings that hold brackets (a lone quote: one left open)
     for _ in range(limit):
@@ -214,6 +220,35 @@ def _shape(text: bytes, limit: int) -> str:
             return _OPEN_OR_UNKNOWN
         marks = fewer
     return _DEEP if len(marks.replace(b"()", b"")) < len(marks) else _OPEN_OR_UNKNOWN
+
+
+def _closed_fast(marks: bytes, limit: int) -> bool:
+    """Whether a text's quotes and brackets (`marks`: both bracket kinds as ( and ), quotes kept;
+    no escapes) pair up as one value of at most `limit` levels, the brackets inside strings counted
+    with the others: the quotes even in number, and their brackets so, peeled one level per pass.
+
+    About 60-70 % of the time of `_shape`'s exact count on a batch of 4 MiB (2.7 against 4.4 ms, 4.0
+    against 5.9 on h200_moe/overlap): it leaves the quotes and the strings'
+    brackets in place of removing every string (hundreds of thousands of them), the part of the
+    exact count that costs most. Where no string holds brackets that do not pair up among
+    themselves (a kernel's `{lambda()#1}` does), the answer is the exact count's: a string's own
+    balanced brackets change neither the pairing nor the levels outside it; a cut inside a string
+    leaves its quotes odd. Otherwise (strings such as "}}" or "a[") True may be said where the
+    exact count says no: for a cut inside an event whose open brackets the strings' happen to
+    close (its decode then fails, and the file is read whole: the same tables, as for any batch
+    the decoder refuses), or for more levels than `limit` that such strings hide (the decoder then
+    nests them, or refuses them past its own limit). False only sends the text to the exact count."""
+    if marks.count(b'"') & 1:   # a string left open (a cut inside one)
+        return False
+    brackets = marks.translate(None, b'"')
+    for _ in range(limit):
+        if brackets == b"()":
+            return True
+        fewer = brackets.replace(b"()", b"")
+        if len(fewer) == len(brackets) or not fewer:
+            return False
+        brackets = fewer
+    return False
 
 
 def _batch_array(buf: bytearray, cut: int) -> tuple[bytes, str]:

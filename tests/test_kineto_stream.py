@@ -333,6 +333,82 @@ def test_a_batch_is_closed_only_as_one_complete_value():
     assert ks._shape(b'[' * 70 + b']' * 70, 63) == deep
 
 
+def _balanced_value(rng, depth: int):
+    """Random JSON whose strings hold brackets that pair up among themselves (as a kernel's
+    `{lambda()#1}` or `[with T = float]`), or none."""
+    if depth == 0 or rng.random() < 0.25:
+        return rng.choice([1, 2.5, None, True, "a", "[x]", "{lambda()#1}", "f({a}, [b])", "", "[{}]"])
+    if rng.random() < 0.5:
+        return [_balanced_value(rng, depth - 1) for _ in range(rng.randrange(0, 4))]
+    return {f"k{i}": _balanced_value(rng, depth - 1) for i in range(rng.randrange(0, 4))}
+
+
+def test_the_fast_closed_check_is_the_exact_count_where_strings_balance():
+    """A batch's check says closed at once (`_closed_fast`, the strings' brackets counted with the
+    others) exactly where the exact count does, when the strings' brackets pair up among themselves:
+    random arrays of such values cut at every comma (as a batch is: the text before it and a "]"),
+    and whole, around the nesting limit."""
+    import random
+
+    from traceview.parsers import kineto_stream as ks
+    rng = random.Random(11)
+    checked = closed = 0
+    for _ in range(300):
+        vals = [_balanced_value(rng, rng.randrange(0, 7)) for _ in range(rng.randrange(1, 5))]
+        text = json.dumps(vals).encode()
+        d = 1 + max(_nesting(v) for v in vals)
+        cuts = [i for i, c in enumerate(text) if c == 0x2C] + [len(text) - 1]
+        for cut in cuts:
+            t = text[:cut] + b"]"
+            for limit in {max(1, d - 1), d, d + 1}:
+                fast, exact = ks._shape(t, limit), ks._shape(t, limit, fast=False)
+                assert fast == exact, (t, limit)
+                checked += 1
+                closed += fast == ks._CLOSED
+    assert checked > 3000 and 300 < closed < checked   # both answers were seen many times
+
+
+def test_the_fast_closed_check_may_be_fooled_by_unpaired_brackets_in_strings(tmp_path, monkeypatch):
+    """Where a string's brackets do not pair up, the fast check can say closed for a cut inside an
+    event (here: between the objects of a list in `args`, the string "}}}" closing what the cut
+    leaves open); the exact count says open. The batch is then handed over as it is, its decode
+    fails, and the file is read whole: the tables are the whole read's."""
+    from traceview.parsers import kineto_stream as ks
+    cut_inside = b'[{"a": 1}, {"args": {"l": [{"x": "}}}"}]'
+    assert ks._shape(cut_inside, 63) == ks._CLOSED
+    assert ks._shape(cut_inside, 63, fast=False) == ks._OPEN_OR_UNKNOWN
+    ev = _events(3)
+    ev.insert(4, {"ph": "X", "cat": "kernel", "name": "odd", "pid": 0, "tid": 3, "ts": 150, "dur": 1,
+                  "args": {"correlation": 9, "l": [{"x": "}}}"}, {"y": 2}]}})
+    f = _write(tmp_path, ev)
+    whole = kineto.Profile(**dict(zip(("warnings", *TABLES), _parts(kineto._ingest_whole, f), strict=True)))
+    # a batch cut at that `},{` is handed over as it is, and its decode refuses it
+    text = json.dumps({"traceEvents": ev}).encode()
+    buf = bytearray(text[text.index(b"["):])
+    cut = buf.index(b'"}}}"}, {') + len(b'"}}}"}')
+    handed = ks._batch_text(buf, cut)
+    assert handed is not None and handed[0].endswith(b'"}}}"}]')
+    with pytest.raises(ks.Fallback):
+        ks.decode_text(handed[0])
+    # the parse with that cut (each batch handed over, here decoded as the helper does): the whole
+    # read's tables, by its fallback
+    real_sep = ks._last_sep
+    monkeypatch.setattr(ks, "_last_sep", lambda b: (b.index(b'"}}}"}, {') + len(b'"}}}"}'))
+                        if b'"}}}"}, {' in b else real_sep(b))
+    monkeypatch.setattr(ks, "_decode_batch", lambda b, c: (lambda got: None if got is None else ks.decode_text(got[0]))(
+        ks._batch_text(b, c)))
+    monkeypatch.setattr(ks, "TEXT_BYTES", 1)
+    monkeypatch.setattr(bounded_read, "CHUNK", 16)
+    fell_back = []
+    real_whole = kineto._ingest_whole
+    monkeypatch.setattr(kineto, "_ingest_whole", lambda path: fell_back.append(1) or real_whole(path))
+    p = kineto.read(f)
+    assert fell_back
+    for t in TABLES:
+        assert getattr(p, t).equals(getattr(whole, t)), t
+    assert "odd" in p.gpu_activities.column("name").to_pylist()
+
+
 def test_int_columns_fast_and_one_by_one_agree():
     """The int columns built at C speed (ints and None only) and one value at a time (strings,
     floats, bools) follow the same rules: `_int` of the value, else of the fallback."""

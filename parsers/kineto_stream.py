@@ -27,7 +27,12 @@ import msgspec
 from . import bounded_read, json_depth
 from .kineto_events import DeviceProps, Trace, TypedEvent
 
-TEXT_BYTES = 4 << 20  # JSON text per batch of events
+# JSON text per batch of events. 2 MiB: a batch, its brackets and its decoded events stay within
+# a core's cache more than at 4 MiB (2 MiB of L2 a core on the 2-core machine). Whole process
+# against 4 MiB (interleaved pairs, reports byte-identical; docs/SPEED.md): overlap x34 0.957 of
+# the wall and a peak 28 MiB lower (6 pairs), x5 0.979 (10), hta_df_index_resolver 0.967 (20);
+# 1 MiB was slower than 2 on x34 (1 MiB: 0.994 of 4 MiB's wall).
+TEXT_BYTES = 2 << 20
 MAX_HELD = 64 << 20  # text held without a cut (before the events, one event, after them): beyond, read whole
 _BOM = b"\xef\xbb\xbf"
 _KEY = re.compile(rb'"traceEvents"[ \t\r\n]*:[ \t\r\n]*\[')

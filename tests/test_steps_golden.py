@@ -560,6 +560,36 @@ def test_activity_attribution_fwd_id_before_seq():
     ]
 
 
+def test_activity_attribution_reads_a_range_without_a_context_row_as_without_context():
+    # range_context has no row for a range that inherits nothing (range_tree): op 1 here. Backward
+    # node 2 (seq 9, no fwd_id) still finds op 1 as its forward op by sequence number, and op 1's own
+    # work reads as launched outside any annotation: the same rows as with op 1's empty row given
+    def r(id, tid, kind, name, start, end, parent=None, seq=None):
+        return {"id": id, "tid": tid, "kind": kind, "name": name, "start_ns": start, "end_ns": end,
+                "parent_id": parent, "seq": seq}
+    prof = make_profile(cpu=[
+        r(1, 1, "op", "aten::mm", 10, 20, seq=9), r(2, 2, "op", "MmBackward0", 400, 500, seq=9),
+        r(3, 2, "op", "aten::mm", 410, 420, 2)])
+
+    def ctx(ids):
+        rows = {1: (1, None), 2: (2, 2), 3: (2, 2)}   # id -> (tid, anchor)
+        return T([{"id": i, "rank": 0, "tid": rows[i][0], "layer": None, "stage": None, "phase": None,
+                   "anchor": rows[i][1], "names_stage": False, "head": None, "layer_inferred": False} for i in ids],
+                 layer=pa.int32(), stage=pa.string(), phase=pa.string(), anchor=pa.int64(), head=pa.int64())
+    given = {"step_ranges": T([step_range(1, 1, 0, 1000)]),    # another rank's: rank 0 is one step, 0
+             "activity_origin": T([origin(21, 2, 415, 416, op_id=3), origin(22, 1, 15, 16, op_id=1)], **ORIGIN_TYPES)}
+    sparse = run_step("activity_attribution", prof, given={**given, "range_context": ctx([2, 3])}, order_by="id")
+    dense = run_step("activity_attribution", prof, given={**given, "range_context": ctx([1, 2, 3])}, order_by="id")
+    common = {"rank": 0, "step": 0, "layer": None, "stage": "other", "region": "outside", "layer_inferred": False,
+              "cross_thread": False, "cross_ambiguous": False}
+    assert sparse == dense == [
+        # inside MmBackward0 (anchor 2): linked to op 1 (seq 9), which names nothing
+        {"id": 21, **common, "phase": "backward", "is_backward": True, "linked": True},
+        # op 1's own kernel: no anchor, no phase (is_backward null, as in test_activity_attribution)
+        {"id": 22, **common, "phase": "other", "is_backward": None, "linked": False},
+    ]
+
+
 # ---- FLOPs ---------------------------------------------------------------------------------------
 
 BF = json.dumps(["c10::BFloat16", "c10::BFloat16"])

@@ -168,14 +168,13 @@ def test_range_context_raw_tags_from_the_first_matching_rule():
         3: (2, "dispatch", None, None, False, None),      # an op names nothing; inherits
         5: (None, "dispatch", "forward", None, True, 5),  # a stage without a layer: its own head
         6: (None, "dispatch", "forward", 6, False, 5),    # backward node (seq + evaluate_function): anchor
-        7: (None, None, None, None, False, None),         # a with_stack frame names no stage
-        8: (None, "dispatch", None, None, True, 8),       # ... except Megatron's token dispatcher
-        9: (3, "dispatch", None, None, True, None),       # first stage rule wins over `moe`
-        10: (None, None, None, None, False, None),        # blkX: the group is no number (rule 2 matched)
-        11: (None, None, "backward", None, False, None),  # phase rules read the name
-        12: (None, "attention", "backward", None, True, 12),
-        13: (None, None, None, None, False, None),
+        8: (None, "dispatch", None, None, True, 8),       # a with_stack frame (7) names no stage,
+        9: (3, "dispatch", None, None, True, None),       # except Megatron's token dispatcher; the first
+        11: (None, None, "backward", None, False, None),  # stage rule wins over `moe`; phase rules read
+        12: (None, "attention", "backward", None, True, 12),   # the name
     }
+    # 7 (a with_stack frame), 10 (blkX: the group is no number, rule 2 matched) and 13 (an op at the
+    # root) inherit nothing: no row (a reader's join by id reads them as without context)
     assert {i: tuple(got[i][c] for c in cols) for i in got} == want
     assert {r["rank"] for r in got.values()} == {0} and {r["tid"] for r in got.values()} == {1}
 

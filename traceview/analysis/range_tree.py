@@ -8,7 +8,11 @@ order); `anchor`: the innermost enclosing backward node, itself included; `names
 range itself names a stage or a layer; `head`: for ranges inside a stage-naming annotation whose
 context has no layer number, the outermost such annotation (the member of a repeating block that
 `layer_blocks` numbers). Ranges whose parent chain ends at an id that is not a range (or never
-ends) have no context and no row.
+ends) have no context and no row; nor do ranges that inherit nothing (no layer, stage, phase,
+backward node or head): every reader joins this table (and range_context) by id, a range without a
+row reading as one without context. On a trace whose annotations name no layer, stage or phase,
+that is every range: nsys h100_2gpu_train_a2a x100's 1,911,800 NVTX ranges made 290 MiB of
+range_context and range_context_raw for nothing, and 5 % of the run's wall.
 
 The inheritance is pointer doubling over the parent links, all in Arrow column kernels: after
 round k each range holds the row index where a value was found on its 2^k nearest
@@ -153,10 +157,16 @@ def context_batches(tags: pa.Table, rows: int = BATCH_ROWS) -> list[pa.RecordBat
     del cand, parent
     names_stage = pc.or_(pc.is_valid(layer), pc.is_valid(stage))
     rank, tid = tags.column("rank").combine_chunks(), tags.column("tid").combine_chunks()
+    # a row where the range reaches a root and inherits something (a range naming a stage or a
+    # layer inherits it from itself)
+    some = pc.or_(pc.or_(pc.is_valid(src["layer"]), pc.is_valid(src["stage"])),
+                  pc.or_(pc.or_(pc.is_valid(src["phase"]), pc.is_valid(src["anchor"])), pc.is_valid(out["head"])))
+    keep = pc.and_(reached, some)
+    del some, reached
     batches = []
     for lo in range(0, max(n, 1), rows):
-        # the rows of this slice that reach a root, as indices into the inputs
-        sel = pc.add(pc.indices_nonzero(reached.slice(lo, rows)), pa.scalar(lo, pa.uint64())).cast(pa.int64())
+        # the rows of this slice kept, as indices into the inputs
+        sel = pc.add(pc.indices_nonzero(keep.slice(lo, rows)), pa.scalar(lo, pa.uint64())).cast(pa.int64())
         batches.append(pa.record_batch({
             "id": pc.take(ids, sel), "rank": pc.take(rank, sel), "tid": pc.take(tid, sel),
             "layer": pc.take(layer, pc.take(src["layer"], sel)),

@@ -29,11 +29,12 @@ WITH anchored AS (   -- each activity's launching op's context, and its backward
            ON ar.id = c.anchor
 ),
 -- the forward op of a backward node with no fwd_id: the first op with its sequence number, looked up
--- only for the (rank, seq) such nodes have (not for every op with a sequence number)
+-- only for the (rank, seq) such nodes have (not for every op with a sequence number), outside
+-- backward work (an op with no range_context row inherits no context: not backward)
 seq_wanted AS (SELECT DISTINCT a_rank AS rank, a_seq AS seq FROM anchored WHERE a_fwd IS NULL AND a_seq IS NOT NULL),
 fwd_by_seq AS (
     SELECT r.rank, r.seq, r.id AS fwd_op
-    FROM cpu_ranges r JOIN range_context c ON c.id = r.id
+    FROM cpu_ranges r LEFT JOIN range_context c ON c.id = r.id
     WHERE r.seq IS NOT NULL AND r.kind = 'op' AND c.anchor IS NULL AND coalesce(c.phase, '') <> 'backward'
       AND (r.rank, r.seq) IN (SELECT (rank, seq) FROM seq_wanted)
     QUALIFY row_number() OVER (PARTITION BY r.rank, r.seq ORDER BY coalesce(r.depth, 0), r.start_ns, r.id) = 1

@@ -241,8 +241,10 @@ def _closed_fast(marks: bytes, limit: int) -> bool:
     leaves its quotes odd. Otherwise (strings such as "}}" or "a[") True may be said where the
     exact count says no: for a cut inside an event whose open brackets the strings' happen to
     close (its decode then fails, and the file is read whole: the same tables, as for any batch
-    the decoder refuses), or for more levels than `limit` that such strings hide (the decoder then
-    nests them, or refuses them past its own limit). False only sends the text to the exact count."""
+    the decoder refuses), or for more levels than `limit` that such strings hide: the decoder then
+    nests them, where the whole read would refuse the file for its nesting (a crafted file only),
+    and past its own limit (about a thousand levels: a RecursionError, not a crash) refuses them,
+    and the file is read whole, which refuses it. False only sends the text to the exact count."""
     if marks.count(b'"') & 1:   # a string left open (a cut inside one)
         return False
     brackets = marks.translate(None, b'"')

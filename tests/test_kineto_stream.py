@@ -409,6 +409,41 @@ def test_the_fast_closed_check_may_be_fooled_by_unpaired_brackets_in_strings(tmp
     assert "odd" in p.gpu_activities.column("name").to_pylist()
 
 
+def _hidden_levels(tmp_path, levels: int):
+    """A trace whose one odd event nests `levels` arrays in its args, each opened next to a string
+    "]" and closed before a string "[": counted with the strings' brackets, the nesting reads as
+    one level (the fast check's view); the exact count sees every level."""
+    inner = "[]"
+    for _ in range(levels):
+        inner = f'["]", {inner}, "["]'
+    ev = [json.dumps(e) for e in _events(2)]
+    last = json.dumps(_events(1)[-1])      # (after the odd one: the tail is a plain event)
+    odd = ('{"ph": "X", "cat": "kernel", "name": "deep", "pid": 0, "tid": 3, "ts": 150, "dur": 1, '
+           '"args": {"correlation": 9, "x": ' + inner + '}}')
+    f = tmp_path / "hidden.json"
+    f.write_text('{"traceEvents": [' + ", ".join(ev + [odd, last]) + ']}')
+    return f, inner.encode()
+
+
+def test_levels_hidden_behind_unpaired_string_brackets(tmp_path, monkeypatch):
+    """What the fast check cannot see (docstring of _closed_fast): levels that strings' unpaired
+    brackets hide. Never a crash: below the decoder's own limit the stream decodes them (the
+    whole read, and the exact count, would refuse the file for its nesting), above it the decoder
+    refuses them and the file is read whole, which refuses it with the nesting message."""
+    from traceview.parsers import kineto_stream as ks
+    f, inner = _hidden_levels(tmp_path, 100)
+    text = b"[" + inner + b"]"
+    assert ks._shape(text, 63) == ks._CLOSED and ks._shape(text, 63, fast=False) == ks._DEEP
+    monkeypatch.setattr(ks, "TEXT_BYTES", 64)      # every event in a batch of its own, the last one too
+    p = kineto.read(f)    # streamed: decoded (the decoder nests 100 levels)
+    assert "deep" in p.gpu_activities.column("name").to_pylist()
+    with pytest.raises(TraceError, match="nested more than"):
+        kineto._decode(f, bounded_read.read_bytes(f))   # the whole read refuses it
+    f, _ = _hidden_levels(tmp_path, 3000)
+    with pytest.raises(TraceError, match="nested more than"):
+        kineto.read(f)    # past the decoder's limit: its RecursionError, then the whole read's refusal
+
+
 def test_int_columns_fast_and_one_by_one_agree():
     """The int columns built at C speed (ints and None only) and one value at a time (strings,
     floats, bools) follow the same rules: `_int` of the value, else of the fallback."""

@@ -17,13 +17,18 @@ nsys (h100_2gpu_train_a2a repeated, whole-process `analyze`, huge pages on / off
 x100 (230 MiB) 10.45 -> 9.60 s wall, 14.5 -> 13.3 s CPU, peak 1,201 -> 1,152 MiB (4 pairs; `perf`:
 `clear_page_erms` 10 % of the samples, 8 % under `folio_zero_user`); x60 (138 MiB) 6.07 -> 5.55 s;
 x30 (69 MiB), x10 and x1: no difference beyond the noise (5 pairs each).
+
+Kineto from 32 MiB of JSON (64 before; 2026-12-06, whole process, interleaved pairs, medians):
+hta_df_index_resolver (51 MiB estimated) with them off against on, three runs of 20-24 pairs:
+0.960, 0.994 and 0.991 of the wall, peaks 254 / 268, 255 / 264 and 247 / 261 MiB; h200_moe/overlap
+(21 MiB): 1.012 of the wall off against on (20 pairs), no gain, so the threshold lies between.
 """
 from __future__ import annotations
 
 import os
 import sys
 
-MIN_TEXT = 64 << 20  # JSON text (estimated, kineto_helper._estimated_text) from which they are turned off
+MIN_TEXT = 32 << 20  # JSON text (estimated, kineto_helper._estimated_text) from which they are turned off
 MIN_EXPORT = 100 << 20  # the size of an nsys SQLite export from which they are turned off
 _PR_SET_THP_DISABLE = 41
 _done: list[bool] = []  # once per process: [whether they were turned off]

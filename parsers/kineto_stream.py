@@ -217,14 +217,21 @@ def _shape(text: bytes, limit: int, fast: bool = True) -> str:
     marks = marks.replace(b'""', b"")  # strings without brackets gone
     if 0x22 in marks:
         marks = _STRING.sub(b"", marks)  # the strings that hold brackets (a lone quote: one left open)
+    return _peeled(marks, limit)
+
+
+def _peeled(parens: bytes, limit: int) -> str:
+    """The shape of a run of brackets written as ( and ) (no strings left in it): _CLOSED, one
+    value of at most `limit` levels; _DEEP, more levels; _OPEN_OR_UNKNOWN, neither. Peeled one
+    level per pass."""
     for _ in range(limit):
-        if marks == b"()":  # one value, every level closed (this one the last of at most `limit`)
+        if parens == b"()":  # one value, every level closed (this one the last of at most `limit`)
             return _CLOSED
-        fewer = marks.replace(b"()", b"")  # one level: a pair it empties is not matched in the same pass
-        if len(fewer) == len(marks) or not fewer:  # unbalanced (a cut inside an event), or several values
+        fewer = parens.replace(b"()", b"")  # one level: a pair it empties is not matched in the same pass
+        if len(fewer) == len(parens) or not fewer:  # unbalanced (a cut inside an event), or several values
             return _OPEN_OR_UNKNOWN
-        marks = fewer
-    return _DEEP if len(marks.replace(b"()", b"")) < len(marks) else _OPEN_OR_UNKNOWN
+        parens = fewer
+    return _DEEP if len(parens.replace(b"()", b"")) < len(parens) else _OPEN_OR_UNKNOWN
 
 
 def _closed_fast(marks: bytes, limit: int) -> bool:
@@ -247,15 +254,7 @@ def _closed_fast(marks: bytes, limit: int) -> bool:
     and the file is read whole, which refuses it. False only sends the text to the exact count."""
     if marks.count(b'"') & 1:   # a string left open (a cut inside one)
         return False
-    brackets = marks.translate(None, b'"')
-    for _ in range(limit):
-        if brackets == b"()":
-            return True
-        fewer = brackets.replace(b"()", b"")
-        if len(fewer) == len(brackets) or not fewer:
-            return False
-        brackets = fewer
-    return False
+    return _peeled(marks.translate(None, b'"'), limit) == _CLOSED
 
 
 def _batch_array(buf: bytearray, cut: int) -> tuple[bytes, str]:

@@ -291,12 +291,15 @@ def _nesting(v) -> int:
     return 0
 
 
-def _random_value(rng, depth: int):
-    if depth == 0 or rng.random() < 0.2:
-        return rng.choice([1, 2.5, None, True, "a", "[x]", "{", "}]", "", 'q"uote', "b\\s"])
+_LEAVES = (1, 2.5, None, True, "a", "[x]", "{", "}]", "", 'q"uote', "b\\s")
+
+
+def _random_value(rng, depth: int, leaves: tuple = _LEAVES, p_leaf: float = 0.2):
+    if depth == 0 or rng.random() < p_leaf:
+        return rng.choice(leaves)
     if rng.random() < 0.5:
-        return [_random_value(rng, depth - 1) for _ in range(rng.randrange(0, 4))]
-    return {f"k{i}": _random_value(rng, depth - 1) for i in range(rng.randrange(0, 4))}
+        return [_random_value(rng, depth - 1, leaves, p_leaf) for _ in range(rng.randrange(0, 4))]
+    return {f"k{i}": _random_value(rng, depth - 1, leaves, p_leaf) for i in range(rng.randrange(0, 4))}
 
 
 def test_the_stream_depth_check_counts_as_the_decoder_nests():
@@ -336,11 +339,7 @@ def test_a_batch_is_closed_only_as_one_complete_value():
 def _balanced_value(rng, depth: int):
     """Random JSON whose strings hold brackets that pair up among themselves (as a kernel's
     `{lambda()#1}` or `[with T = float]`), or none."""
-    if depth == 0 or rng.random() < 0.25:
-        return rng.choice([1, 2.5, None, True, "a", "[x]", "{lambda()#1}", "f({a}, [b])", "", "[{}]"])
-    if rng.random() < 0.5:
-        return [_balanced_value(rng, depth - 1) for _ in range(rng.randrange(0, 4))]
-    return {f"k{i}": _balanced_value(rng, depth - 1) for i in range(rng.randrange(0, 4))}
+    return _random_value(rng, depth, (1, 2.5, None, True, "a", "[x]", "{lambda()#1}", "f({a}, [b])", "", "[{}]"), 0.25)
 
 
 def test_the_fast_closed_check_is_the_exact_count_where_strings_balance():

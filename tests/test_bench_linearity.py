@@ -74,3 +74,23 @@ def test_nsys_targets_by_hand(bench):
     assert rows[1][1] == pytest.approx(76.0) and not rows[1][3](rows[1][1])   # 190 / 2.5
     assert rows[2][1] == pytest.approx(2.0) and rows[2][3](rows[2][1])        # 7.2 / 3.6: at the target, met
     assert rows[3][1] == pytest.approx(1006 / 230) and not rows[3][3](rows[3][1])
+
+
+def test_paired_ratio_is_the_median_of_each_rounds_ratio(bench):
+    # three rounds: HTA 3.0, 3.3, 4.0 s beside traceview 1.0, 0.6, 1.0 s -> ratios 3.0, 5.5, 4.0
+    hta = {"wall": 3.3, "walls": [3.0, 3.3, 4.0]}
+    tv = {"wall": 1.0, "walls": [1.0, 0.6, 1.0]}
+    assert bench.paired(hta, tv) == pytest.approx(4.0)
+    assert bench._ratio(hta, tv, "wall") == pytest.approx(3.3)     # the ratio of the medians differs
+    # a round where one of them failed is left out: ratios 3.0 and 4.0 -> 3.5
+    assert bench.paired(hta, {"wall": 1.0, "walls": [1.0, None, 1.0]}) == pytest.approx(3.5)
+    assert bench.paired(hta, {"error": "rc 1"}) is None and bench.paired(None, tv) is None
+
+
+def test_interleaved_keeps_each_rounds_wall_in_order(bench, monkeypatch):
+    walls = iter([1.0, 2.0, 3.0, 4.0, 5.0, 6.0])
+    monkeypatch.setattr(bench, "measure", lambda cmd: {"wall": next(walls), "cpu": 0.0, "rss": 0.0, "tree": 0.0,
+                                                       "mem": 0.0, "rc": 0, "err": ""})
+    got = bench.interleaved({"a": ["a"], "b": ["b"]}, 3)      # rounds: a b, a b, a b
+    assert got["a"]["walls"] == [1.0, 3.0, 5.0] and got["b"]["walls"] == [2.0, 4.0, 6.0]
+    assert got["a"]["wall"] == 3.0 and bench.paired(got["b"], got["a"]) == pytest.approx(4.0 / 3.0)

@@ -599,6 +599,7 @@ def _ingest_stream(path: Path) -> tuple:
                 raise got.error
             add_part(got if got is not None else helper.take(redo), accs, dropped, flows)
 
+    ended = False
     try:
         try:
             for item in items:
@@ -613,8 +614,9 @@ def _ingest_stream(path: Path) -> tuple:
             drain(wait=True)  # an earlier batch's error is the one a read in one process gives
             raise
         finish()
+        ended = True
     finally:
-        helper.close()
+        helper.close(wait=not ended)   # every batch answered: its end waited for on a thread
     return stream.top, accs, dropped, flows
 
 

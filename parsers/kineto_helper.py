@@ -394,7 +394,9 @@ class Helper:
             self.broken = True
         return redo(text)
 
-    def close(self) -> None:
+    def close(self, wait: bool = True) -> None:
+        """End the helper: its process waited for and its folder removed, here or (`wait` False:
+        the parse's normal end) on a thread of its own (traceview.forking.reap_later)."""
         if self.begun is not None:      # a parse begun (prime) that no parse took: its file closed
             self.begun[1].close()
             self.begun = None
@@ -406,13 +408,22 @@ class Helper:
                     self.conn.send_bytes(b"")  # the end: the helper exits
             except (OSError, ValueError):
                 pass
+        if wait:
+            self._reap()
+        else:
+            from traceview.forking import reap_later
+            reap_later(self._reap)
+
+    def _reap(self) -> None:
         try:
             self.proc.wait(timeout=5)
         except Exception:  # noqa: BLE001 - a helper that does not end is ended
             self.proc.kill()
             self.proc.wait()
-        self.conn.close()
-        self._remove_folder()
+        try:
+            self.conn.close()
+        finally:
+            self._remove_folder()
 
 
 # -- a helper forked before the parse (the command line) ---------------------------------------

@@ -3,13 +3,16 @@ be exactly those of a read in one process, and a helper that fails must only cos
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import pytest
 from helpers import TRACES, ops_and_kernels_trace
 
+from traceview import forking
 from traceview.errors import TraceError
 from traceview.parsers import bounded_read, kineto, kineto_helper, kineto_stream
 
@@ -26,9 +29,9 @@ def _sent(monkeypatch) -> list:
         seen.append(len(text))
         send(self, text)
 
-    def closing(self):
+    def closing(self, wait=True):
         seen.append("broken" if self.broken else "ok")
-        close(self)
+        close(self, wait)
 
     monkeypatch.setattr(kineto_helper.Helper, "send", counting)
     monkeypatch.setattr(kineto_helper.Helper, "close", closing)
@@ -250,9 +253,9 @@ def test_slot_files_are_reused_by_batches_of_other_lengths(tmp_path, monkeypatch
     slots: list[int] = []
     close = kineto_helper.Helper.close
 
-    def closing(self):
+    def closing(self, wait=True):
         slots.append(self.slot_count)
-        close(self)
+        close(self, wait)
     seen = _sent(monkeypatch)
     monkeypatch.setattr(kineto_helper.Helper, "close", closing)
     two = _read(f, monkeypatch, "1")
@@ -261,3 +264,52 @@ def test_slot_files_are_reused_by_batches_of_other_lengths(tmp_path, monkeypatch
     assert len(sizes) >= 4 * kineto_helper.MAX_IN_FLIGHT and max(sizes) > 2 * min(sizes)
     assert slots and 1 <= slots[0] <= kineto_helper.MAX_IN_FLIGHT
     assert two.cpu_ranges.num_rows == 3000 and two.gpu_activities.num_rows == 3000
+
+
+def _ends(monkeypatch, slow: float = 0.0) -> list:
+    """Each helper's end: (wait, its folder, its process), and the reaping made `slow` seconds slower."""
+    ended: list = []
+    close, reap = kineto_helper.Helper.close, kineto_helper.Helper._reap
+
+    def closing(self, wait=True):
+        ended.append((wait, self.folder, self.proc))
+        close(self, wait)
+
+    def reaping(self):
+        time.sleep(slow)
+        reap(self)
+    monkeypatch.setattr(kineto_helper.Helper, "close", closing)
+    monkeypatch.setattr(kineto_helper.Helper, "_reap", reaping)
+    return ended
+
+
+def test_a_parse_ends_its_helper_on_a_thread_and_the_settle_leaves_nothing(tmp_path, monkeypatch):
+    """At a parse's normal end the helper's exit is waited for, and its folder of batches removed, on
+    a thread (forking.reap_later): the parse returns first. forking.settle (before a fork, at the
+    exit) joins it: then neither the process nor the folder is left."""
+    f = _trace(tmp_path, 2000)
+    monkeypatch.setattr(kineto_stream, "TEXT_BYTES", 8 << 10)
+    one = _read(f, monkeypatch, "0")
+    _wait_until_ready(monkeypatch)
+    ended = _ends(monkeypatch, slow=0.5)
+    two = _read(f, monkeypatch, "1")
+    [(wait, folder, proc)] = ended
+    assert wait is False
+    assert os.path.isdir(folder) and proc.returncode is None   # the read returned; the reaping still sleeps
+    forking.settle()
+    assert not os.path.exists(folder) and proc.returncode is not None
+    _same(two, one)
+
+
+def test_a_parse_that_fails_ends_its_helper_before_it_raises(tmp_path, monkeypatch):
+    f = _trace(tmp_path, 1000, 1500, 5)      # an event that is not an object
+    monkeypatch.setattr(kineto_stream, "TEXT_BYTES", 8 << 10)
+    _wait_until_ready(monkeypatch)
+    ended = _ends(monkeypatch, slow=0.2)
+    reaped: list = []
+    monkeypatch.setattr(forking, "reap_later", reaped.append)
+    with pytest.raises(TraceError):
+        _read(f, monkeypatch, "1")
+    [(wait, folder, proc)] = ended
+    assert wait is True and not reaped
+    assert not os.path.exists(folder) and proc.returncode is not None

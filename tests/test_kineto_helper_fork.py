@@ -246,9 +246,9 @@ def slow_in_the_helper(evs):                          # the helper (a child) is 
 kineto.route_part = slow_in_the_helper
 """ + _READY_FIRST + """kept = []
 close = kineto_helper.Helper.close
-def closing(self):
+def closing(self, wait=True):
     kept.append((self.stolen, self.proc.pid))
-    close(self)
+    close(self, wait)
 kineto_helper.Helper.close = closing
 path = Path(sys.argv[1])
 out = {}
@@ -263,11 +263,13 @@ two = attempt()
 os.environ[kineto_helper.ENV] = "0"
 one = attempt()
 stolen, pid = kept[0]
+from traceview import forking
+forking.settle()                                      # (the reaping close() began on a thread, joined)
 try:
     os.waitpid(pid, os.WNOHANG)
     reaped = False
 except ChildProcessError:
-    reaped = True                                     # waited for by close(): no process left behind
+    reaped = True                                     # waited for: no process left behind
 print(json.dumps({"same": one == two, "stolen": stolen, "reaped": reaped, "error": one[0] is None,
                   "message": one[1] if one[0] is None else None}))
 """

@@ -5,11 +5,16 @@ forever. The pool of a many-rank run (executors.start_pool) and the Kineto parse
 from __future__ import annotations
 
 import os
+from typing import Callable
+
+_REAPERS: list = []   # the threads `reap_later` started, not yet joined (settle)
 
 
 def fork_safe() -> bool:
     """Whether this process's only threads are its main one and jemalloc's background thread
-    (jemalloc takes its locks around a fork): read from /proc (False where there is none)."""
+    (jemalloc takes its locks around a fork): read from /proc (False where there is none). A
+    child's reaping still under way (`reap_later`: a few ms) is waited for first."""
+    settle()
     try:
         tasks = os.listdir("/proc/self/task")
         if len(tasks) == 1:
@@ -23,3 +28,24 @@ def fork_safe() -> bool:
         return True
     except OSError:
         return False
+
+
+def reap_later(reap: Callable[[], None]) -> None:
+    """`reap` (a helper process's wait for its exit, and its folder's removal) on a thread of its
+    own, so that the caller goes on while the child's memory is given back: the Kineto parse's
+    helper took 5 ms to end after its last batch, each run, on the command's path. `settle` joins
+    it: before a fork (`fork_safe`) and at the interpreter's exit (the command's `exit_now` runs the
+    exit functions too), so no folder of batches outlives the process that made it."""
+    import atexit
+    import threading
+    if not _REAPERS:
+        atexit.register(settle)
+    t = threading.Thread(target=reap, name="traceview-reap", daemon=True)
+    _REAPERS.append(t)
+    t.start()
+
+
+def settle() -> None:
+    """Wait for every reaping `reap_later` started (each is done within milliseconds)."""
+    while _REAPERS:
+        _REAPERS.pop().join()

@@ -38,6 +38,17 @@ def test_settle_joins_every_reaping_and_then_returns_at_once():
     assert time.perf_counter() - t < 0.1
 
 
+def test_the_exit_waits_are_registered_once_however_many_reapings(monkeypatch):
+    import atexit
+    registered: list = []
+    monkeypatch.setattr(atexit, "register", registered.append)
+    monkeypatch.setattr(forking, "_AT_EXIT", [])
+    for _ in range(3):
+        forking.reap_later(lambda: None)
+        forking.settle()
+    assert registered == [forking.settle]
+
+
 _AT_EXIT = """
 import sys, time
 from pathlib import Path

@@ -8,6 +8,7 @@ import os
 from typing import Callable
 
 _REAPERS: list = []   # the threads `reap_later` started, not yet joined (settle)
+_AT_EXIT: list = []   # [True] once `settle` is registered to run at the interpreter's exit
 
 
 def fork_safe() -> bool:
@@ -38,8 +39,9 @@ def reap_later(reap: Callable[[], None]) -> None:
     exit functions too), so no folder of batches outlives the process that made it."""
     import atexit
     import threading
-    if not _REAPERS:
+    if not _AT_EXIT:          # (once per process, however many parses it runs)
         atexit.register(settle)
+        _AT_EXIT.append(True)
     t = threading.Thread(target=reap, name="traceview-reap", daemon=True)
     _REAPERS.append(t)
     t.start()

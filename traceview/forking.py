@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from typing import Callable
 
-_REAPERS: list = []   # the threads `reap_later` started, not yet joined (settle)
+_REAPERS: list = []   # the reapings `reap_later` began (later.Later), not yet waited for (settle)
 _AT_EXIT: list = []   # [True] once `settle` is registered to run at the interpreter's exit
 
 
@@ -38,16 +38,15 @@ def reap_later(reap: Callable[[], None]) -> None:
     it: before a fork (`fork_safe`) and at the interpreter's exit (the command's `exit_now` runs the
     exit functions too), so no folder of batches outlives the process that made it."""
     import atexit
-    import threading
+
+    from .later import Later
     if not _AT_EXIT:          # (once per process, however many parses it runs)
         atexit.register(settle)
         _AT_EXIT.append(True)
-    t = threading.Thread(target=reap, name="traceview-reap", daemon=True)
-    _REAPERS.append(t)
-    t.start()
+    _REAPERS.append(Later(reap, name="traceview-reap"))   # (a daemon thread; an error kept, not printed)
 
 
 def settle() -> None:
     """Wait for every reaping `reap_later` started (each is done within milliseconds)."""
     while _REAPERS:
-        _REAPERS.pop().join()
+        _REAPERS.pop().wait()

@@ -195,3 +195,31 @@ def test_the_collector_is_on_for_the_output_of_a_job_the_store_kept(tmp_path):
     # another format of the same job: its document from the store, no run
     again = _run(_STORED, REAL, "-f", "markdown", "-o", tmp_path / "b.md", "--store", store)
     assert again == {"rc": 0, "collects": True}
+
+
+def test_pandas_marked_absent_without_pyarrow_pandas_compat(tmp_path):
+    """The command line's process never imports pandas (a stand-in package that records its import
+    stands where pandas would be), nor pyarrow's pandas_compat for the probe; pyarrow's conversions
+    of Python values go on without it."""
+    fake = tmp_path / "pandas"
+    fake.mkdir()
+    marker = tmp_path / "imported"
+    (fake / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n__version__ = '9.9.9'\n")
+    got = _run(f"""
+import json, sys
+sys.path.insert(0, {str(tmp_path)!r})
+from traceview.cli_common import skip_pyarrow_pandas_probe
+skip_pyarrow_pandas_probe()
+import pyarrow as pa
+out = {{"compat": "pyarrow.pandas_compat" in sys.modules, "have": pa.lib._pandas_api.have_pandas,
+       "rows": pa.Table.from_pylist([{{"a": 1}}, {{"a": 41}}]).column("a").to_pylist(),
+       "sum": sum(pa.array([1, 2, 39]).to_pylist())}}
+try:
+    import pandas
+    out["after"] = "imported"
+except ImportError:
+    out["after"] = "absent"
+print(json.dumps(out))
+""")
+    assert got == {"compat": False, "have": False, "rows": [1, 41], "sum": 42, "after": "absent"}
+    assert not marker.exists()

@@ -120,25 +120,33 @@ def skip_pyarrow_pandas_probe() -> None:
     """When pandas is installed, pyarrow imports it (0.2-0.3 s) on its first conversion of a Python
     list. traceview never needs pandas (its tables are Arrow, DuckDB and polars; Altair takes plain
     values), so the command line marks pandas absent for its own process: pyarrow's Python-side
-    probe is answered once by a stub that raises ImportError, and `import pandas` from C++ then
-    fails at once on the None entry. Library users are not affected."""
+    probe is asked once now, while a finder first on sys.meta_path refuses pandas (the import
+    fails before pyarrow imports its `pandas_compat`, as a stand-in module raising on its first
+    attribute made it do: 2-4 ms for nothing), and remembers the answer; `import pandas` from C++
+    then fails at once on the None entry left in sys.modules. Library users are not affected."""
     from .parsers.no_dateutil import no_dateutil_search
     no_dateutil_search()    # python-dateutil, when not installed, marked absent as in the workers
     if "pandas" in sys.modules:
         return
-    import types
-
     from . import lean_imports
     lean_imports.pyarrow()      # without cloudpickle
     import pyarrow as pa
 
-    class _Absent(types.ModuleType):
-        def __getattr__(self, name):
-            raise ImportError("pandas is not used by traceview's command line")
-
-    sys.modules["pandas"] = _Absent("pandas")
+    refuse = _NoPandas()
+    sys.meta_path.insert(0, refuse)
     try:
         _ = pa.lib._pandas_api.have_pandas  # the probe runs once per process and remembers the answer
     except ImportError:
         pass
+    finally:
+        sys.meta_path.remove(refuse)
     sys.modules["pandas"] = None  # type: ignore[assignment]
+
+
+class _NoPandas:
+    """A finder that refuses pandas (skip_pyarrow_pandas_probe)."""
+
+    def find_spec(self, name, path=None, target=None):
+        if name == "pandas" or name.startswith("pandas."):
+            raise ImportError("pandas is not used by traceview's command line")
+        return None

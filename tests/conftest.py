@@ -14,6 +14,9 @@ import pytest  # noqa: E402
 # and must not write beside corpus inputs or into the per-user cache either.
 if not os.environ.get("TRACEVIEW_CACHE_DIR", "").startswith(tempfile.gettempdir()):
     os.environ["TRACEVIEW_CACHE_DIR"] = tempfile.mkdtemp(prefix="traceview-tests-")
+# Every SQL step built by a test, in-process or in a command a test runs, is checked for the columns its
+# header declares (engine/pipeline.check_sql_columns; a run outside the tests skips that check).
+os.environ["TRACEVIEW_CHECK_STEPS"] = "1"
 
 
 @pytest.fixture(autouse=True)

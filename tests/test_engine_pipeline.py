@@ -67,6 +67,23 @@ def test_scope_and_columns_are_enforced():
         plan(["nope"])
 
 
+def test_sql_step_columns_checked_where_asked(monkeypatch):
+    """An SQL step's columns are checked where TRACEVIEW_CHECK_STEPS is set (the test suite sets it,
+    so every golden test checks every step); a run outside the tests does not bind each new table."""
+    wrong = steps.Step(name="t_sql_wrong", scope="job", requires=("gpu_activities",), params=(),
+                       produces=("a", "b"), sql="SELECT count(*) AS a FROM gpu_activities")
+    monkeypatch.setitem(steps._PYTHON, "t_sql_wrong", wrong)
+    with pytest.raises(StepError, match=r"produced columns \['a'\], declares \['a', 'b'\]"):
+        build(_session(), ["t_sql_wrong"])
+    monkeypatch.delenv("TRACEVIEW_CHECK_STEPS")
+    s = _session()
+    asked: list = []
+    monkeypatch.setattr(s, "columns", lambda name: asked.append(name) or [])
+    assert build(s, ["t_sql_wrong"]) == ["t_sql_wrong"]
+    assert asked == []
+    assert s.rows("SELECT a FROM t_sql_wrong") == [{"a": 1}]
+
+
 def test_header_parsing():
     st = parse_header("x", "-- step: x\n-- scope: job\n-- requires: a, b\n-- params: rx\n"
                            "-- produces: c1,\n-- produces: c2\nSELECT 1 WHERE $rx")

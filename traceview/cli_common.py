@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from pathlib import Path
 from typing import Optional
 
@@ -99,6 +98,7 @@ def guarded(debug: bool, fn, *args, **kwargs):
         raise
     except TraceError as e:
         if debug:
+            import traceback
             traceback.print_exc()
         fail(str(e))
     except KeyboardInterrupt:
@@ -107,6 +107,7 @@ def guarded(debug: bool, fn, *args, **kwargs):
         fail(f"interrupted ({e})", 128 + e.signum)
     except Exception as e:  # an internal error: say so, short, unless --debug
         if debug:
+            import traceback
             traceback.print_exc()
         fail(f"internal error: {type(e).__name__}: {e} (rerun with --debug for a traceback)", 3)
 

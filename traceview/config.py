@@ -17,7 +17,6 @@ names); `--config traceview.toml` overrides or extends them:
 """
 from __future__ import annotations
 
-import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -65,6 +64,7 @@ class Rules:
 
 def read_toml(path: Path, what: str) -> dict:
     """A TOML file's table; any problem is a one-line UsageError naming the file (`what`: e.g. 'config file')."""
+    import tomllib  # (a run without a config or budget file reads none)
     path = Path(path)
     try:
         return tomllib.loads(path.read_text(encoding="utf-8"))

@@ -15,17 +15,17 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from concurrent.futures import BrokenExecutor, Future, as_completed
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-# The process pool's module (and multiprocessing's with it) is imported where a pool is made: a run
-# of one trace makes none. BrokenExecutor, which concurrent.futures defines at once, is the base of
+# concurrent.futures (with `logging`, 3-5 ms of a run's start) and the process pool's module (and
+# multiprocessing's with it) are imported where a pool is made or waited for: a run of one trace
+# makes none. BrokenExecutor, which concurrent.futures defines at once, is the base of
 # BrokenProcessPool, the error of a pool whose worker died: it is what the pools' callers catch.
 if TYPE_CHECKING:
-    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 from .errors import TraceError, UsageError
 
@@ -520,6 +520,7 @@ def _submit_pool(n: int, idx: list[int], args: list[tuple]) -> dict[Future, tupl
 
 def _collect_pool(futs: dict[Future, tuple], take) -> None:
     """_map_pool's results as they complete (see there)."""
+    from concurrent.futures import BrokenExecutor, as_completed
     crashed = []
     state = current()
     assert state is not None
@@ -624,6 +625,7 @@ def submit_tasks(fn, args: list[tuple], again=None):
         return lambda: client.gather(futs)
     if state.settings.jobs <= 1 or len(args) <= 1:
         return lambda: [fn(*a) for a in args]
+    from concurrent.futures import BrokenExecutor
     if state.pool is None:
         state.pool = _pool(state.settings.jobs)
     try:

@@ -11,7 +11,6 @@ import contextlib
 import itertools
 import threading
 import weakref
-from importlib import resources
 
 import duckdb
 import pyarrow as pa
@@ -21,8 +20,9 @@ from ..profile import Profile
 
 
 def _macros() -> list[str]:
-    folder = resources.files("traceview.sql").joinpath("intervals")
-    return [f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name) if f.name.endswith(".sql")]
+    from .steps import sql_files
+    return [f.read_text(encoding="utf-8") for f in sorted(sql_files("intervals"), key=lambda f: f.name)
+            if f.name.endswith(".sql")]
 
 
 ALLOCATOR_SETTINGS = ("SET allocator_flush_threshold = '32MB'", "SET allocator_background_threads = true")

@@ -19,7 +19,6 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
-from importlib import resources
 from typing import Callable
 
 SCOPES = ("rank", "job")
@@ -115,13 +114,28 @@ def python_step(name: str, *, scope: str, requires: tuple[str, ...], produces: t
     return register
 
 
+def sql_files(sub: str | None = None) -> list:
+    """The files of the package traceview.sql (or of its folder `sub`), each with `name` and
+    `read_text`: read from its folder where it is one on disk (as pip installs it), else through
+    importlib.resources (which, with its readers and zipfile, costs a run 3-5 ms of imports)."""
+    from pathlib import Path
+
+    from .. import sql
+    where = [Path(p) for p in getattr(sql, "__path__", ())]
+    if len(where) == 1 and where[0].is_dir():
+        return list((where[0] / sub if sub else where[0]).iterdir())
+    from importlib import resources
+    folder = resources.files("traceview.sql")
+    return list((folder.joinpath(sub) if sub else folder).iterdir())
+
+
 @cache
 def sql_steps() -> dict[str, Step]:
     """Every SQL step of the package, by name."""
     out = {}
-    for f in sorted(resources.files("traceview.sql").iterdir(), key=lambda f: f.name):
+    for f in sorted(sql_files(), key=lambda f: f.name):
         if f.name.endswith(".sql"):
-            text = f.read_text()
+            text = f.read_text(encoding="utf-8")
             if _HEADER.match(text.lstrip().splitlines()[0] if text.strip() else ""):
                 out[f.name[:-4]] = parse_header(f.name[:-4], text)
     return out

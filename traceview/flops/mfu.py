@@ -1,7 +1,6 @@
 """Delivered TFLOP/s per GPU and MFU: conversions and the `flops` report section."""
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
 from ..engine.pipeline import build, prefetch
@@ -41,6 +40,9 @@ def _per_rank_medians(rows: list[dict], key: str, whole: type = float) -> list:
     by: dict[int, list] = {}
     for r in rows:
         by.setdefault(r["rank"], []).append(r[key])
+    if not by:
+        return []
+    import statistics  # (and fractions, decimal: only where there are steps' values)
     return [whole(statistics.median(v)) for _, v in sorted(by.items())]
 
 
@@ -100,6 +102,7 @@ def flops_section(session: Session | None, step_time_ns: int | None, gpu_name: s
             build(session, ["flops_step_tokens"], params)
             tok = _per_rank_medians(session.table("flops_step_tokens").to_pylist(), "tokens", int)
             if tok:
+                import statistics
                 tokens_per_step = round(statistics.mean(tok))
                 out["tokens_per_step_source"] = "trace (aten::embedding input shapes)"
     if tokens_per_step is not None and "tokens_per_step_source" not in out:

@@ -20,7 +20,6 @@ from functools import lru_cache
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..diff.families import family
 from . import peaks as _peaks
 from .trace_flops import DEEP_GEMM_OPS
 
@@ -58,6 +57,7 @@ def input_precision(input_types: str | None) -> str | None:
 @lru_cache(maxsize=65536)
 def kernel_precision(name: str) -> tuple[str | None, str | None]:
     """(category, dtype) of a kernel when it is a compute kernel (GEMM/attention/conv), else (None, None)."""
+    from ..diff.families import family  # (its patterns compiled only where a kernel is classified)
     f = family(name or "")
     if f.category not in COMPUTE_CATEGORIES or f.family == "gemm:splitk-reduce":
         return None, None

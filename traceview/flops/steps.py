@@ -8,7 +8,6 @@ import json
 
 import pyarrow as pa
 
-from ..diff.families import family
 from ..engine.steps import python_step
 from .precision import input_precision, kernel_precision, op_kind, op_precision
 from .trace_flops import FORMULAS, op_dtype, shape_flops
@@ -78,6 +77,7 @@ def flops_embedding_tokens(session, params) -> pa.Table:
 def flops_kernel_info(session, params) -> pa.Table:
     """Per distinct kernel name of the counted ops' kernels: its family (diff/families.py), compute
     category (gemm / attention / conv; null for other kernels) and the math type its name shows."""
+    from ..diff.families import family  # (its ~50 patterns compiled only where a kernel is counted)
     names = session.sql("SELECT DISTINCT k.rank, coalesce(g.name, '') AS name FROM flops_kernels k "
                         "LEFT JOIN gpu_activities g ON g.id = k.id ORDER BY ALL")
     info = [(family(n).key,) + kernel_precision(n) for n in names.column("name").to_pylist()]

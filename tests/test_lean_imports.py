@@ -225,31 +225,26 @@ print(json.dumps(out))
     assert not marker.exists()
 
 
-_MODULES = """
+# what a run of one trace without a config or budget file, a pool or an error never uses: imported
+# where they are (config.read_toml, executors' pools, engine.steps.sql_files off a folder on disk,
+# cli_common's --debug traceback), 3-5 ms of the start each (docs/SPEED.md, "eighth session")
+_NOT_IMPORTED = ("tomllib", "concurrent.futures", "logging", "importlib.resources", "zipfile", "traceback")
+
+_MODULES = f"""
 import json, os, sys
 sys.argv = ["traceview", "analyze", *sys.argv[1:]]
 from traceview import launch
 def done(code):
-    print(json.dumps({"rc": code, "modules": sorted(m for m in json.loads(os.environ["WATCHED"]) if m in sys.modules)}))
+    print(json.dumps({{"rc": code, "modules": sorted(m for m in {_NOT_IMPORTED!r} if m in sys.modules)}}))
     sys.stdout.flush()
     os._exit(code)
 launch.exit_now = done
 launch.main()
 """
 
-# what a run of one trace without a config or budget file, a pool or an error never uses: imported
-# where they are (config.read_toml, executors' pools, engine.steps.sql_files off a folder on disk,
-# cli_common's --debug traceback), 3-5 ms of the start each (docs/SPEED.md, "eighth session")
-_NOT_IMPORTED = ("tomllib", "concurrent.futures", "logging", "importlib.resources", "zipfile", "traceback")
-
 
 def test_a_run_of_one_trace_imports_none_of_what_it_does_not_use(tmp_path):
-    import os
-    p = subprocess.run([sys.executable, "-c", _MODULES, str(REAL), "-f", "json", "-o", str(tmp_path / "a.json"),
-                        "--no-store"], capture_output=True, text=True, timeout=180,
-                       env={**os.environ, "WATCHED": json.dumps(_NOT_IMPORTED)})
-    assert p.returncode == 0, p.stderr
-    got = json.loads(p.stdout.strip().splitlines()[-1])
+    got = _run(_MODULES, REAL, "-f", "json", "-o", tmp_path / "a.json", "--no-store")
     assert got == {"rc": 0, "modules": []}
 
 

@@ -227,15 +227,20 @@ print(json.dumps(out))
 
 # what a run of one trace without a config or budget file, a pool or an error never uses: imported
 # where they are (config.read_toml, executors' pools, engine.steps.sql_files off a folder on disk,
-# cli_common's --debug traceback), 3-5 ms of the start each (docs/SPEED.md, "eighth session")
+# cli_common's --debug traceback), 3-5 ms of the start each (docs/SPEED.md, "eighth session").
+# Only what the run imports counts: the interpreter's start may have imported some already (a .pth
+# file in site-packages, as the CI machine's Python has one that imports certifi, and with it
+# importlib.resources and zipfile).
 _NOT_IMPORTED = ("tomllib", "concurrent.futures", "logging", "importlib.resources", "zipfile", "traceback")
 
 _MODULES = f"""
 import json, os, sys
+at_start = set(sys.modules)
 sys.argv = ["traceview", "analyze", *sys.argv[1:]]
 from traceview import launch
 def done(code):
-    print(json.dumps({{"rc": code, "modules": sorted(m for m in {_NOT_IMPORTED!r} if m in sys.modules)}}))
+    print(json.dumps({{"rc": code, "modules": sorted(m for m in {_NOT_IMPORTED!r}
+                                                     if m in sys.modules and m not in at_start)}}))
     sys.stdout.flush()
     os._exit(code)
 launch.exit_now = done

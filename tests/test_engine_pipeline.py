@@ -97,8 +97,10 @@ def test_header_parsing():
 
 
 def test_disabled_optimizers_header(monkeypatch):
-    """A step's `-- disabled_optimizers:` are off while its SQL runs (DuckDB reports the setting
-    inside the query) and back on after it; a name that is not an optimizer's is refused."""
+    """A step's `-- disabled_optimizers:` are off while its SQL runs where a table it reads is
+    large (DuckDB reports the setting inside the query) and back on after it, and left on where
+    every table it reads is small (Session.optimizers_off); a name that is not an optimizer's is
+    refused."""
     text = ("-- step: t_sql_opt\n-- scope: rank\n-- requires: gpu_activities\n-- produces: rank, v\n"
             "-- disabled_optimizers: build_side_probe_side, join_order\n"
             "SELECT rank, current_setting('disabled_optimizers') AS v FROM gpu_activities")
@@ -112,11 +114,15 @@ def test_disabled_optimizers_header(monkeypatch):
     real = steps.sql_steps()
     monkeypatch.setattr(steps, "sql_steps", lambda: {**real, "t_sql_opt": st})
     s = _session()
+    s.parallel_min_rows = 1          # its one GPU activity a large table
     before = s.rows("SELECT current_setting('disabled_optimizers') AS v")[0]["v"]
     build(s, ["t_sql_opt"])
     inside = s.rows("SELECT v FROM t_sql_opt")[0]["v"]
     assert set(inside.replace(" ", "").split(",")) == {"build_side_probe_side", "join_order"}
     assert s.rows("SELECT current_setting('disabled_optimizers') AS v")[0]["v"] == before == ""
+    small = _session()               # (parallel_min_rows as it is: 245,760 rows)
+    build(small, ["t_sql_opt"])
+    assert small.rows("SELECT v FROM t_sql_opt")[0]["v"] == ""
 
 
 def test_every_declared_step_is_well_formed():

@@ -15,7 +15,7 @@ from helpers import make_profile
 
 from traceview.engine import pipeline, steps
 from traceview.engine.pipeline import build
-from traceview.engine.session import Session
+from traceview.engine.session import PARALLEL_MIN_ROWS, Session
 from traceview.engine.steps import StepError, python_step
 
 RUNS: list = []     # (step, thread name) of each run of the Python steps below
@@ -252,7 +252,9 @@ def test_only_sql_steps_whose_inputs_are_there_and_that_set_no_optimizer_are_beg
     s = _session()
     assert pipeline.start_sql(s, ["tq_total"], {}) == []                  # tq_counts neither built nor begun
     assert pipeline.start_sql(s, ["tq_counts"], {}) == []                 # its parameter not given
+    s.parallel_min_rows = 1                                               # (its input large: they apply)
     assert pipeline.start_sql(s, ["tq_opt"], {}) == []                    # optimizers of the database's
+    s.parallel_min_rows = PARALLEL_MIN_ROWS
     with pytest.raises(StepError, match="not a SQL step"):
         pipeline.start_sql(s, ["tr_counts"], {"bias": 0})
     build(s, ["tq_counts"], {"bias": 0})
@@ -295,8 +297,54 @@ def test_a_python_step_begun_with_chain_makes_its_sql_requirements_on_its_thread
     # a requirement a reader cannot make (optimizers of the database's): built here, as without chain
     sql_steps.clear()
     t = _session()
+    t.parallel_min_rows = 1                  # (its input large: its optimizers apply)
     assert pipeline.start(t, "tr_from_opt", {}, chain=True)
     assert "tq_opt" in t.built and set(t.started) == {"tr_from_opt"} and sql_steps == []
     assert build(t, ["tr_from_opt"]) == ["tr_from_opt"]
     assert t.rows("SELECT * FROM tr_from_opt ORDER BY rank") == [{"rank": 0, "v": 1}, {"rank": 0, "v": 1},
                                                                  {"rank": 1, "v": 1}]
+
+
+def test_steps_begun_with_a_python_step_between_sql_steps_read_its_table_on_the_thread(sql_steps, monkeypatch):
+    """pipeline.start_steps: SQL and Python steps made one after another on one thread, the SQL step
+    after the Python one reading its table there; build takes each once, and they equal the steps
+    built in line. It stops at the first step a reader cannot make."""
+    _sql_step_after = _sql_step("tq_after_py", "SELECT rank, n * 3 AS m FROM tr_counts", ("tr_counts",),
+                                ("rank", "m"))
+    real = steps.sql_steps()
+    monkeypatch.setattr(steps, "sql_steps", lambda: {**real, "tq_after_py": _sql_step_after})
+    s, ref = _session(), _session()
+    begun = pipeline.start_steps(s, ["tq_counts", "tr_counts", "tq_after_py", "tq_total"], {"bias": 2}, "tv-x")
+    assert begun == ["tq_counts", "tr_counts", "tq_after_py", "tq_total"]
+    assert sorted(build(s, ["tq_after_py", "tq_total"], {"bias": 2})) == ["tq_after_py", "tq_counts", "tq_total",
+                                                                          "tr_counts"]
+    build(ref, ["tq_after_py", "tq_total"], {"bias": 2})
+    # gpu rows: rank 0 two, rank 1 one; n = rows + 2: 4 and 3; m = 3n; total = 100 (rows + 2)
+    for name, col in (("tq_after_py", "m"), ("tq_total", "total")):
+        got = s.rows(f"SELECT rank, {col} FROM {name} ORDER BY rank")
+        assert got == ref.rows(f"SELECT rank, {col} FROM {name} ORDER BY rank")
+    assert s.rows("SELECT m FROM tq_after_py ORDER BY rank") == [{"m": 12}, {"m": 9}]
+    assert [n for n, t in sql_steps] == ["tq_counts", "tq_after_py", "tq_total"] and \
+        {t for _, t in sql_steps} == {"tv-x"}
+    assert ("tr_counts", "tv-x") in RUNS and not s.started
+    assert s.build_counts == {"tq_counts": 1, "tq_total": 1, "tr_counts": 1, "tq_after_py": 1}
+    # the first step a reader cannot make ends what is begun
+    t = _session()
+    t.parallel_min_rows = 1                  # (its input large: its optimizers apply)
+    assert pipeline.start_steps(t, ["tq_counts", "tq_opt", "tq_total"], {"bias": 0}, "tv-y") == ["tq_counts"]
+    with pytest.raises(StepError, match="no step"):
+        pipeline.start_steps(t, ["tq_nowhere"], {}, "tv-z")
+
+
+def test_a_step_whose_inputs_are_small_runs_with_the_optimizers_on_and_so_on_a_reader(sql_steps):
+    """Session.optimizers_off: a step's header's optimizers apply where one of its inputs holds
+    parallel_min_rows rows; below, none do, and a reader may make the step."""
+    s = _session()
+    opt = steps.sql_steps()["tq_opt"]
+    assert s.optimizers_off(opt) == ()
+    assert pipeline.start_sql(s, ["tq_opt"], {}) == ["tq_opt"]
+    assert build(s, ["tq_opt"]) == ["tq_opt"] and sql_steps == [("tq_opt", "traceview-steps")]
+    s.parallel_min_rows = 3                  # the three GPU activities: large
+    assert s.optimizers_off(opt) == ("build_side_probe_side",)
+    s.parallel_min_rows = 4
+    assert s.optimizers_off(opt) == ()

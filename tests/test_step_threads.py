@@ -114,7 +114,8 @@ def test_declared_steps_get_step_threads_only_where_an_input_is_large(monkeypatc
     s = _Spy(profile)
     s.step_threads = 2
     assemble(profile, session=s)
-    assert {"name_tags", "segments", "breakdown"} <= set(by_reader) and set(by_reader.values()) == {1}
+    assert {"name_tags", "step_ranges", "layer_heads", "range_context", "activity_attribution", "comm_ops",
+            "cp_host_syncs", "activity_spans"} <= set(by_reader) and set(by_reader.values()) == {1}
     assert set(PARALLEL) <= set(s.parallel) | set(by_reader) and not any(s.parallel.values())
     monkeypatch.setattr(Reader, "create", create)
     s = _Spy(profile)                                   # a threshold the CPU ranges reach, not the GPU activities

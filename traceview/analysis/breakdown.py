@@ -1,6 +1,7 @@
 """Step breakdown: where each step's GPU time went (compute, exposed/overlapped comm, memory, idle)."""
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -59,11 +60,13 @@ def step_regexes(step_regex: str | None, whole_trace: bool) -> list[str]:
     return [] if whole_trace else [step_regex] if step_regex else list(DEFAULT_STEP_REGEXES)
 
 
-def prepare(session: Session, opts: Options, also: tuple[str, ...] = (), also_params=None) -> dict:
+def prepare(session: Session, opts: Options, also: tuple[str, ...] = (), also_params=None,
+            beside: Callable[[dict], object] | None = None) -> dict:
     """Choose the step rule (step_source), then build activity_class, step_ranges and the windows
     with it. Returns step info. `also`: more per-rank steps that will be built (with the step
     parameters and `also_params`, a dict or a function of the step parameters giving one), asked
-    for at once with these (on a mapped job: one round)."""
+    for at once with these (on a mapped job: one round). `beside`: called with those parameters
+    once the step rule is chosen, before the rest is built (to begin steps on another thread)."""
     params = step_params(opts)
     build(session, ["step_source"], params)
     tried = session.rows("SELECT step_regex, ranks FROM step_source ORDER BY regex_index")
@@ -75,6 +78,8 @@ def prepare(session: Session, opts: Options, also: tuple[str, ...] = (), also_pa
                   comm_op_regex=_alt(DEFAULT_COMM_OP_REGEX, opts.comm_regex),
                   comm_kernel_regex=_alt(DEFAULT_COMM_KERNEL_REGEX, opts.comm_regex))
     more = also_params(params) if callable(also_params) else also_params
+    if beside is not None:
+        beside({**params, **(more or {})})
     prefetch(session, ["activity_class", "step_ranges", "windows", "step_ranges_matched", *also],
              {**params, **(more or {})})
     build(session, ["activity_class", "step_ranges", "windows"], params)

@@ -10,7 +10,7 @@ from ..analysis import breakdown, capture, layers, stalls
 from ..analysis.analyze import flops_sections, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
-from ..engine.pipeline import TRANSIENT, build, start_sql
+from ..engine.pipeline import TRANSIENT, build, start_sql, start_steps
 from ..engine.session import Session
 from ..engine.steps import all_steps
 from ..flops import (
@@ -31,10 +31,27 @@ RANK_STEPS = ("breakdown", "activity_attribution", "layer_times", "attribution_g
               "top_kernels_rank", "stage_totals_rank", "comm_summary_rank")
 
 
-# Built on a thread while layers.prepare runs here, where the session's steps run on one thread
-# each (Session.one_thread_each): they need only the breakdown's tables and the profile's.
-BESIDE_BREAKDOWN = ("segments", "breakdown")
-BESIDE_LAYERS = ("cp_host_syncs", "activity_spans", "activity_shares", "top_kernels_rank")
+# Where the session's steps run on one thread each (Session.one_thread_each: a second core idle):
+# ATTRIBUTION begun on a thread once the step rule is chosen (breakdown.prepare's `beside`), while
+# the activities are classed and the windows made here (it needs neither); then BESIDE_BREAKDOWN
+# begun on a thread while the breakdown's segments are made here, and BESIDE_LAYERS while the
+# attribution is taken. The critical paths' walks begin once the segments and the attribution are.
+ATTRIBUTION = ("step_ranges", "layer_heads", "layer_blocks", "range_context", "activity_attribution")
+BESIDE_BREAKDOWN = ("comm_ops", "cp_host_syncs")
+BESIDE_LAYERS = ("activity_spans", "activity_shares", "top_kernels_rank")
+
+
+def _attribution_beside(session: Session):
+    """What breakdown.prepare calls once the step rule is chosen, on a session whose steps run on
+    one thread each: the attribution's steps begun on a thread (range_context_raw, begun by
+    layers.start, taken first: the thread's reader reads it)."""
+    if not session.one_thread_each():
+        return None
+
+    def begin(params: dict) -> None:
+        build(session, ["range_context_raw"], params)
+        start_steps(session, ATTRIBUTION, params, "traceview-attribution")
+    return begin
 
 
 def _more_params(step_params: dict, rules: Rules) -> dict:
@@ -89,14 +106,14 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     early = flops_early.start_small(session, tokens=opts.tokens_per_step is None)
     # the per-rank steps the sections below build are asked for with the step rule's (on a mapped
     # job: one round of the workers)
-    info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules))
+    info = breakdown.prepare(session, bopts, also=RANK_STEPS, also_params=lambda p: _more_params(p, rules),
+                             beside=_attribution_beside(session))
     if session.one_thread_each():
-        # a second core idle: the breakdown's segments and the steps later sections need, begun on
-        # a thread while the layers are made here (comm_ops first: a step with optimizers of its own
-        # would wait for the thread's queries); the critical paths' walks, which read the segments
-        # and the attribution, begin once both are made
-        build(session, ["comm_ops"])
-        start_sql(session, BESIDE_BREAKDOWN + BESIDE_LAYERS, {})
+        # a second core idle (above: ATTRIBUTION): comm_ops (its optimizers its own on a small
+        # trace: Session.optimizers_off) and the host syncs beside the segments
+        start_sql(session, BESIDE_BREAKDOWN, {})
+        build(session, ["segments", "breakdown"])
+        start_sql(session, BESIDE_LAYERS, {}, "traceview-beside-layers")
         layers.prepare(session, rules)
         rows = breakdown.step_rows(session)
     else:

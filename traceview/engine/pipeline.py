@@ -121,7 +121,7 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
                 session.adopt_made(step.name, begun)
             else:
                 parallel = step.parallel and session.worth_threads(step.requires)
-                session.materialize_sql(step.name, step.sql, own, step.disabled_optimizers, parallel)
+                session.materialize_sql(step.name, step.sql, own, session.optimizers_off(step), parallel)
         elif step.run is not None:
             result = begun if begun is not None else step.run(session, own)
             got = list(result.schema.names)
@@ -164,13 +164,14 @@ def start(session, name: str, params: Mapping[str, object], chain: bool = False)
     return True
 
 
-def _readable(session, step: Step, params: Mapping[str, object], ahead: set[str]) -> bool:
-    """Whether a reader of `session` can make SQL step `step` after the steps `ahead` (start_sql,
-    start's chain): neither built nor begun, setting no optimizers of the database (which the
-    session's own queries would run under), its parameters given, its requirements canonical,
-    materialized here or in `ahead`."""
-    return step.sql is not None and step.name not in session.built and step.name not in session.started \
-        and not step.disabled_optimizers and all(p in params for p in step.params) \
+def _readable(session, step: Step, params: Mapping[str, object], ahead: set[str], python: bool = False) -> bool:
+    """Whether a reader of `session` can make SQL step `step` (or with `python` a Python step too)
+    after the steps `ahead` (start_sql, start's chain, start_steps): neither built nor begun,
+    setting no optimizers of the database (which the session's own queries would run under), its
+    parameters given, its requirements canonical, materialized here or in `ahead`."""
+    return (step.sql is not None or (python and step.run is not None)) \
+        and step.name not in session.built and step.name not in session.started \
+        and not session.optimizers_off(step) and all(p in params for p in step.params) \
         and all(r in schema.TABLES or r in ahead or (r in session.built and session.materialized(r))
                 for r in step.requires)
 
@@ -198,11 +199,12 @@ def _begin_chain(session, todo: list[tuple[Step, dict]], name: str) -> None:
         session.started[step.name] = (own, chain)
 
 
-def start_sql(session, names: Iterable[str], params: Mapping[str, object]) -> list[str]:
-    """Begin SQL steps `names` on one thread of their own, one after another in that order, each
-    table made by a reader of the session (another connection) in the session's schema, while this
-    thread goes on; `build` takes each when it is asked for with the same parameters (waiting for
-    it). Begun are the steps whose requirements are built here already or begun before them in
+def start_sql(session, names: Iterable[str], params: Mapping[str, object],
+              name: str = "traceview-steps") -> list[str]:
+    """Begin SQL steps `names` on one thread of their own (named `name`), one after another in that
+    order, each table made by a reader of the session (another connection) in the session's schema,
+    while this thread goes on; `build` takes each when it is asked for with the same parameters
+    (waiting for it). Begun are the steps whose requirements are built here already or begun before them in
     `names`, that are neither built nor begun, and that set no optimizers of the database (which
     the session's own queries would run under); none on a mapped job's workers. Returns the names
     begun (in order)."""
@@ -211,16 +213,41 @@ def start_sql(session, names: Iterable[str], params: Mapping[str, object]) -> li
         return []
     todo: list[tuple[Step, dict]] = []
     ahead: set[str] = set()
-    for name in names:
-        step = lookup(name)
+    for n in names:
+        step = lookup(n)
         if step is None or step.sql is None:
-            raise StepError(f"{name} is not a SQL step")
+            raise StepError(f"{n} is not a SQL step")
         if not _readable(session, step, params, ahead):
             continue
         todo.append((step, {p: params[p] for p in step.params}))
-        ahead.add(name)
+        ahead.add(n)
     if todo:
-        _begin_chain(session, todo, "traceview-steps")
+        _begin_chain(session, todo, name)
+    return [step.name for step, _ in todo]
+
+
+def start_steps(session, names: Iterable[str], params: Mapping[str, object], name: str) -> list[str]:
+    """Begin steps `names`, SQL and Python, one after another in that order on one thread named
+    `name`, through a reader of the session: a SQL step's table made in the session's schema, a
+    Python step's table registered on the reader for the steps after it that read it. `build` takes
+    each when it is asked for with the same parameters (waiting for it). Begun are the steps up to
+    the first that a reader cannot make after those before it (`_readable`); none on a mapped job's
+    workers. Returns the names begun (in order)."""
+    started = getattr(session, "started", None)
+    if started is None or _remote(session) is not None:
+        return []
+    todo: list[tuple[Step, dict]] = []
+    ahead: set[str] = set()
+    for n in names:
+        step = lookup(n)
+        if step is None:
+            raise StepError(f"no step {n}")
+        if not _readable(session, step, params, ahead, python=True):
+            break
+        todo.append((step, {p: params[p] for p in step.params}))
+        ahead.add(n)
+    if todo:
+        _begin_chain(session, todo, name)
     return [step.name for step, _ in todo]
 
 
@@ -241,8 +268,10 @@ class _Chain:
         try:
             for step, own in steps:
                 try:
-                    self._made[step.name] = reader.create(step.name, step.sql, own) if step.sql is not None \
-                        else cast(Callable, step.run)(reader, own)
+                    made = self._made[step.name] = reader.create(step.name, step.sql, own) \
+                        if step.sql is not None else cast(Callable, step.run)(reader, own)
+                    if isinstance(made, pa.Table):   # (a Python step's table: the steps after it read it)
+                        reader.con.register(step.name, made)
                 except BaseException as e:  # noqa: BLE001 - raised by build, in its turn
                     self._errors[step.name] = e
                     return

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import itertools
-import threading
 import weakref
 
 import duckdb
@@ -17,6 +16,7 @@ import pyarrow as pa
 
 from .. import duck, schema
 from ..profile import Profile
+from .settings_lock import SettingsLock
 
 
 def _macros() -> list[str]:
@@ -88,9 +88,10 @@ class Session:
         # connection alone would leave them in the database
         self._gone = weakref.finalize(self, _drop_schema, self.con.cursor(), self.schema)
         self._gone.atexit = False
-        # Held while a step runs with database-wide settings of its own (threads, optimizers), which
-        # a reader's query on another thread must not run under (its plan and order as on this one)
-        self.settings_lock: threading.Lock = share.settings_lock if share is not None else threading.Lock()
+        # Held alone while a step runs with database-wide settings of its own (threads, optimizers),
+        # which a reader's query on another thread must not run under (its plan and order as on
+        # this one); held shared by readers' queries, which run beside each other
+        self.settings_lock: SettingsLock = share.settings_lock if share is not None else SettingsLock()
         # One thread by default: floating-point sums then run in one order, so the same input
         # gives byte-identical reports (and on traces of this size it is not slower: measured).
         self.threads: int = share.threads if share is not None else max(1, int(threads))
@@ -182,9 +183,20 @@ class Session:
     def worth_threads(self, names) -> bool:
         """Whether a step declared `threads: all` that reads the tables `names` runs on `step_threads`:
         where it has more than one and one of the tables holds `parallel_min_rows` rows or more."""
-        if self.step_threads <= self.threads:
-            return False
+        return self.step_threads > self.threads and self.large(names)
+
+    def large(self, names) -> bool:
+        """Whether one of the tables `names` holds `parallel_min_rows` rows or more."""
         return any((self.rows_in(n) or 0) >= self.parallel_min_rows for n in names)
+
+    def optimizers_off(self, step) -> tuple[str, ...]:
+        """The DuckDB optimizers `step` turns off while it runs here: those its header names where
+        one of the tables it reads is large (`large`), none otherwise. The header corrects the
+        optimizer's choices on large tables (comm_ops: the join sides it picks by estimates of tens
+        of millions of rows); on small ones its own choice costs little (hta_df_index_resolver's
+        comm_ops 17-19 against 20-25 ms, the same table), and a step that changes no setting of
+        the database runs beside a reader's queries, or on a reader itself."""
+        return step.disabled_optimizers if step.disabled_optimizers and self.large(step.requires) else ()
 
     def _replace(self, name: str) -> None:
         if name in self._registered:
@@ -203,22 +215,23 @@ class Session:
         # Settings of the database's, not of this connection's: changed only while no reader's
         # query runs (the lock); a step declared `threads: all` (the same table on any number)
         # that would wait for one runs on the session's threads instead. A shared session's steps
-        # hold the lock as a reader's queries do.
-        own = self.shared or bool(disabled_optimizers)
+        # hold the lock shared, as a reader's queries do (it sets nothing: refused above).
+        own = bool(disabled_optimizers)
         if own:
             self.settings_lock.acquire()
         elif threads != self.threads:
             own = self.settings_lock.acquire(blocking=False)
             threads = threads if own else self.threads
         try:
-            if disabled_optimizers:
-                self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
-            try:
-                with self._on_threads(threads):
-                    self._rows[name] = _create(self.con, f"{self.schema}.{name}", sql, params)
-            finally:
+            with self._guard() if not own else contextlib.nullcontext():
                 if disabled_optimizers:
-                    self.con.execute("RESET disabled_optimizers")
+                    self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
+                try:
+                    with self._on_threads(threads):
+                        self._rows[name] = _create(self.con, f"{self.schema}.{name}", sql, params)
+                finally:
+                    if disabled_optimizers:
+                        self.con.execute("RESET disabled_optimizers")
         finally:
             if own:
                 self.settings_lock.release()
@@ -361,7 +374,7 @@ class Session:
 
     def _guard(self):
         """What a query of this session holds: the settings lock where the session is shared."""
-        return self.settings_lock if self.shared else contextlib.nullcontext()
+        return self.settings_lock.shared() if self.shared else contextlib.nullcontext()
 
     def table(self, name: str) -> pa.Table:
         return self.sql(f"SELECT * FROM {name}")
@@ -390,9 +403,9 @@ class Session:
 class Reader:
     """A session's tables queried from another thread (Session.reader): its own connection onto the
     session's database, the session's Arrow tables registered on it as they are when it is made.
-    Each query runs under the session's `settings_lock`: never while a step of the session runs
+    Each query holds the session's `settings_lock` shared: never while a step of the session runs
     with database-wide settings of its own, so its plan and threads are those the session's own
-    query would have had."""
+    query would have had, but beside other readers' queries."""
 
     def __init__(self, session: Session):
         self.profile = session.profile
@@ -413,7 +426,7 @@ class Reader:
         """Make table `name` of the session's schema from a step's SQL (engine/pipeline.start_sql),
         on the session's threads and settings (it holds the lock, as every query of a reader does);
         returns its row count."""
-        with self.settings_lock:
+        with self.settings_lock.shared():
             return _create(self.con, f"{self.schema}.{name}", sql, params)
 
     attached = Session.attached

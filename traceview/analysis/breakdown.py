@@ -78,10 +78,10 @@ def prepare(session: Session, opts: Options, also: tuple[str, ...] = (), also_pa
                   comm_op_regex=_alt(DEFAULT_COMM_OP_REGEX, opts.comm_regex),
                   comm_kernel_regex=_alt(DEFAULT_COMM_KERNEL_REGEX, opts.comm_regex))
     more = also_params(params) if callable(also_params) else also_params
+    every = {**params, **(more or {})}
     if beside is not None:
-        beside({**params, **(more or {})})
-    prefetch(session, ["activity_class", "step_ranges", "windows", "step_ranges_matched", *also],
-             {**params, **(more or {})})
+        beside(every)
+    prefetch(session, ["activity_class", "step_ranges", "windows", "step_ranges_matched", *also], every)
     build(session, ["activity_class", "step_ranges", "windows"], params)
     n = session.rows("SELECT count(*) AS n FROM windows")[0]["n"]
     return {"step_regex": source, "whole_trace": source is None, "steps": n, "params": params,

@@ -204,26 +204,11 @@ def start_sql(session, names: Iterable[str], params: Mapping[str, object],
     """Begin SQL steps `names` on one thread of their own (named `name`), one after another in that
     order, each table made by a reader of the session (another connection) in the session's schema,
     while this thread goes on; `build` takes each when it is asked for with the same parameters
-    (waiting for it). Begun are the steps whose requirements are built here already or begun before them in
-    `names`, that are neither built nor begun, and that set no optimizers of the database (which
-    the session's own queries would run under); none on a mapped job's workers. Returns the names
-    begun (in order)."""
-    started = getattr(session, "started", None)
-    if started is None or _remote(session) is not None:
-        return []
-    todo: list[tuple[Step, dict]] = []
-    ahead: set[str] = set()
-    for n in names:
-        step = lookup(n)
-        if step is None or step.sql is None:
-            raise StepError(f"{n} is not a SQL step")
-        if not _readable(session, step, params, ahead):
-            continue
-        todo.append((step, {p: params[p] for p in step.params}))
-        ahead.add(n)
-    if todo:
-        _begin_chain(session, todo, name)
-    return [step.name for step, _ in todo]
+    (waiting for it). Begun are the steps whose requirements are built here already or begun before
+    them in `names`, that are neither built nor begun, and that set no optimizers of the database
+    (which the session's own queries would run under); none on a mapped job's workers. Returns the
+    names begun (in order)."""
+    return _begin_steps(session, names, params, name, mixed=False)
 
 
 def start_steps(session, names: Iterable[str], params: Mapping[str, object], name: str) -> list[str]:
@@ -233,6 +218,12 @@ def start_steps(session, names: Iterable[str], params: Mapping[str, object], nam
     each when it is asked for with the same parameters (waiting for it). Begun are the steps up to
     the first that a reader cannot make after those before it (`_readable`); none on a mapped job's
     workers. Returns the names begun (in order)."""
+    return _begin_steps(session, names, params, name, mixed=True)
+
+
+def _begin_steps(session, names: Iterable[str], params: Mapping[str, object], name: str, mixed: bool) -> list[str]:
+    """start_sql (`mixed` False: SQL steps only, those a reader cannot make passed over) and
+    start_steps (`mixed`: Python steps too, the first a reader cannot make ending the chain)."""
     started = getattr(session, "started", None)
     if started is None or _remote(session) is not None:
         return []
@@ -240,10 +231,12 @@ def start_steps(session, names: Iterable[str], params: Mapping[str, object], nam
     ahead: set[str] = set()
     for n in names:
         step = lookup(n)
-        if step is None:
-            raise StepError(f"no step {n}")
-        if not _readable(session, step, params, ahead, python=True):
-            break
+        if step is None or (not mixed and step.sql is None):
+            raise StepError(f"no step {n}" if step is None and mixed else f"{n} is not a SQL step")
+        if not _readable(session, step, params, ahead, python=mixed):
+            if mixed:
+                break
+            continue
         todo.append((step, {p: params[p] for p in step.params}))
         ahead.add(n)
     if todo:

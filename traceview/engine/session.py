@@ -215,7 +215,7 @@ class Session:
         # Settings of the database's, not of this connection's: changed only while no reader's
         # query runs (the lock); a step declared `threads: all` (the same table on any number)
         # that would wait for one runs on the session's threads instead. A shared session's steps
-        # hold the lock shared, as a reader's queries do (it sets nothing: refused above).
+        # hold the lock shared, as a reader's queries do (`_guard`: it sets nothing, refused above).
         own = bool(disabled_optimizers)
         if own:
             self.settings_lock.acquire()
@@ -223,7 +223,7 @@ class Session:
             own = self.settings_lock.acquire(blocking=False)
             threads = threads if own else self.threads
         try:
-            with self._guard() if not own else contextlib.nullcontext():
+            with self._guard():
                 if disabled_optimizers:
                     self.con.execute(f"SET disabled_optimizers = '{','.join(disabled_optimizers)}'")
                 try:

@@ -12,7 +12,7 @@ import gc
 import re
 from collections import Counter, deque
 from itertools import compress, repeat
-from operator import attrgetter, is_not, itemgetter, not_
+from operator import attrgetter, is_, is_not, itemgetter, not_
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -27,7 +27,7 @@ from traceview.profile import Profile
 
 from . import bounded_read, json_depth, kineto_helper, kineto_stream
 from ._nesting import innermost_container, nest
-from .kineto_events import Args, Trace, TypedEvent, TypedTrace  # noqa: F401
+from .kineto_events import Args, Complete, FlowEnd, FlowStart, Trace, TypedEvent, TypedTrace  # noqa: F401
 
 _EMPTY_RAW = msgspec.Raw(b"")
 _CODED = schema.CODED  # strings stored once per distinct value (names, kinds, shapes)
@@ -248,6 +248,17 @@ def _code(ph, cat) -> int:
     return 0
 
 
+def _cat_codes(cat: list) -> tuple[pa.Array, pa.DictionaryArray | None]:
+    """`_codes` of complete events (phase X): the route of each by its category alone."""
+    try:
+        d_cat = pa.array(cat, type=_CODED)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError):  # a category that is not a string: one by one
+        return pa.array([_code("X", c) for c in cat], type=pa.int8()), None
+    cats = d_cat.dictionary.to_pylist() + [None]  # absent: last
+    table = pa.array([_code("X", c) for c in cats], type=pa.int8())
+    return table.take(d_cat.indices.fill_null(len(cats) - 1) if d_cat.null_count else d_cat.indices), d_cat
+
+
 def _codes(ph: list, cat: list) -> tuple[pa.Array, pa.DictionaryArray | None]:
     """The route of each event, computed per distinct (ph, cat) and spread at C speed; and the
     categories dictionary-coded (None where a ph or cat is not a string)."""
@@ -421,10 +432,13 @@ def add_part(part: _Part, accs: dict, dropped: Counter, flows: tuple) -> None:
 
 
 def route_part(evs: list) -> _Part:
-    """A batch of decoded events, routed chunk by chunk into one part."""
+    """A batch of the stream's events (kineto_stream._decode_events: the union of
+    kineto_events.STREAM_EVENTS, or TypedEvent where that refused one), routed chunk by chunk into
+    one part."""
     part = _Part()
+    route = _route_chunk if evs and type(evs[0]) is TypedEvent else _route_stream
     for i in range(0, len(evs), CHUNK_EVENTS):
-        _route_chunk(evs[i:i + CHUNK_EVENTS], part)
+        route(evs[i:i + CHUNK_EVENTS], part)
     return part
 
 
@@ -483,7 +497,33 @@ class _EvCols:
 
 
 def _route_chunk(evs: list, part: _Part) -> None:
+    """A chunk of TypedEvent (the whole read's: every field of every event), routed into `part`."""
     codes, cat = _codes(_get(evs, "ph"), _get(evs, "cat"))
+    _add_groups(evs, codes, cat, part)
+
+
+# the stream's events by class: 1 a complete event (routed by its category), 2 a flow; None the rest
+_STREAM_KIND: dict[type, int] = {Complete: 1, FlowStart: 2, FlowEnd: 2}
+
+
+def _route_stream(evs: list, part: _Part) -> None:
+    """`_route_chunk` of a chunk of the stream's events (kineto_events.STREAM_EVENTS): the complete
+    events routed by their category, the flows of category fwdbwd kept; the events of every other
+    phase were decoded into nothing."""
+    kinds = pa.array(list(map(_STREAM_KIND.get, map(type, evs))), type=pa.int8())
+    complete = _take(evs, pc.indices_nonzero(pc.fill_null(pc.equal(kinds, 1), False)).to_pylist())
+    if complete:
+        codes, cat = _cat_codes(_get(complete, "cat"))
+        _add_groups(complete, codes, cat, part)
+    flows = [ev for ev in _take(evs, pc.indices_nonzero(pc.fill_null(pc.equal(kinds, 2), False)).to_pylist())
+             if ev.cat == "fwdbwd"]
+    if flows:
+        _add_flows(flows, list(map(is_, map(type, flows), repeat(FlowStart))), part.flows)
+
+
+def _add_groups(evs: Sequence, codes: pa.Array, cat: pa.DictionaryArray | None, part: _Part) -> None:
+    """The events of each route code of `codes` (`_codes`: 1-4 a group's, 5 a fwdbwd flow) added to
+    `part` as their group's columns or as flows. `cat`: the events' categories, dictionary-coded."""
     for code in pc.unique(codes).to_pylist():
         if not code:
             continue
@@ -491,14 +531,7 @@ def _route_chunk(evs: list, part: _Part) -> None:
         idx = at.to_pylist()
         rows: Sequence = _take(evs, idx)
         if code == _FLOW:
-            flows = part.flows
-            if _flows_fast(rows, flows):
-                continue
-            for ev in rows:  # kept as (id, tid, ts): the event itself (and its raw args) is let go
-                if type(ev.id) in (int, str, float) and _number(ev.ts):
-                    (flows[0] if ev.ph == "s" else flows[1]).append((ev.id, ev.tid, ev.ts))
-                else:
-                    flows[2].append(None)
+            _add_flows(rows, list(map("s".__eq__, _get(rows, "ph"))), part.flows)
             continue
         cols = _EvCols(rows, (cat.indices.take(at), cat.dictionary.to_pylist()) if cat is not None else None)
         if None in cols["ts"] or None in cols["name"]:  # events without ts or name: dropped, counted
@@ -511,17 +544,21 @@ def _route_chunk(evs: list, part: _Part) -> None:
         part.groups.append((code, _CHUNK_FN[code](cols, _ArgCols(rows), part)))
 
 
-def _flows_fast(rows: Sequence, flows: tuple) -> bool:
-    """Flow events as (id, tid, ts) at C speed when every id and ts has a usable type (else False:
-    the caller sorts them one by one)."""
+def _add_flows(rows: Sequence, starts: list, flows: tuple) -> None:
+    """Flow events kept as (id, tid, ts) (the event itself, and its raw args, let go): the starts
+    (`starts`: whether each is one) in flows[0], the ends in flows[1], and None in flows[2] for one
+    whose id or ts has no usable type. At C speed where every id and ts has a usable type."""
     ids, ts = _get(rows, "id"), _get(rows, "ts")
-    if not (set(map(type, ids)) <= _FLOW_ID and set(map(type, ts)) <= _NUMBER):
-        return False
-    trip = list(zip(ids, _get(rows, "tid"), ts, strict=True))
-    starts = list(map("s".__eq__, _get(rows, "ph")))
-    flows[0].extend(compress(trip, starts))
-    flows[1].extend(compress(trip, map(not_, starts)))
-    return True
+    if set(map(type, ids)) <= _FLOW_ID and set(map(type, ts)) <= _NUMBER:
+        trip = list(zip(ids, _get(rows, "tid"), ts, strict=True))
+        flows[0].extend(compress(trip, starts))
+        flows[1].extend(compress(trip, map(not_, starts)))
+        return
+    for ev, start in zip(rows, starts, strict=True):
+        if type(ev.id) in (int, str, float) and _number(ev.ts):
+            (flows[0] if start else flows[1]).append((ev.id, ev.tid, ev.ts))
+        else:
+            flows[2].append(None)
 
 
 _FLOW_ID = {int, str, float}

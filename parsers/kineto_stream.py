@@ -3,8 +3,10 @@
 The text arrives in pieces (`bounded_read.pieces`). The top-level object up to the
 `"traceEvents": [` key is decoded alone (`Trace`, its events left out); then the array's events are
 cut into batches of about `TEXT_BYTES` at a separator `},{` and each batch is decoded by itself
-(`[batch]` as a list of `TypedEvent`, args included); what follows the last separator (the last events, the `]` and the
-keys after the array) is decoded at the end as `{"traceEvents":[` + rest.
+(`[batch]` as `kineto_events.STREAM_EVENTS`, args included; a batch with an event of a phase that
+union does not decode as a list of `TypedEvent`, every field of every event); what follows the last
+separator (the last events, the `]` and the keys after the array) is decoded at the end as
+`{"traceEvents":[` + rest.
 
 A cut at a `},{` that lies inside a string or inside an event (an object in `args`) leaves the
 batch invalid JSON (an unterminated string, unbalanced brackets): the decoder refuses it, and the
@@ -25,7 +27,7 @@ from typing import Any, Callable, Generator, Iterator, Optional
 import msgspec
 
 from . import bounded_read, json_depth
-from .kineto_events import DeviceProps, Trace, TypedEvent
+from .kineto_events import STREAM_EVENTS, DeviceProps, Trace, TypedEvent
 
 # JSON text per batch of events. 2 MiB: a batch, its brackets and its decoded events stay within
 # a core's cache more than at 4 MiB (2 MiB of L2 a core on the 2-core machine). Whole process
@@ -49,18 +51,23 @@ class Fallback(Exception):
 
 class _Tail(msgspec.Struct):
     """The end of the text: the last events and the top-level keys after the array."""
-    traceEvents: Optional[list[TypedEvent]] = None
+    traceEvents: Optional[STREAM_EVENTS] = None
     schemaVersion: Any = None
     deviceProperties: Optional[list[DeviceProps]] = None
     distributedInfo: Optional[dict[str, Any]] = None
     baseTimeNanoseconds: Any = None
 
 
+class _TypedTail(_Tail):
+    """The same, its events of every field (where _Tail's union refuses one: `_decode_events`)."""
+    traceEvents: Optional[list[TypedEvent]] = None
+
+
 _TOP = ("schemaVersion", "deviceProperties", "distributedInfo", "baseTimeNanoseconds")
 
 
 class EventStream:
-    """Iterate for batches of events (lists of `TypedEvent`, in file order); afterwards `top`
+    """Iterate for batches of events (`_decode_events`, in file order); afterwards `top`
     holds the top-level fields (a `Trace` without its events).
 
     `hand_off`, when set, is asked before each batch is decoded: True makes that batch come out as
@@ -288,10 +295,26 @@ def _batch_text(buf: bytearray, cut: int) -> tuple[bytes] | None:
     return (text,)
 
 
+_EVENTS = msgspec.json.Decoder(STREAM_EVENTS)
+_TYPED = msgspec.json.Decoder(list[TypedEvent])
+
+
+def _decode_events(text: bytes) -> list:
+    """The events of a batch (`[` events `]`) as the union of the stream's events (STREAM_EVENTS);
+    where msgspec refuses an event of it (a phase the union does not name, or one that is not a
+    string), every field of every event of the batch (TypedEvent: as the whole read decodes them;
+    kineto.route_part routes either). ValidationError where that refuses an event too (one that
+    is not an object)."""
+    try:
+        return _EVENTS.decode(text)
+    except msgspec.ValidationError:
+        return _TYPED.decode(text)
+
+
 def decode_text(text: bytes) -> list:
     """The events of a batch's text from `_batch_text` (Fallback where the decode would fall back)."""
     try:
-        return msgspec.json.decode(text, type=list[TypedEvent])
+        return _decode_events(text)
     except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
         raise Fallback from None
 
@@ -300,7 +323,7 @@ def _decode_batch(buf: bytearray, cut: int) -> list | None:
     """The events of buf[:cut] (None when that is not a run of complete events)."""
     text, _ = _batch_array(buf, cut)
     try:
-        return msgspec.json.decode(text, type=list[TypedEvent])
+        return _decode_events(text)
     except msgspec.DecodeError:
         return None
     except (msgspec.ValidationError, RecursionError):  # an event that is not an object: reported by the whole read
@@ -334,6 +357,9 @@ def _decode_tail(buf: bytearray) -> _Tail:
     if json_depth.depth_exceeds(text):
         raise Fallback
     try:
-        return msgspec.json.decode(text, type=_Tail)
+        try:
+            return msgspec.json.decode(text, type=_Tail)
+        except msgspec.ValidationError:   # (as `_decode_events`)
+            return msgspec.json.decode(text, type=_TypedTail)
     except (msgspec.DecodeError, msgspec.ValidationError):
         raise Fallback from None

@@ -172,6 +172,80 @@ def test_batch_and_piece_boundaries_change_nothing(tmp_path, monkeypatch, text_b
                                                                                              132, 7)
 
 
+def _every_phase_events() -> list:
+    """`_events(4)` with an event of every other phase of the Trace Event Format (fields and args
+    included), ac2g flows, fwdbwd flows (ids of int and str, two of a type that cannot be used) and
+    complete events whose category is not a string."""
+    from traceview.parsers.kineto_events import OTHER_PHASES
+    ev = _events(4)
+    for k, ph in enumerate(OTHER_PHASES):
+        ev.append({"ph": ph, "cat": "kernel", "name": f"other{k}", "pid": 0, "tid": 3, "ts": 3000 + k, "dur": 1,
+                   "id": k, "args": {"correlation": 9000 + k, "External id": 1}})
+    ev += [{"ph": "s", "cat": "ac2g", "id": 1001, "pid": 1, "tid": 7, "ts": 110, "name": "ac2g"},
+           {"ph": "f", "cat": "ac2g", "id": 1001, "pid": 0, "tid": 3, "ts": 120, "name": "ac2g", "bp": "e"},
+           {"ph": "s", "cat": "fwdbwd", "id": 7, "pid": 1, "tid": 7, "ts": 101, "name": "fwdbwd"},
+           {"ph": "f", "cat": "fwdbwd", "id": 7, "pid": 1, "tid": 7, "ts": 301, "name": "fwdbwd", "bp": "e"},
+           {"ph": "s", "cat": "fwdbwd", "id": "8", "pid": 1, "tid": 7, "ts": 201, "name": "fwdbwd"},
+           {"ph": "f", "cat": "fwdbwd", "id": "8", "pid": 1, "tid": 7, "ts": 401, "name": "fwdbwd"},
+           {"ph": "t", "cat": "fwdbwd", "id": 9, "pid": 1, "tid": 7, "ts": 401},    # a step: no flow
+           {"ph": "X", "cat": "fwdbwd", "name": "x", "pid": 1, "tid": 7, "ts": 401, "dur": 1},  # routed nowhere
+           {"ph": "X", "cat": ["kernel"], "name": "k", "ts": 1, "dur": 1},            # unhashable: nowhere
+           {"ph": "X", "cat": 7, "name": "k", "ts": 1, "dur": 1},                     # not a string: nowhere
+           {"ph": "X", "name": "k", "ts": 1, "dur": 1}]                               # no category: nowhere
+    return ev
+
+
+@pytest.mark.parametrize("bad_flows", [False, True])
+def test_every_phase_is_streamed_as_the_whole_read_reads_it(tmp_path, monkeypatch, bad_flows):
+    """The stream decodes each phase into what the parser reads of it (kineto_events.STREAM_EVENTS),
+    the whole read every field of every event (TypedEvent): the same tables, warnings and flows."""
+    ev = _every_phase_events()
+    if bad_flows:   # ids and times of a type that cannot be used: counted, one by one
+        ev += [{"ph": "s", "cat": "fwdbwd", "id": [1], "tid": 7, "ts": 5}, {"ph": "f", "cat": "fwdbwd", "id": 3,
+                                                                            "tid": 7, "ts": "x"}]
+    f = _write(tmp_path, ev)
+    whole = kineto.Profile(**dict(zip(("warnings", *TABLES), _parts(kineto._ingest_whole, f), strict=True)))
+    monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", 700)  # batches of a few events
+    _no_whole_read(monkeypatch)
+    p = kineto.read(f)
+    for t in TABLES:
+        assert getattr(p, t).equals(getattr(whole, t)), t
+    assert p.warnings == whole.warnings
+    # by hand: only _events(4)'s ops, launches and kernels are rows; no event of another phase is
+    assert p.gpu_activities.column("name").to_pylist() == [f"gemm{k}" for k in range(1, 5)]
+    assert p.cpu_ranges.num_rows == 4 and p.launches.num_rows == 4
+    ids = p.cpu_ranges.column("id").to_pylist()   # the fwdbwd pairs: mm1 -> mm3 (id 7), mm2 -> mm4 (id "8")
+    assert p.cpu_ranges.column("fwd_id").to_pylist() == [None, None, ids[0], ids[1]]
+    odd = [w for w in p.warnings if "fwdbwd flow events with an 'id' or 'ts' of the wrong type" in w]
+    assert odd == ([f"{f}: 2 fwdbwd flow events with an 'id' or 'ts' of the wrong type ignored"] if bad_flows else [])
+
+
+@pytest.mark.parametrize("odd", [{"ph": "Z", "cat": "kernel", "name": "z", "ts": 1, "dur": 1},
+                                 {"ph": 5, "cat": "kernel", "name": "five", "ts": 1, "dur": 1},
+                                 {"cat": "kernel", "name": "no ph", "ts": 1, "dur": 1}])
+@pytest.mark.parametrize("where", ["batch", "tail"])
+def test_an_event_the_union_does_not_decode_is_streamed_with_every_field(tmp_path, monkeypatch, odd, where):
+    """A phase that is not one of the Trace Event Format's strings (or none): msgspec's tagged union
+    refuses it, and that batch (or the text's tail) is decoded into TypedEvent, as the whole read
+    decodes every event, and routed as there: the same tables, the file still streamed."""
+    ev = _events(6)
+    ev.insert(4 if where == "batch" else len(ev), odd)   # the last event: in the tail
+    f = _write(tmp_path, ev)
+    whole = kineto.Profile(**dict(zip(("warnings", *TABLES), _parts(kineto._ingest_whole, f), strict=True)))
+    monkeypatch.setattr(kineto.kineto_stream, "TEXT_BYTES", 900)  # batches of a few events
+    _no_whole_read(monkeypatch)
+    typed: list = []
+    route = kineto._route_chunk
+    monkeypatch.setattr(kineto, "_route_chunk", lambda evs, part: (typed.append(len(evs)), route(evs, part))[1])
+    p = kineto.read(f)
+    assert typed and sum(typed) < len(ev)   # the odd event's batch only
+    for t in TABLES:
+        assert getattr(p, t).equals(getattr(whole, t)), t
+    # by hand: the six ops, launches and kernels; the odd event is routed nowhere
+    assert p.gpu_activities.column("name").to_pylist() == [f"gemm{k}" for k in range(1, 7)]
+    assert p.cpu_ranges.num_rows == 6 and p.launches.num_rows == 6
+
+
 def _parts(ingest, f):
     """A Profile's fields built the way kineto.read builds them, from the given ingest."""
     orig = kineto._ingest_stream

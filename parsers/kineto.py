@@ -502,7 +502,7 @@ def _route_chunk(evs: list, part: _Part) -> None:
     _add_groups(evs, codes, cat, part)
 
 
-# the stream's events by class: 1 a complete event (routed by its category), 2 a flow; None the rest
+# the stream's events by class: 1 a complete event (routed by its category), 2 a flow; 0 the rest
 _STREAM_KIND: dict[type, int] = {Complete: 1, FlowStart: 2, FlowEnd: 2}
 
 
@@ -510,13 +510,12 @@ def _route_stream(evs: list, part: _Part) -> None:
     """`_route_chunk` of a chunk of the stream's events (kineto_events.STREAM_EVENTS): the complete
     events routed by their category, the flows of category fwdbwd kept; the events of every other
     phase were decoded into nothing."""
-    kinds = pa.array(list(map(_STREAM_KIND.get, map(type, evs))), type=pa.int8())
-    complete = _take(evs, pc.indices_nonzero(pc.fill_null(pc.equal(kinds, 1), False)).to_pylist())
+    kinds = pa.array(list(map(_STREAM_KIND.get, map(type, evs), repeat(0))), type=pa.int8())
+    complete = _take(evs, pc.indices_nonzero(pc.equal(kinds, 1)).to_pylist())
     if complete:
         codes, cat = _cat_codes(_get(complete, "cat"))
         _add_groups(complete, codes, cat, part)
-    flows = [ev for ev in _take(evs, pc.indices_nonzero(pc.fill_null(pc.equal(kinds, 2), False)).to_pylist())
-             if ev.cat == "fwdbwd"]
+    flows = [ev for ev in _take(evs, pc.indices_nonzero(pc.equal(kinds, 2)).to_pylist()) if ev.cat == "fwdbwd"]
     if flows:
         _add_flows(flows, list(map(is_, map(type, flows), repeat(FlowStart))), part.flows)
 

@@ -57,31 +57,33 @@ class Args(msgspec.Struct, gc=False):
     wait_event: Any = _f("wait_on_cuda_event_id")
 
 
-class Event(msgspec.Struct, gc=False):
-    ph: Any = None
+# `args` decoded: an object into Args, anything else kept as it is (and read as absent)
+_DecodedArgs = Union[Args, None, list, str, int, float, bool]
+
+
+class _Timed(msgspec.Struct, gc=False):
+    """The fields of an event that a group of events reads, besides its phase, id and args."""
     cat: Any = None
     name: Any = None
     pid: Any = None
     tid: Any = None
     ts: Any = None
     dur: Any = None
+
+
+class Event(_Timed, gc=False):
+    ph: Any = None
     id: Any = None
     args: _RawOpt = _EMPTY
 
 
 class TypedEvent(Event, gc=False):
-    args: Union[Args, None, list, str, int, float, bool] = None  # type: ignore[assignment]  # narrows Event.args: msgspec decodes what Event keeps raw
+    args: _DecodedArgs = None  # type: ignore[assignment]  # narrows Event.args: msgspec decodes what Event keeps raw
 
 
-class Complete(msgspec.Struct, tag="X", tag_field="ph", gc=False):
+class Complete(_Timed, tag="X", tag_field="ph", gc=False):
     """A complete event (phase X): every field a group of events reads."""
-    cat: Any = None
-    name: Any = None
-    pid: Any = None
-    tid: Any = None
-    ts: Any = None
-    dur: Any = None
-    args: Union[Args, None, list, str, int, float, bool] = None
+    args: _DecodedArgs = None
 
 
 class _Flow(msgspec.Struct, gc=False):

@@ -142,3 +142,86 @@ def test_layer_intermediates_are_gone_before_the_attribution_query():
     assert held["activity_attribution"] == set()
     assert s.rows("SELECT count(*) AS n FROM activity_attribution")[0]["n"] == \
         s.rows("SELECT count(*) AS n FROM gpu_activities")[0]["n"]
+
+
+@python_step("tf_ranges", scope="rank", requires=("cpu_ranges",), produces=("rank", "n"))
+def _tf_ranges(session, params):
+    return session.sql("SELECT rank, count(*)::BIGINT AS n FROM cpu_ranges GROUP BY rank")
+
+
+def _ranges_session():
+    return Session(make_profile(cpu=[dict(id=1, tid=7, start_ns=0, end_ns=10, name="a"),
+                                     dict(id=2, tid=7, start_ns=2, end_ns=5, name="b", depth=1, parent_id=1),
+                                     dict(id=3, tid=7, start_ns=20, end_ns=30, name="c")],
+                                gpu=[dict(id=1, rank=0, start_ns=0, end_ns=10)]))
+
+
+def test_let_go_of_a_profile_table():
+    import duckdb
+    s = _ranges_session()
+    before = s.reader()                              # holds the ranges as the session had them
+    walks = s.reader(without=("cpu_ranges",))        # a reader that never reads them
+    assert s.attached("cpu_ranges").num_rows == 3 and "cpu_ranges" in s.tables()
+    assert s.let_go_of("cpu_ranges")
+    assert s.profile.cpu_ranges is None and s.let_go == {"cpu_ranges"}
+    assert s.rows_in("cpu_ranges") == 3             # (the count stays known: one_thread_each, large)
+    assert s.attached("cpu_ranges") is None and "cpu_ranges" not in s.tables()
+    with pytest.raises(duckdb.CatalogException):
+        s.sql("SELECT count(*) FROM cpu_ranges")
+    # a step that reads them is refused, in one line naming both
+    with pytest.raises(pipeline.StepError, match="tf_ranges reads cpu_ranges, which this session let go of"):
+        build(s, ["tf_ranges"])
+    assert "tf_ranges" not in s.built
+    assert not s.let_go_of("cpu_ranges")            # once
+    assert s.rows("SELECT count(*) AS n FROM gpu_activities") == [{"n": 1}]   # the other tables stay
+    assert before.rows("SELECT count(*) AS n FROM cpu_ranges") == [{"n": 3}]
+    for r in (walks, s.reader()):                     # made without them, or after they went
+        with pytest.raises(duckdb.CatalogException):
+            r.sql("SELECT count(*) FROM cpu_ranges")
+        assert r.attached("cpu_ranges") is None
+        r.close()
+    before.close()
+
+
+def test_let_go_of_refuses_what_is_not_the_profiles():
+    s = _ranges_session()
+    s.register("cpu_ranges", s.profile.cpu_ranges.slice(0, 1))   # a caller's table in its place
+    assert not s.let_go_of("cpu_ranges") and s.profile.cpu_ranges.num_rows == 3
+    assert not s.let_go_of("tf_raw") and not Session().let_go_of("cpu_ranges")
+
+
+def test_analyze_lets_the_cpu_ranges_go_before_the_layer_rows(monkeypatch):
+    """keep_tables=False (analyze) lets go of the profile's CPU ranges once their last readers are
+    built (the capture times and the FLOPs, made before the layer rows there): none of the session,
+    the walks' thread or the profile holds them while the layer rows are made, and the document is
+    the one a run that keeps them makes."""
+    import weakref
+    path = TRACES / "nsys" / "h100_2gpu_train_a2a_2026.2.sqlite"
+    if not path.exists():
+        pytest.skip("the shared corpus is not beside the checkout")
+    import gc
+
+    from traceview.analysis import layers
+    from traceview.engine.session import Session as S
+    from traceview.runs import AnalyzeOptions, run_job
+    held: list = []
+    attach = S.attach
+
+    def attach_spied(self, profile):   # a weak reference to the ranges the session is given
+        held.append(weakref.ref(profile.cpu_ranges))
+        attach(self, profile)
+    seen: list = []
+    rows_of = layers.layer_rows
+
+    def layer_rows_spied(session, *a, **k):
+        gc.collect()
+        seen.append((set(session.let_go), held[-1]() is None))
+        return rows_of(session, *a, **k)
+    monkeypatch.setattr(S, "attach", attach_spied)
+    monkeypatch.setattr(layers, "layer_rows", layer_rows_spied)
+    kept_doc, kept = run_job([str(path)], AnalyzeOptions())
+    doc, session = run_job([str(path)], AnalyzeOptions(), keep_tables=False)
+    assert seen == [(set(), False), ({"cpu_ranges"}, True)]
+    assert doc == kept_doc
+    assert kept.profile.cpu_ranges is not None and session.profile.cpu_ranges is None
+    assert doc["flops"]["status"] == kept_doc["flops"]["status"] and doc["inputs"] == kept_doc["inputs"]

@@ -32,10 +32,30 @@ def flops_sections(session: Session, doc: dict, *, model: str | None = None, mod
                    tokens_per_step: int | None = None, peak_tflops: float | None = None,
                    dtype: str | None = None) -> dict:
     """The `flops` section: delivered TFLOP/s, peak, MFU, and achieved TFLOP/s per layer/stage."""
+    sec = flops_totals(session, doc["summary"]["step_time_ns"], model=model, model_config=model_config,
+                       tokens_per_step=tokens_per_step, peak_tflops=peak_tflops, dtype=dtype)
+    return flops_by_group(session, sec, doc["layers"], len(doc["steps"]))
+
+
+def flops_totals(session: Session, step_time_ns: int | None, *, model: str | None = None,
+                 model_config: Path | None = None, tokens_per_step: int | None = None,
+                 peak_tflops: float | None = None, dtype: str | None = None) -> dict:
+    """The `flops` section less its per-group rows (`flops_by_group`, which needs the layer rows):
+    every step it reads of the profile's tables is built here, flops_groups included (it reads
+    only built steps), so that the profile's CPU ranges may be let go in between (assemble)."""
+    from ..engine.pipeline import build
     from ..flops import mfu
     from ..flops.models import resolve
-    sec = mfu.flops_section(session, doc["summary"]["step_time_ns"], model=resolve(model, model_config),
+    sec = mfu.flops_section(session, step_time_ns, model=resolve(model, model_config),
                             tokens_per_step=tokens_per_step, peak_tflops=peak_tflops, dtype=dtype)
     if sec.get("method") == "trace":
-        sec["by_group"] = mfu.by_group(session, doc["layers"], max(1, len(doc["steps"])))
+        build(session, ["flops_groups"])
+    return sec
+
+
+def flops_by_group(session: Session, sec: dict, layer_rows: list[dict], n_steps: int) -> dict:
+    """`sec` (flops_totals) with its achieved TFLOP/s per layer/stage, where the FLOPs came from the trace."""
+    if sec.get("method") == "trace":
+        from ..flops import mfu
+        sec["by_group"] = mfu.by_group(session, layer_rows, max(1, n_steps))
     return sec

@@ -441,6 +441,9 @@ def start_rank_part(session: Session, job: dict, idle: dict) -> Callable[[], lis
     return begin_rank_part(session, idle).walk(job)
 
 
+WALKS_SKIP = ("cpu_ranges",)   # the profile's tables the walks' thread never reads (Begun)
+
+
 class Begun:
     """start_rank_part in two halves (begin_rank_part): the first chunk's rows are fetched on the
     thread from the start, while the caller matches the job's collectives (job_inputs, which the
@@ -452,7 +455,8 @@ class Begun:
         self._session, self._idle, self._data = session, idle, data
         self._given: list = []
         self._go = threading.Event()
-        self._walks = Later(_walk_chunks, session.reader(), self._take, idle, data,
+        # (the walks read no CPU range: the session may let go of them while they run, assemble)
+        self._walks = Later(_walk_chunks, session.reader(without=WALKS_SKIP), self._take, idle, data,
                             name="traceview-critical-path") if data["chunks"] else None
 
     def _take(self) -> tuple | None:

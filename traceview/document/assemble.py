@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from .. import __version__
 from ..analysis import breakdown, capture, layers, stalls
-from ..analysis.analyze import flops_sections, inputs_section
+from ..analysis.analyze import flops_by_group, flops_totals, inputs_section
 from ..budget import Budget, evaluate as evaluate_budget
 from ..config import Rules
 from ..engine.pipeline import TRANSIENT, build, start_sql, start_steps
@@ -17,6 +17,7 @@ from ..flops import (
     early as flops_early,
     steps as _flops_steps,  # noqa: F401  (declares the FLOPs Python steps prefetched below)
 )
+from ..heap import give_back
 from ..profile import Profile
 from .options import AnalyzeOptions
 
@@ -81,6 +82,16 @@ SECTIONS_ONLY = ("range_context", "activity_shares", "activity_spans")
 OTHER_COMMANDS = frozenset({"diff_syncs", "diff_units", "segment_groups"})   # diff's, the Perfetto export's
 
 
+def _let_go_ranges(session: Session) -> None:
+    """The profile's CPU ranges let go of (Session.let_go_of) once their last readers are built: on
+    the nsys a2a export x100 155 MiB of its 245 MiB of canonical tables, held until now through the
+    layer rows and the walks (the run's peak). Nothing analyze builds after this reads them (a step
+    that did would be refused: engine/pipeline.build), nor does the walks' thread (stalls.WALKS_SKIP).
+    Their memory goes back to the system at once (glibc keeps a heap's free pages below its top)."""
+    if session.let_go_of("cpu_ranges"):
+        give_back()
+
+
 def _let_go(session: Session) -> None:
     steps = all_steps().values()
     for name in SECTIONS_ONLY:
@@ -131,6 +142,12 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     # process the first chunk's rows are fetched on the walks' thread while the collectives are
     # matched (comm_ops first: a step with optimizers of its own would wait for the fetch)
     idle = {(r["rank"], r["step"]): r["idle_ns"] for r in rows}
+
+    def flops_of(step_time_ns: int | None) -> dict:
+        return flops_totals(session, step_time_ns, model=opts.model, model_config=opts.model_config,
+                            tokens_per_step=opts.tokens_per_step, peak_tflops=opts.peak_tflops, dtype=opts.dtype)
+    inputs: list[dict] | None = None
+    flops: dict | None = None
     remote = session.profile.remote if session.profile is not None else None
     if remote is None:
         build(session, ["comm_ops"])
@@ -141,6 +158,15 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
             begun.cancel()
             raise
         pending = begun.walk(job)
+        if not keep_tables:
+            # the CPU ranges' last readers (the capture times, the FLOPs) now, and the ranges let go
+            # before the layer rows, which are made here while the paths are walked (the run's peak)
+            inputs = inputs_section(profile, capture.first_events(session))
+            if early is not None:
+                early.adopt(session)
+                early = None
+            flops = flops_of(breakdown.summarize(rows)["step_time_ns"])
+            _let_go_ranges(session)
     else:
         job = stalls.job_inputs(session)
         _release(session)
@@ -151,7 +177,8 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
     _release(session)
     if not keep_tables:
         _let_go(session)
-    inputs = inputs_section(profile, capture.first_events(session))
+    if inputs is None:
+        inputs = inputs_section(profile, capture.first_events(session))
     _release(session)
     top_kernels = breakdown.top_kernels(session, opts.top)
     _release(session)
@@ -179,9 +206,9 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
                                "the whole trace is one window per rank")
     if early is not None:
         early.adopt(session)
-    fl = doc["flops"] = flops_sections(session, doc, model=opts.model, model_config=opts.model_config,
-                                       tokens_per_step=opts.tokens_per_step, peak_tflops=opts.peak_tflops,
-                                       dtype=opts.dtype)
+    if flops is None:
+        flops = flops_of(doc["summary"]["step_time_ns"])
+    fl = doc["flops"] = flops_by_group(session, flops, doc["layers"], len(doc["steps"]))
     if fl.get("mfu") is not None and fl["mfu"] > 1:
         doc["warnings"].append(f"delivered {fl['delivered_tflops_per_gpu']:,.1f} TFLOP/s per GPU is above the peak of "
                                f"{fl['peak_tflops']:,.1f} (MFU {fl['mfu']:.2f} > 1): check --peak-tflops, --dtype, "

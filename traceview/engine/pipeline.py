@@ -110,6 +110,10 @@ def build(session, targets: Iterable[str], params: Mapping[str, object] | None =
             if any(done[p] != v for p, v in asked.items()):
                 raise StepError(f"step {step.name} was built in this session with {done}, now asked with {asked}")
             continue
+        gone = getattr(session, "let_go", None)
+        if gone and not gone.isdisjoint(step.requires):
+            raise StepError(f"step {step.name} reads {', '.join(sorted(gone.intersection(step.requires)))}, "
+                            "which this session let go of")
         own = {}
         for p in step.params:
             if p not in params:

@@ -118,6 +118,7 @@ class Session:
         self.freed: set[str] = set()               # steps whose tables were dropped after their last use
         self.started: dict[str, tuple] = {}        # Python steps begun on threads (engine/pipeline.start)
         self.uncompressed = 0                      # rows counted towards the next checkpoint (_made)
+        self.let_go: set[str] = set()              # the profile's tables let go (let_go_of)
         self.short_lived: frozenset[str] = frozenset()   # steps whose tables are not counted (_made)
         self.checkpoints = 0                       # checkpoints of the tables' catalog made (tests)
         if profile is not None:
@@ -131,6 +132,24 @@ class Session:
         for name in schema.TABLES:
             self.con.register(name, getattr(profile, name))
 
+    def let_go_of(self, name: str) -> bool:
+        """Let go of the profile's table `name` once no step still to be built reads it (a command
+        done with the profile once it has the document: document/assemble.py): unregistered here,
+        and the profile's field emptied (None), so that its memory goes back; its row count stays
+        known (`rows_in`), and a step that reads it is refused from then on (engine/pipeline.build).
+        False where the session does not hold it as the profile's own (a mapped job's, a table a
+        caller registered in its place, one let go already). A reader made before (`reader`) keeps
+        its own hold unless it was made `without` it."""
+        profile = self.profile
+        if profile is None or name not in schema.TABLES or name in self._registered or name in self.let_go \
+                or getattr(profile, "remote", None) is not None:
+            return False
+        self._rows[name] = getattr(profile, name).num_rows
+        self.con.unregister(name)
+        self.let_go.add(name)
+        setattr(profile, name, None)
+        return True
+
     def release_pages(self) -> None:
         """A mapped job (mapped.Remote): let go of the pages of its memory-mapped tables that queries
         touched so far (they count in this process's RSS until then); a no-op otherwise."""
@@ -140,12 +159,12 @@ class Session:
 
     def tables(self) -> set[str]:
         """Names queryable now: canonical tables, registered Arrow tables, materialized steps."""
-        return set(schema.TABLES) | self._registered | self._views
+        return (set(schema.TABLES) - self.let_go) | self._registered | self._views
 
     def attached(self, name: str) -> pa.Table | None:
         """The profile's Arrow table `name` where the session queries it as attached (not replaced
         by `register`), else None: a step may read its coded columns without a query."""
-        if self.profile is None or name not in schema.TABLES or name in self._registered:
+        if self.profile is None or name not in schema.TABLES or name in self._registered or name in self.let_go:
             return None
         return getattr(self.profile, name)
 
@@ -361,11 +380,12 @@ class Session:
         self._gone()
         self.con.close()
 
-    def reader(self) -> Reader:
+    def reader(self, without: tuple[str, ...] = ()) -> Reader:
         """Another connection onto this session's tables, for queries on another thread while this
         one goes on (DuckDB lets go of the GIL while a query runs): it sees the steps' tables and
-        the Arrow tables registered here so far. Close it when done."""
-        return Reader(self)
+        the Arrow tables registered here so far, less the profile's tables named in `without` (which
+        it never reads: the session may let go of them while it runs, `let_go_of`). Close it when done."""
+        return Reader(self, without)
 
     def sql(self, sql: str, **params) -> pa.Table:
         params = {k: v for k, v in params.items() if f"${k}" in sql}
@@ -407,7 +427,7 @@ class Reader:
     with database-wide settings of its own, so its plan and threads are those the session's own
     query would have had, but beside other readers' queries."""
 
-    def __init__(self, session: Session):
+    def __init__(self, session: Session, without: tuple[str, ...] = ()):
         self.profile = session.profile
         self._registered = set(session._registered)
         self._strings: dict[str, str] = {}
@@ -416,8 +436,9 @@ class Reader:
         self.schema = session.schema
         self.con = session.con.cursor()
         self.con.execute(f"SET search_path = '{session.schema},main'")
+        self.let_go = set(session.let_go) | set(without)
         for name in schema.TABLES:
-            if name not in self._registered and self.profile is not None:
+            if name not in self._registered and name not in self.let_go and self.profile is not None:
                 self.con.register(name, getattr(self.profile, name))
         for name, table in {**session._given, **session._arrow}.items():
             self.con.register(name, table)

@@ -578,3 +578,69 @@ def test_rank_first_event_is_the_earliest_start_over_the_four_tables():
     # rank 1: cpu 40 -> 40; rank 2 has no events: no row
     assert _proj(got, "rank", "first_ns") == [(0, 300), (1, 40)]
     assert run_step("rank_first_event", make_profile()) == []
+
+
+NO_RULES = {"layer_regexes": [], "stage_regexes": [], "stage_names": [], "phase_regexes": [], "phase_names": []}
+
+
+def _context_table(profile, params):
+    from steps_golden import session_for
+
+    from traceview.engine.pipeline import build
+    s = session_for(profile)
+    build(s, ["range_context_raw"], params)
+    return s.arrow("range_context_raw")
+
+
+def test_range_context_raw_reads_no_range_where_no_name_tags_anything(monkeypatch):
+    """Where no name tags a layer, stage, phase or backward node (range_tree.names_nothing), no range
+    inherits anything: the step reads no range and gives what the whole computation gives, no row,
+    with the same columns and types."""
+    from traceview.analysis import range_tree
+    prof = make_profile(cpu=[dict(id=1, tid=1, name="nccl:all_reduce", start_ns=0, end_ns=10),
+                             dict(id=2, tid=1, name="aten::mm", start_ns=2, end_ns=5, parent_id=1, kind="op", seq=3)])
+    monkeypatch.setattr(range_tree, "names_nothing", lambda *a: False)   # the whole computation
+    whole = _context_table(prof, RULES)
+    monkeypatch.undo()
+
+    def unread(session):
+        raise AssertionError("the ranges were read")
+    monkeypatch.setattr(range_tree, "_ranges", unread)
+    short = _context_table(prof, RULES)
+    assert whole.num_rows == 0 and short.num_rows == 0
+    assert short.schema == whole.schema and short.column_names == list(range_tree.PRODUCES)
+
+
+def test_range_context_raw_backward_nodes_alone_are_read():
+    # no rule at all, but a backward node (an evaluate_function range with a sequence number) is
+    # named by the step itself: the ranges are read and range 6 is its own anchor (by hand)
+    from traceview.analysis import range_tree
+    got = {r["id"]: r for r in run_step("range_context_raw", _ctx_profile(), params=NO_RULES)}
+    assert {i: (r["layer"], r["stage"], r["phase"], r["anchor"], r["head"]) for i, r in got.items()} == \
+        {6: (None, None, None, 6, None)}
+    names = run_step("name_tags", _ctx_profile(), params=NO_RULES)
+    assert not range_tree.names_nothing(pa.Table.from_pylist(names))
+
+
+def test_range_context_raw_skips_the_rounds_where_only_ops_are_named(monkeypatch):
+    # a name that tags a stage (`attn`) names only ops here, which drop it (range_tree.tags): no range
+    # names anything by itself, so none inherits anything and the rounds are not run
+    from traceview.analysis import range_tree
+    prof = make_profile(cpu=[dict(id=1, tid=1, name="step", start_ns=0, end_ns=100),
+                             dict(id=2, tid=1, name="flash_attn_fwd", start_ns=10, end_ns=20, parent_id=1, kind="op"),
+                             dict(id=3, tid=1, name="aten::mm", start_ns=30, end_ns=40, parent_id=2, kind="op")])
+    rounds: list = []
+    inherit = range_tree.inherit
+
+    def spied(parent, *a):
+        rounds.append(len(parent))
+        return inherit(parent, *a)
+    monkeypatch.setattr(range_tree, "inherit", spied)
+    short = _context_table(prof, RULES)
+    assert rounds == [0, 0]         # over no range (the two calls of context_batches)
+    monkeypatch.setattr(range_tree, "names_nothing", lambda *a: False)   # the whole computation
+    whole = _context_table(prof, RULES)
+    assert rounds[2:] == [3, 3]
+    assert whole.num_rows == 0 and short.num_rows == 0 and short.schema == whole.schema
+    names = run_step("name_tags", prof, params=RULES)
+    assert {r["name"]: r["stage"] for r in names}["flash_attn_fwd"] == "attention"

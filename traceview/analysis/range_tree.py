@@ -128,7 +128,11 @@ BATCH_ROWS = 1 << 18   # input rows per record batch of the result
 
 def context_batches(tags: pa.Table, rows: int = BATCH_ROWS) -> list[pa.RecordBatch]:
     """`context`'s rows as record batches (in row order), each gathered straight from the inputs
-    into its own buffers: no whole unfiltered result is made."""
+    into its own buffers: no whole unfiltered result is made. Where no range names anything by
+    itself (a name that tags a stage may name only ops, which drop it: `tags`), none inherits
+    anything: no row, and the rounds are not run."""
+    if names_nothing(tags, "bwd_node"):
+        tags = tags.slice(0, 0)
     ids = tags.column("id").combine_chunks()
     n = len(ids)
     pid = tags.column("parent_id").combine_chunks()
@@ -177,13 +181,25 @@ def context_batches(tags: pa.Table, rows: int = BATCH_ROWS) -> list[pa.RecordBat
     return batches
 
 
+def names_nothing(names: pa.Table, bwd: str = "bwd_name") -> bool:
+    """Whether no row of `names` (name_tags' rows, or the ranges' own `tags` with bwd="bwd_node")
+    tags anything: no layer, stage or phase, and no backward node. Then no range inherits anything,
+    and range_context_raw has no row."""
+    return all(names.column(c).null_count == names.num_rows for c in ("layer", "stage", "phase")) \
+        and not pc.any(pc.fill_null(names.column(bwd), False)).as_py()
+
+
 @python_step("range_context_raw", scope="rank", requires=("name_tags", "cpu_ranges"), params=_RULES,
              produces=PRODUCES)
 def range_context_raw(session: Session, params: dict) -> pa.Table:
     """The CPU ranges with what they name (`tags`) and inherit along parent_id (`context`), kept as
     Arrow (the session's queries read it in place). The rounds' arrays go back to the system before
     the next step allocates (Arrow's pool keeps freed blocks otherwise: +280 MB of peak at x100 of
-    the a2a export, measured)."""
-    out = context(tags(_ranges(session), session.sql("SELECT * FROM name_tags")))
+    the a2a export, measured). Where no range name tags anything (`names_nothing`: the a2a export's
+    NVTX ranges, 1,911,800 at x100), no range is read: the same empty table, made from none."""
+    names = session.sql("SELECT * FROM name_tags")
+    ranges = session.sql(f"SELECT {', '.join(_RANGE_COLUMNS)} FROM cpu_ranges LIMIT 0") if names_nothing(names) \
+        else _ranges(session)
+    out = context(tags(ranges, names))
     pa.default_memory_pool().release_unused()
     return out

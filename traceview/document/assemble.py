@@ -104,7 +104,9 @@ def assemble(profile: Profile, opts: AnalyzeOptions | None = None, session: Sess
              rules: Rules | None = None, budget: Budget | None = None, keep_tables: bool = True) -> ReportDocument:
     """The `traceview.report/1` document of `profile`, computed in `session` (a new one when not
     given; its tables stay queryable unless `keep_tables` is False: then SECTIONS_ONLY are dropped
-    once used), with attribution `rules` and, when given, a `budget`."""
+    once used and, where the job runs in this process, the profile's CPU ranges are let go once
+    their last readers are built, its `cpu_ranges` then None: `_let_go_ranges`), with attribution
+    `rules` and, when given, a `budget`."""
     opts = opts or AnalyzeOptions()
     rules = rules or Rules()
     session = session or Session(profile)

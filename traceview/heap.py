@@ -55,7 +55,7 @@ def keep_heap() -> bool:
 def give_back() -> bool:
     """glibc's free memory, wherever it lies in its heaps, given back to the system now
     (`malloc_trim(0)`): for a large table let go of in the middle of a run (its blocks under
-    `mmap_threshold` are in a heap, whose pages above them stay in use). False where the C library
-    is not glibc."""
+    `mmap_threshold` are in a heap, whose pages above them stay in use). Whether glibc gave any
+    back (`malloc_trim`'s answer); False where the C library is not glibc."""
     libc = _glibc()
     return libc is not None and bool(libc.malloc_trim(0))

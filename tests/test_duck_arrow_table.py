@@ -119,3 +119,32 @@ def test_duckdb_2_has_the_submit_function():
     if int(duckdb.__version__.split(".")[0]) < 2:
         pytest.skip(f"DuckDB {duckdb.__version__}: the relational API only")
     assert duck._SUBMIT is not None
+
+
+def _batches(reader):
+    return [(b.num_rows, b.to_pydict()) for b in reader]
+
+
+@pytest.mark.parametrize("rows", [1, 3, 1000])
+def test_query_reader_gives_the_relational_apis_batches(con, rows):
+    sql = "SELECT range AS i, 'n' || range AS s FROM range(10) ORDER BY i"
+    got = _batches(duck.query_reader(con, sql, rows))
+    assert got == _batches(duck.arrow_reader(con.sql(sql), rows))
+    assert [n for n, _ in got] == ([1] * 10 if rows == 1 else [3, 3, 3, 1] if rows == 3 else [10])
+    assert sum((b["i"] for _, b in got), []) == list(range(10))
+
+
+def test_query_reader_without_a_trusted_submit_function_the_api(con, monkeypatch):
+    called = []
+    monkeypatch.setattr(duck, "_SUBMIT", None)          # none, or the probe found it wrong
+    monkeypatch.setattr(duck, "_STREAM", lambda *a: called.append(a))
+    got = _batches(duck.query_reader(con, "SELECT i FROM t ORDER BY i", 2))
+    assert got == [(2, {"i": [1, 2]}), (2, {"i": [3, 4]})] and called == []
+
+
+def test_a_stream_function_that_refuses_its_arguments_leaves_it_to_the_api(con, monkeypatch):
+    def refuses(*a):
+        raise TypeError("takes 4 positional arguments")
+    monkeypatch.setattr(duck, "_STREAM", refuses)
+    monkeypatch.setattr(duck, "_PROBED", True)
+    assert _batches(duck.query_reader(con, "SELECT i FROM t ORDER BY i", 10)) == [(4, {"i": [1, 2, 3, 4]})]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import subprocess
 import sys
 
@@ -17,9 +18,9 @@ from helpers import TRACES
 REAL = TRACES / "kineto" / "h200_moe" / "overlap.json.gz"     # 22 MB of JSON: the helper is forked
 
 
-def _run(code: str, *args, timeout: int = 180) -> dict:
+def _run(code: str, *args, timeout: int = 180, env: dict | None = None) -> dict:
     p = subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                       timeout=timeout)
+                       timeout=timeout, env=env)
     assert p.returncode == 0, p.stderr
     return json.loads(p.stdout.strip().splitlines()[-1])
 
@@ -263,3 +264,120 @@ def test_the_sql_files_read_off_the_folder_are_those_importlib_resources_gives()
                 if f.name.endswith(".sql")}
         got = {f.name: f.read_text(encoding="utf-8") for f in sql_files(sub) if f.name.endswith(".sql")}
         assert got == want and len(want) >= (1 if sub else 30)
+
+
+# DuckDB's relational API (duckdb/_relation.py, DuckDB 2) left out of the command line until used
+_LAZY = """
+import json, sys, threading
+from traceview import lean_imports
+lean_imports.duckdb()
+import duckdb
+out = {"stand_in": type(sys.modules["duckdb._relation"]).__name__}
+con = duckdb.connect()
+out["execute"] = con.execute("SELECT 40 + 2").fetchall()[0][0]
+from traceview import duck
+out["table"] = duck.arrow_table(con, "SELECT 7 AS x").to_pydict()
+out["reader"] = [b.num_rows for b in duck.query_reader(con, "SELECT range AS i FROM range(10)", 4)]
+out["still_stand_in"] = type(sys.modules["duckdb._relation"]).__name__
+first = sys.argv[1]
+if first == "module":
+    out["first"] = duckdb.sql("SELECT 6 * 7").fetchall()[0][0]
+elif first == "method":
+    out["first"] = con.sql("SELECT 6 * 7").fetchall()[0][0]
+else:                                   # the connection's method on several threads at once
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(duckdb.connect().sql("SELECT 6 * 7").fetchall()[0][0]))
+               for _ in range(4)]
+    for t in threads: t.start()
+    for t in threads: t.join()
+    out["first"] = got
+real = sys.modules["duckdb._relation"]
+out["real"] = type(real).__name__ == "module" and hasattr(real, "module_sql")
+out["package_attr"] = duckdb._relation is real
+out["relation_class"] = duckdb.DuckDBPyRelation is real.DuckDBPyRelation
+out["instance"] = isinstance(con.sql("SELECT 1"), duckdb.DuckDBPyRelation)
+out["methods"] = all(getattr(duckdb.DuckDBPyConnection, n) is m for n, m in real.CONNECTION_METHODS.items())
+out["functions"] = {n: getattr(duckdb, n) is getattr(real, f.__name__)
+                    for n, f in vars(duckdb).items() if getattr(f, "__module__", None) == "duckdb._relation"
+                    and callable(f) and not isinstance(f, type)}
+out["forwarders_left"] = sorted(n for n, f in vars(duckdb).items()
+                                if getattr(f, "__module__", None) == "traceview.lean_imports")
+print(json.dumps(out))
+"""
+
+
+@pytest.mark.parametrize("first", ["module", "method", "threads"])
+def test_duckdbs_relational_api_is_left_out_until_it_is_used_then_is_the_real_one(first):
+    got = _run(_LAZY, first)
+    assert got["stand_in"] == got["still_stand_in"] == "_LazyRelation"
+    assert got["execute"] == 42 and got["table"] == {"x": [7]} and got["reader"] == [4, 4, 2]
+    assert got["first"] == ([42] * 4 if first == "threads" else 42)
+    assert got["real"] and got["package_attr"] and got["relation_class"] and got["instance"] and got["methods"]
+    # every function of the package that the relational module defines is that module's own again
+    assert got["functions"] and all(got["functions"].values()), got["functions"]
+    assert got["forwarders_left"] == []
+
+
+_NAMES = """
+import json, sys
+if sys.argv[1] == "lean":
+    from traceview import lean_imports
+    lean_imports.duckdb()
+import duckdb
+duckdb.sql("SELECT 1")                  # (the stand-in's place taken by the real module)
+print(json.dumps({"package": sorted(vars(duckdb)), "connection": sorted(dir(duckdb.DuckDBPyConnection))}))
+"""
+
+
+def test_the_package_has_the_same_names_with_the_relational_api_left_out_then_used():
+    assert _run(_NAMES, "lean") == _run(_NAMES, "plain")
+
+
+def test_the_connection_methods_read_off_the_source_are_the_modules_own():
+    rel = pytest.importorskip("duckdb._relation")
+    if not hasattr(rel, "CONNECTION_METHODS"):
+        pytest.skip("no relational module in Python in this DuckDB")
+    from traceview import lean_imports
+    got = lean_imports.relation_methods(lean_imports._package_dir("duckdb"))
+    assert got == tuple(rel.CONNECTION_METHODS) and "sql" in got
+
+
+@pytest.mark.parametrize("text, want", [
+    ('x = 1\nCONNECTION_METHODS: dict[str, Any] = {\n    "sql": _connection_sql,\n    "read_csv": _f,\n}\n',
+     ("sql", "read_csv")),
+    ('CONNECTION_METHODS = {\n    "sql": _connection_sql,\n    **OTHER,\n}\n', None),   # a line not read
+    ('CONNECTION_METHODS = {"sql": _connection_sql}\n', None),                          # not one a line
+    ("def f():\n    pass\n", None),
+])
+def test_the_connection_methods_are_read_only_from_a_table_read_whole(tmp_path, text, want):
+    from traceview import lean_imports
+    (tmp_path / "_relation.py").write_text(text)
+    assert lean_imports.relation_methods(tmp_path) == want
+    assert lean_imports.relation_methods(tmp_path / "missing") is None
+    assert lean_imports.relation_methods(None) is None
+
+
+_RUN_RELATION = """
+import json, os, sys
+sys.argv = ["traceview", "analyze", *sys.argv[1:]]
+from traceview import launch
+def done(code):
+    m = sys.modules.get("duckdb._relation")
+    print(json.dumps({"rc": code, "relation": type(m).__name__ if m is not None else None}))
+    sys.stdout.flush()
+    os._exit(code)
+launch.exit_now = done
+launch.main()
+"""
+
+
+def test_a_run_of_one_trace_never_imports_the_relational_api(tmp_path):
+    # as a user runs it: without the test suite's check of every step's columns (TRACEVIEW_CHECK_STEPS,
+    # conftest.py), which reads them through the relational API (engine/session.py `columns`)
+    env = {k: v for k, v in os.environ.items() if k != "TRACEVIEW_CHECK_STEPS"}
+    got = _run(_RUN_RELATION, REAL, "-f", "json", "-o", tmp_path / "a.json", "--no-store", env=env)
+    assert got == {"rc": 0, "relation": "_LazyRelation"}
+    # the run that checks them imports it, and gives the same report
+    checked = _run(_RUN_RELATION, REAL, "-f", "json", "-o", tmp_path / "b.json", "--no-store")
+    assert checked == {"rc": 0, "relation": "module"}
+    assert (tmp_path / "a.json").read_bytes() == (tmp_path / "b.json").read_bytes()

@@ -106,9 +106,10 @@ def arrow_reader(rel: duckdb.DuckDBPyRelation, batch_rows: int):
     return read(batch_rows)
 
 
-def _seam_submit():
+def _seam_function():
     """DuckDB's own function that runs one statement to the format asked for (`duckdb._seam.submit`,
-    DuckDB 2), where it takes (con, sql, values, format, batch size); else None."""
+    DuckDB 2) and its default batch size, where it takes (con, sql, values, format, batch size);
+    else None."""
     try:
         from duckdb import _seam
         submit = _seam.submit
@@ -119,10 +120,30 @@ def _seam_submit():
         return None
     if names[:5] != ("con", "sql", "values", "format", "batch_size"):
         return None
+    return submit, batch
+
+
+def _seam_submit():
+    """A query's rows as an Arrow table through `_seam_function` (con, sql, params), or None."""
+    found = _seam_function()
+    if found is None:
+        return None
+    submit, batch = found
     return lambda con, sql, params: submit(con, sql, params, "arrow", batch).arrow_table()
 
 
+def _seam_stream():
+    """A query's rows as a reader of Arrow batches through `_seam_function` (con, sql, rows a
+    batch), or None."""
+    found = _seam_function()
+    if found is None:
+        return None
+    submit = found[0]
+    return lambda con, sql, rows: submit(con, sql, None, "stream", int(rows)).arrow_reader()
+
+
 _SUBMIT = _seam_submit()
+_STREAM = _seam_stream()   # trusted as _SUBMIT is (_probe)
 _PROBED = False   # whether _SUBMIT has given a known answer once (arrow_table's first call)
 _PROBE, _ANSWER = "SELECT 42::INTEGER AS x, 'a' AS y", {"x": [42], "y": ["a"]}
 
@@ -130,14 +151,14 @@ _PROBE, _ANSWER = "SELECT 42::INTEGER AS x, 'a' AS y", {"x": [42], "y": ["a"]}
 def _probe(con: duckdb.DuckDBPyConnection) -> None:
     """On the first query: _SUBMIT kept only where it gives a known query's rows (a DuckDB whose
     function takes the same arguments but means something else by them is not trusted)."""
-    global _SUBMIT, _PROBED
+    global _SUBMIT, _STREAM, _PROBED
     _PROBED = True
     try:
         ok = _SUBMIT(con, _PROBE, None).to_pydict() == _ANSWER
     except Exception:  # noqa: BLE001 - any failure: the API from now on
         ok = False
     if not ok:
-        _SUBMIT = None
+        _SUBMIT = _STREAM = None
 
 
 def arrow_table(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = None):
@@ -156,3 +177,18 @@ def arrow_table(con: duckdb.DuckDBPyConnection, sql: str, params: dict | None = 
         except (TypeError, AttributeError):   # not the function this was written for: the API
             pass
     return con.sql(sql, params=params or None).to_arrow_table()
+
+
+def query_reader(con: duckdb.DuckDBPyConnection, sql: str, batch_rows: int):
+    """The rows of one query as a reader of Arrow record batches of `batch_rows` rows, submitted
+    once as `arrow_table` submits it, not through the relational API (which the command line
+    leaves out until it is used: lean_imports); through it where `arrow_table` would use it."""
+    if _SUBMIT is not None and not _PROBED:
+        _probe(con)
+    stream = _STREAM if _SUBMIT is not None else None
+    if stream is not None:
+        try:
+            return stream(con, sql, batch_rows)
+        except (TypeError, AttributeError):   # (as arrow_table)
+            pass
+    return arrow_reader(con.sql(sql), batch_rows)

@@ -18,15 +18,28 @@ runs._begin_database): a library user's sys.modules is left alone.
   `version` for DuckDB and hands anything else to the real module (imported then). The stand-in is
   taken out of sys.modules once DuckDB is imported. Where the package's METADATA is not found (more
   than one, or none), DuckDB is imported as it is.
+- DuckDB 2 writes its relational API (`con.sql(...)`, `duckdb.sql`, relations) in Python, in
+  `duckdb._relation`: 4,600 lines and 36 dataclasses, imported by `duckdb/__init__` whether or
+  not a relation is ever made. A run of one trace makes none: its queries run through
+  `con.execute` and DuckDB's own `_seam.submit` (duck.arrow_table, duck.query_reader). While
+  DuckDB is imported a stand-in (`_LazyRelation`) stands in that module's place with what the
+  package takes from it as it loads: the names of the connection's methods it adds (read off
+  the module's source), forwarders for them and for its module-level functions, and a
+  placeholder for the relation class. The first use of any of them imports the real module,
+  which then takes every place the stand-in held (see `_LazyRelation.load`).
 
 In a fresh interpreter (5 runs each, 2026-12-06): pyarrow and pyarrow.compute 75-86 ms -> 57-72 ms,
-DuckDB 54-58 -> 46-62 ms.
+DuckDB 54-58 -> 46-62 ms. The relational API left out (2026-12-07, 4 runs each after pyarrow):
+DuckDB 69-84 -> 46-53 ms.
 """
 from __future__ import annotations
 
+import re
 import sys
+import threading
 import types
 from pathlib import Path
+from typing import Any
 
 
 def pyarrow() -> None:
@@ -64,14 +77,22 @@ class _NoDoc:
         return []
 
 
-def _metadata_version(package: str) -> str | None:
-    """The Version field of the one `<package>-*.dist-info/METADATA` beside the installed package,
-    or None."""
+def _package_dir(package: str) -> Path | None:
+    """The folder of an installed package (not imported), or None."""
     import importlib.util
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    site = Path(next(iter(spec.submodule_search_locations))).parent
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
+def _metadata_version(package: str) -> str | None:
+    """The Version field of the one `<package>-*.dist-info/METADATA` beside the installed package,
+    or None."""
+    where = _package_dir(package)
+    if where is None:
+        return None
+    site = where.parent
     found = list(site.glob(f"{package}-*.dist-info/METADATA"))
     if len(found) != 1:
         return None
@@ -115,7 +136,8 @@ class _StandIn(types.ModuleType):
 
 
 def duckdb() -> None:
-    """DuckDB imported with its version given from its METADATA file (see the module's text)."""
+    """DuckDB imported with its version given from its METADATA file and without its relational
+    API until it is used (see the module's text)."""
     if "duckdb" in sys.modules or "importlib.metadata" in sys.modules:
         return
     version = _metadata_version("duckdb")
@@ -124,10 +146,116 @@ def duckdb() -> None:
     import importlib
     had = getattr(importlib, "metadata", None)
     sys.modules["importlib.metadata"] = _StandIn({"duckdb": version})
+    lazy = _LazyRelation.made(_package_dir("duckdb"))
+    if lazy is not None and _RELATION not in sys.modules:
+        sys.modules[_RELATION] = lazy
     try:
-        import duckdb  # noqa: F401
+        try:
+            import duckdb
+        except Exception:  # noqa: BLE001 - not the package this was written for: imported as it is
+            if sys.modules.get(_RELATION) is not lazy:
+                raise
+            del sys.modules[_RELATION]
+            lazy = None
+            import duckdb
+        if lazy is not None and sys.modules.get(_RELATION) is lazy:
+            duckdb._relation = lazy     # (the import system leaves a submodule found in sys.modules unset)
     finally:
         if isinstance(sys.modules.get("importlib.metadata"), _StandIn):
             del sys.modules["importlib.metadata"]
         if had is None and isinstance(getattr(importlib, "metadata", None), _StandIn):
             del importlib.metadata
+
+
+_RELATION = "duckdb._relation"
+# the table of connection methods in DuckDB 2's duckdb/_relation.py: `CONNECTION_METHODS: ... = {`,
+# one `"name": function,` a line, and `}` at the start of a line
+_METHODS_TABLE = re.compile(r"^CONNECTION_METHODS\b[^\n=]*=\s*\{\n(.*?)^\}", re.M | re.S)
+_METHOD_ENTRY = re.compile(r'^[ \t]+"(\w+)":[ \t]*\w+,[ \t]*$', re.M)
+
+
+def relation_methods(package_dir: Path | None) -> tuple[str, ...] | None:
+    """The names of the methods DuckDB's relational module adds to its connection class as the
+    package is imported (its CONNECTION_METHODS), read off the module's source beside the
+    package; None where there is no such module, or a table that is not read whole so."""
+    if package_dir is None:
+        return None
+    try:
+        text = (package_dir / "_relation.py").read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    m = _METHODS_TABLE.search(text)
+    if m is None:
+        return None
+    body = m.group(1)
+    names = tuple(_METHOD_ENTRY.findall(body))
+    lines = [ln for ln in body.splitlines() if ln.strip()]
+    return names if names and len(names) == len(lines) else None
+
+
+class _LazyRelation(types.ModuleType):
+    """`duckdb._relation` while the command has not used DuckDB's relational API: what
+    `duckdb/__init__` takes from it as the package is imported, without the module. The
+    connection's methods (`CONNECTION_METHODS`) and the module's functions (`module_*`) are
+    forwarders that import the real module on their first call (`load`) and call its own;
+    `DuckDBPyRelation` is a class of no instances until then. Any other name asked of it imports
+    the real module and answers from it."""
+
+    def __init__(self, methods: tuple[str, ...]):
+        super().__init__(_RELATION)
+        self._lock = threading.RLock()
+        self._real: types.ModuleType | None = None
+        self.DuckDBPyRelation = type("DuckDBPyRelation", (), {"__module__": _RELATION})
+        self.CONNECTION_METHODS = {name: _method_forwarder(self, name) for name in methods}
+
+    @classmethod
+    def made(cls, package_dir: Path | None) -> _LazyRelation | None:
+        """A stand-in for the DuckDB installed in `package_dir`; None where it has no such module."""
+        methods = relation_methods(package_dir)
+        return cls(methods) if methods is not None else None
+
+    def load(self) -> types.ModuleType:
+        """The real module, imported on the first call; it then takes the stand-in's places: in
+        sys.modules, as `duckdb._relation` and `duckdb.DuckDBPyRelation`, as the package's functions
+        the stand-in gave, and with its methods on the connection class, as a plain import leaves
+        them."""
+        with self._lock:
+            if self._real is None:
+                if sys.modules.get(_RELATION) is self:
+                    del sys.modules[_RELATION]
+                import importlib
+                real = importlib.import_module(_RELATION)
+                package: Any = sys.modules["duckdb"]
+                package._relation = real
+                package.DuckDBPyRelation = real.DuckDBPyRelation
+                for name, value in list(vars(package).items()):
+                    forwarded = getattr(value, "_forwards_to", None) if isinstance(value, types.FunctionType) else None
+                    if isinstance(forwarded, str) and hasattr(real, forwarded):
+                        setattr(package, name, getattr(real, forwarded))
+                for name, method in real.CONNECTION_METHODS.items():
+                    setattr(package.DuckDBPyConnection, name, method)
+                self._real = real
+            return self._real
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        if name.startswith("module_"):
+            return _function_forwarder(self, name)
+        return getattr(self.load(), name)
+
+
+def _method_forwarder(lazy: _LazyRelation, name: str):
+    def method(con, *args, **kwargs):
+        lazy.load()                      # the real method now on the class
+        return getattr(con, name)(*args, **kwargs)
+    method.__name__ = method.__qualname__ = name
+    return method
+
+
+def _function_forwarder(lazy: _LazyRelation, name: str):
+    def function(*args, **kwargs):
+        return getattr(lazy.load(), name)(*args, **kwargs)
+    function.__name__ = function.__qualname__ = name
+    function._forwards_to = name  # type: ignore[attr-defined]
+    return function

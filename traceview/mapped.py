@@ -474,8 +474,8 @@ def _layer_part(session, scratch: Path, batch: int):
     be packed. The parent joins the batches' parts (layers.layer_rows) instead of packing every row
     itself (at 1,024 ranks some 6 s of its own time that no other core could share)."""
     from .document.packed import CHUNK, reader_row_bytes
-    from .duck import arrow_reader
-    rows = reader_row_bytes(arrow_reader(session.con.sql("SELECT * FROM layer_times"), CHUNK))
+    from .duck import query_reader
+    rows = reader_row_bytes(query_reader(session.con, "SELECT * FROM layer_times", CHUNK))
     if rows is not None and len(rows):
         rows.spill(str(_file(scratch, batch, "part-layers").with_suffix(".rows")))
         if _in_this_process():     # (run in the parent itself: the part mapped as a worker's comes)

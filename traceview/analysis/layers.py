@@ -116,8 +116,8 @@ def layer_rows(session: Session, spill: str | None = None, maps: list | None = N
     sql = "SELECT * FROM layer_times" + ("" if _in_rank_order(session) else f" ORDER BY {LAYER_ORDER}")
     if session.rows("SELECT count(*) AS n FROM layer_times")[0]["n"] < packed.MIN_ROWS:
         return session.rows(sql)
-    from ..duck import arrow_reader
-    rows = packed.pack_reader(arrow_reader(session.con.sql(sql), packed.CHUNK), spill, maps, release)
+    from ..duck import query_reader
+    rows = packed.pack_reader(query_reader(session.con, sql, packed.CHUNK), spill, maps, release)
     return session.rows(sql) if rows is None else rows
 
 

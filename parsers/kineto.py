@@ -590,15 +590,21 @@ def read(path: Path) -> Profile:
     return profile
 
 
-def _ingest_stream(path: Path) -> tuple:
+def _ingest_stream(path: Path, checked: bool = False) -> tuple:
     """The events routed into column groups as the text is read: a batch of text at a time; on a
-    large trace some batches decoded by a helper process meanwhile (`kineto_helper`)."""
+    large trace some batches decoded by a helper process meanwhile (`kineto_helper`). The batches
+    handed over go unchecked unless `checked` (kineto_stream._batch_text): the decoder's refusal of
+    one (kineto_stream.decode_text) raises HandedRefused in its turn, and the caller reads again,
+    `checked`."""
     accs, dropped, flows = _sinks()
     helper = _helper(path)
+    if checked and helper is not None and helper.begun is not None:   # primed unchecked: not for this read
+        helper.close()
+        helper = None
     begun = helper.begun if helper is not None else None
     if begun is not None:       # its first batches handed over already (prime)
         helper.begun = None
-    stream, items, waiting = begun if begun is not None else _stream(path, helper)
+    stream, items, waiting = begun if begun is not None else _stream(path, helper, checked)
     if helper is None:
         for evs in items:
             assert not isinstance(evs, bytes)  # without a helper, every batch comes decoded
@@ -683,10 +689,12 @@ def prime(path: Path, batches: int = kineto_helper.MAX_IN_FLIGHT) -> bool:
     return True
 
 
-def _stream(path: Path, helper) -> tuple:
-    """A parse's stream of `path` (its batches of text handed to `helper` where it wants them), the
-    stream's iterator, and the parts waiting (in file order; None: the helper's answer, not yet taken)."""
-    stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None)
+def _stream(path: Path, helper, checked: bool = False) -> tuple:
+    """A parse's stream of `path` (its batches of text handed to `helper` where it wants them,
+    `checked` first or not), the stream's iterator, and the parts waiting (in file order; None: the
+    helper's answer, not yet taken)."""
+    stream = kineto_stream.EventStream(path, hand_off=helper.wants if helper is not None else None,
+                                       checked=checked)
     waiting: deque = deque()
     return stream, iter(stream), waiting
 
@@ -743,7 +751,10 @@ def _sinks() -> tuple:
 
 def _read(path: Path) -> Profile:
     try:
-        trace, accs, dropped, flows = _ingest_stream(path)
+        try:
+            trace, accs, dropped, flows = _ingest_stream(path)
+        except kineto_stream.HandedRefused:   # a batch handed over unchecked was refused: again, checked
+            trace, accs, dropped, flows = _ingest_stream(path, checked=True)
     except kineto_stream.Fallback:
         trace, accs, dropped, flows = _ingest_whole(path)
     if not accs[1].n:

@@ -12,7 +12,13 @@ A cut at a `},{` that lies inside a string or inside an event (an object in `arg
 batch invalid JSON (an unterminated string, unbalanced brackets): the decoder refuses it, and the
 batch is then cut where a tokenizer (strings skipped, brackets counted) finds a real separator. A
 batch that decodes is a run of complete events, and batches joined by the commas between them are
-the array itself, so the events are exactly those of a whole-file decode.
+the array itself, so the events are exactly those of a whole-file decode. A batch handed to another
+process is handed unchecked, and its decode there refusing it (`HandedRefused`) makes the parse
+read the file again with the handed batches checked first (`_checked_text`).
+
+The nesting of a batch is bounded at `BATCH_DEPTH` levels as it is decoded, through the
+interpreter's recursion limit where that bounds it exactly (`_bounded_events`), else by counting
+its brackets first (`_shape`).
 
 Anything unexpected (no `traceEvents` array, invalid JSON, an event that is not an object, nesting
 too deep) raises `Fallback`: the caller reads the file whole, as before, and reports the problem
@@ -21,7 +27,10 @@ with the messages it always gave.
 from __future__ import annotations
 
 import re
+import sys
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any, Callable, Generator, Iterator, Optional
 
 import msgspec
@@ -71,14 +80,15 @@ class EventStream:
     holds the top-level fields (a `Trace` without its events).
 
     `hand_off`, when set, is asked before each batch is decoded: True makes that batch come out as
-    its JSON text (`[` events `]`, a `bytes`: a run of complete values of no excessive depth, its
-    syntax and events checked where it is decoded, `decode_text`) instead of decoded events, for
-    another process to decode."""
+    its JSON text (`[` events `]`, a `bytes`, its cut, syntax, depth and events checked where it is
+    decoded, `decode_text`; with `checked`, its cut and depth checked here first) instead of
+    decoded events, for another process to decode."""
 
     def __init__(self, path: Path, text_bytes: int | None = None, piece: int | None = None,
-                 hand_off: Callable[[], bool] | None = None):
+                 hand_off: Callable[[], bool] | None = None, checked: bool = False):
         self.path = Path(path)
         self.hand_off = hand_off
+        self.checked = checked     # the batches handed over checked here first (`_checked_text`)
         self.text_bytes = TEXT_BYTES if text_bytes is None else text_bytes
         self.piece = bounded_read.CHUNK if piece is None else piece
         self.max_held = max(MAX_HELD, 4 * self.text_bytes)
@@ -118,7 +128,8 @@ class EventStream:
                 want = 2 * len(buf)
                 continue
             decode: Callable[[bytearray, int], Any] = (
-                _batch_text if self.hand_off is not None and self.hand_off() else _decode_batch)
+                (_checked_text if self.checked else _batch_text) if self.hand_off is not None and self.hand_off()
+                else _decode_batch)
             evs = decode(buf, cut)
             if evs is None:  # a cut inside a string or an event: cut where the tokenizer says
                 cut, ended = _exact_cut(buf)
@@ -264,26 +275,36 @@ def _closed_fast(marks: bytes, limit: int) -> bool:
     return _peeled(marks.translate(None, b'"'), limit) == _CLOSED
 
 
-def _batch_array(buf: bytearray, cut: int) -> tuple[bytes, str]:
-    """buf[:cut] (it starts with "[") as one JSON array, copied once: "[" events "]", and its
-    `_shape` (Fallback when too deep)."""
+def _batch_copy(buf: bytearray, cut: int) -> bytes:
+    """buf[:cut] (it starts with "[") as one JSON array, copied once: "[" events "]"."""
     comma = buf[cut]
     buf[cut] = 0x5D
     text = bytes(memoryview(buf)[:cut + 1])
     buf[cut] = comma
-    shape = _shape(text, json_depth.MAX_DEPTH - 1)  # the whole file nests one level more
-    if shape == _DEEP:
-        raise Fallback
-    return text, shape
+    return text
 
 
 def _batch_text(buf: bytearray, cut: int) -> tuple[bytes] | None:
-    """The text of the events of buf[:cut] as a JSON array, for another process to decode; None
-    when that is not a run of complete values (a cut inside a string or an event). Where every
-    string and bracket is closed the text is handed over as it is: a value that is not valid JSON
-    or not an event is then refused where it is decoded (`decode_text`: Fallback, as here);
-    otherwise (escapes in strings) the decoder checks it first."""
-    text, shape = _batch_array(buf, cut)
+    """The text of the events of buf[:cut] as a JSON array, for another process to decode, handed
+    over unchecked: where it is decoded (`decode_text`) the decoder refuses a cut that fell inside
+    a string or an event, as any text that is not valid JSON or not events, and the nesting is
+    bounded there (`_checked_decode`): Fallback, which the parse answers by reading the file again
+    with every batch checked here first (`_checked_text`; kineto._read). No such cut was found in
+    the traces of ../shared/traces cut at every 8 KiB (61,674 cuts; docs/SPEED.md); the check costs
+    a pass over every batch's text (about a tenth of the parse's CPU)."""
+    return (_batch_copy(buf, cut),)
+
+
+def _checked_text(buf: bytearray, cut: int) -> tuple[bytes] | None:
+    """`_batch_text`, checked here first: None when the text is not a run of complete values (a cut
+    inside a string or an event: the tokenizer then cuts again), Fallback where it nests deeper
+    than BATCH_DEPTH. Where every string and bracket is closed (`_shape`) it is handed over as it
+    is: a value that is not valid JSON or not an event is then refused where it is decoded
+    (`decode_text`: Fallback, as here); otherwise (escapes in strings) the decoder checks it first."""
+    text = _batch_copy(buf, cut)
+    shape = _shape(text, BATCH_DEPTH)
+    if shape == _DEEP:
+        raise Fallback
     if shape == _CLOSED:
         return (text,)
     try:
@@ -293,6 +314,13 @@ def _batch_text(buf: bytearray, cut: int) -> tuple[bytes] | None:
     except RecursionError:
         raise Fallback from None
     return (text,)
+
+
+class HandedRefused(Fallback):
+    """A batch handed over was not valid JSON where it was decoded (`decode_text`): where it went
+    unchecked (`_batch_text`), the cut may have fallen inside a string or an event, and the parse
+    reads the file again, the batches checked before they are handed over (`EventStream.checked`);
+    where it was checked, the file is read whole, as for any Fallback."""
 
 
 _EVENTS = msgspec.json.Decoder(STREAM_EVENTS)
@@ -311,19 +339,117 @@ def _decode_events(text: bytes) -> list:
         return _TYPED.decode(text)
 
 
-def decode_text(text: bytes) -> list:
-    """The events of a batch's text from `_batch_text` (Fallback where the decode would fall back)."""
+# A batch nests one level less than its file (`[` events `]` in place of the top object's array).
+BATCH_DEPTH = json_depth.MAX_DEPTH - 1
+# The recursion limit that bounds msgspec's nesting at BATCH_DEPTH lies this many frames above the
+# decoding one (`_frames`), and more where C calls lie between the frames (each counts too): each
+# decode finds it (`_bounded_events`) from the last one's distance, within _TRIES steps.
+_ABOVE = [BATCH_DEPTH - 1]
+_TRIES = 64
+_INEXACT: list[bool] = []   # [True] once no limit bounded the nesting exactly (as from Python 3.12 on)
+
+
+def _frames() -> int:
+    """The frames on this thread's stack, this one's included."""
+    f: FrameType | None = sys._getframe()
+    n = 0
+    while f is not None:
+        n += 1
+        f = f.f_back
+    return n
+
+
+def _probe_text(depth: int, ph: str = '"X"') -> bytes:
+    """A batch of one event nesting `depth` levels in all (the array the first), its args holding
+    the deepest; `ph` a JSON value for its phase (a number: the union refuses it, TypedEvent not)."""
+    value = "[" * (depth - 3) + "1" + "]" * (depth - 3)
+    return (f'[{{"ph": {ph}, "cat": "cpu_op", "name": "a", "pid": 1, "tid": 1, "ts": 1, "dur": 1, '
+            f'"args": {{"x": {value}}}}}]').encode()
+
+
+_FITS, _TOO_DEEP = _probe_text(BATCH_DEPTH), _probe_text(BATCH_DEPTH + 1)
+_UNBOUNDED = object()
+
+
+def _bounded_events(text: bytes):
+    """`_decode_events(text)` with the decoder's nesting bounded at BATCH_DEPTH: RecursionError
+    beyond; _UNBOUNDED where no recursion limit bounds it exactly.
+
+    msgspec counts every level of the value it decodes against the interpreter's recursion limit
+    (typed, `Any` and skipped fields alike, the union's and TypedEvent's decoders the same), on top
+    of the thread's recursion depth, which counts this stack's frames and some of the C calls
+    between them. So the limit is found here, in the frame that decodes: from `_frames` and the
+    distance the last decode found (_ABOVE), raised while a batch of BATCH_DEPTH levels is refused
+    and lowered while one of a level more is not (each probe a few microseconds; a batch's decode,
+    milliseconds). An interpreter
+    whose C recursion does not follow the limit (Python 3.12 and later) finds none. The limit is
+    the process's: only where no other thread runs Python (`_checked_decode`); it is put back
+    before this returns."""
+    old = sys.getrecursionlimit()
+    frames = _frames()
+    limit = frames + _ABOVE[0]
     try:
-        return _decode_events(text)
-    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        for _ in range(_TRIES):
+            try:
+                sys.setrecursionlimit(limit)
+            except RecursionError:    # below this thread's depth
+                return _UNBOUNDED
+            try:
+                _EVENTS.decode(_FITS)
+            except RecursionError:
+                limit += 1
+                continue
+            try:
+                _EVENTS.decode(_TOO_DEEP)
+            except RecursionError:
+                break                 # this limit refuses one level more than the bound, and no fewer
+            limit -= 1
+        else:
+            return _UNBOUNDED
+        _ABOVE[0] = limit - frames
+        try:
+            return _EVENTS.decode(text)
+        except msgspec.ValidationError:
+            return _TYPED.decode(text)
+    finally:
+        sys.setrecursionlimit(old)
+
+
+def _checked_decode(text: bytes) -> list:
+    """`_decode_events(text)`, Fallback where the batch nests deeper than BATCH_DEPTH (the whole
+    read then refuses the file with its message): bounded by the recursion limit where no other
+    thread runs Python here (`_bounded_events`), else counted first (`_shape`: a pass over the
+    text's brackets and quotes, about a tenth of the parse's CPU, docs/SPEED.md). msgspec's
+    DecodeError and ValidationError are the caller's."""
+    if not _INEXACT and threading.active_count() == 1:
+        try:
+            got = _bounded_events(text)
+        except RecursionError:
+            raise Fallback from None
+        if got is not _UNBOUNDED:
+            return got
+        _INEXACT.append(True)
+    if _shape(text, BATCH_DEPTH) == _DEEP:
+        raise Fallback
+    return _decode_events(text)
+
+
+def decode_text(text: bytes) -> list:
+    """The events of a batch's text from `_batch_text`: HandedRefused where it is not valid JSON (as
+    a cut inside a string or an event leaves it), Fallback where the decode would fall back."""
+    try:
+        return _checked_decode(text)
+    except (msgspec.ValidationError, RecursionError):   # (a ValidationError is a DecodeError too)
         raise Fallback from None
+    except msgspec.DecodeError:
+        raise HandedRefused from None
 
 
 def _decode_batch(buf: bytearray, cut: int) -> list | None:
     """The events of buf[:cut] (None when that is not a run of complete events)."""
-    text, _ = _batch_array(buf, cut)
+    text = _batch_copy(buf, cut)
     try:
-        return _decode_events(text)
+        return _checked_decode(text)
     except msgspec.DecodeError:
         return None
     except (msgspec.ValidationError, RecursionError):  # an event that is not an object: reported by the whole read

@@ -200,10 +200,11 @@ def _nested_trace(tmp_path, n: int, at: int, args) -> Path:
 
 @pytest.mark.parametrize("what", ["too deep", "objects side by side inside an event"])
 def test_odd_batches_with_a_helper_read_as_in_one_process(tmp_path, monkeypatch, what):
-    """Batches checked before they are handed over (kineto_stream._batch_text): an event nested
-    past MAX_DEPTH late in the file gives the whole read's error, and `},{` between objects nested
-    in an event (a cut falls inside it) is cut again where the tokenizer says, the text streamed on
-    and the tables those of one process."""
+    """Batches handed over unchecked (kineto_stream._batch_text), their decode there bounded: an
+    event nested past MAX_DEPTH late in the file gives the whole read's error; `},{` between objects
+    nested in an event (a cut falls inside it) makes the decoder there refuse the batch, and the
+    file is read again with the batches checked before they are handed over (the cut taken again
+    where the tokenizer says), streamed, the tables those of one process."""
     from traceview.parsers import json_depth
     deep: object = 1
     for _ in range(json_depth.MAX_DEPTH + 2):
@@ -225,13 +226,24 @@ def test_odd_batches_with_a_helper_read_as_in_one_process(tmp_path, monkeypatch,
             _read(f, monkeypatch, "1")
         assert str(two.value) == str(one.value)
     else:
-        whole = []
-        ingest_whole = kineto._ingest_whole
+        whole, streams = [], []
+        ingest_whole, ingest_stream = kineto._ingest_whole, kineto._ingest_stream
         monkeypatch.setattr(kineto, "_ingest_whole", lambda p: (whole.append(p), ingest_whole(p))[1])
+
+        def streaming(p, checked=False):
+            try:
+                got = ingest_stream(p, checked)
+            except kineto_stream.Fallback as e:
+                streams.append((checked, type(e).__name__))
+                raise
+            streams.append((checked, "read"))
+            return got
+        monkeypatch.setattr(kineto, "_ingest_stream", streaming)
         two = _read(f, monkeypatch, "1")
         _same(two, one)
         assert two.gpu_activities.num_rows == 1500 and two.cpu_ranges.num_rows == 1500   # by construction
-        assert whole == []       # a cut inside that event is found here and cut again: streamed on
+        # refused where decoded, then read again checked: the cut found here and taken again, streamed on
+        assert streams == [(False, "HandedRefused"), (True, "read")] and whole == []
     assert len([s for s in seen if isinstance(s, int)]) >= 5      # batches were handed over
 
 

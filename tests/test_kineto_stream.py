@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import sys
+import threading
 import zlib
 
+import msgspec
 import pyarrow as pa
 import pytest
 from helpers import TRACES
@@ -498,18 +501,27 @@ def _hidden_levels(tmp_path, levels: int):
     return f, inner.encode()
 
 
-def test_levels_hidden_behind_unpaired_string_brackets(tmp_path, monkeypatch):
+@pytest.mark.parametrize("threads", [1, 2])
+def test_levels_hidden_behind_unpaired_string_brackets(tmp_path, monkeypatch, threads):
     """What the fast check cannot see (docstring of _closed_fast): levels that strings' unpaired
-    brackets hide. Never a crash: below the decoder's own limit the stream decodes them (the
-    whole read, and the exact count, would refuse the file for its nesting), above it the decoder
-    refuses them and the file is read whole, which refuses it with the nesting message."""
+    brackets hide. Where the decode is bounded by the recursion limit (one thread running Python),
+    it refuses them as the whole read does; where the brackets are counted first (another thread
+    runs Python), the stream decodes them below the decoder's own limit (the whole read, and the
+    exact count, refuse the file for its nesting), and above it the decoder refuses them and the
+    file is read whole, which refuses it with the nesting message. Never a crash."""
     from traceview.parsers import kineto_stream as ks
+    monkeypatch.setattr(ks.threading, "active_count", lambda: threads)
+    bounded = threads == 1 and sys.version_info < (3, 12)
     f, inner = _hidden_levels(tmp_path, 100)
     text = b"[" + inner + b"]"
     assert ks._shape(text, 63) == ks._CLOSED and ks._shape(text, 63, fast=False) == ks._DEEP
     monkeypatch.setattr(ks, "TEXT_BYTES", 64)      # every event in a batch of its own, the last one too
-    p = kineto.read(f)    # streamed: decoded (the decoder nests 100 levels)
-    assert "deep" in p.gpu_activities.column("name").to_pylist()
+    if bounded:
+        with pytest.raises(TraceError, match="nested more than"):
+            kineto.read(f)    # streamed: the bounded decode refuses it, then the whole read
+    else:
+        p = kineto.read(f)    # streamed: decoded (the decoder nests 100 levels)
+        assert "deep" in p.gpu_activities.column("name").to_pylist()
     with pytest.raises(TraceError, match="nested more than"):
         kineto._decode(f, bounded_read.read_bytes(f))   # the whole read refuses it
     f, _ = _hidden_levels(tmp_path, 3000)
@@ -604,3 +616,143 @@ def test_the_collector_is_off_during_the_read_and_as_it_was_after(tmp_path, monk
         (gc.enable if was else gc.disable)()
     assert seen == [False, False]
     assert p.gpu_activities.num_rows == 3
+
+
+# --- a batch's nesting bounded as it is decoded (kineto_stream._bounded_events) ---------------
+
+def _random_nested(rng, depth: int) -> bytes:
+    """A batch of one event whose nesting reaches `depth` levels (the array the first) through
+    arrays and objects, some with strings holding brackets, in its args or at its top, under a key
+    the stream decodes or skips; its phase one the union decodes, or not (TypedEvent then)."""
+    v = rng.choice(["1", '"s"', "null", "[]", "{}", '"]]]"', '"{["'])
+    for _ in range(depth - 3 - (v in ("[]", "{}"))):
+        v = ("[" + rng.choice(["1,", '"x",', "", '"]",']) + v + "]" if rng.random() < 0.5
+             else f'{{"k{rng.randrange(9)}":' + v + "}")
+    key = rng.choice(['"Input Dims"', '"zzz"', '"External id"', '"Concrete Inputs"', '"correlation"'])
+    ph = rng.choice(['"X"', '"X"', "5", '"i"', '"s"'])
+    body = f'"ph":{ph},"cat":"cpu_op","name":"a","pid":1,"tid":1,"ts":1,"dur":1,"id":1'
+    ev = f'{{{body},"args":{{{key}:{v}}}}}' if rng.random() < 0.5 else f"{{{body},{key}:{v}}}"
+    return ("[" + ev + "]").encode()
+
+
+def _deeper(k: int, f, through_c: bool):
+    """f() called k frames further down, through C calls between them (map, reduce) or not."""
+    if k == 0:
+        return f()
+    if not through_c:
+        return _deeper(k - 1, f, through_c)
+    import functools
+    if k % 2:
+        return list(map(lambda _: _deeper(k - 1, f, through_c), [0]))[0]
+    return functools.reduce(lambda a, b: _deeper(k - 1, f, through_c), [0, 1])
+
+
+@pytest.mark.skipif(sys.version_info >= (3, 12), reason="C recursion does not follow the recursion limit")
+@pytest.mark.parametrize("through_c", [False, True])
+def test_the_bounded_decode_refuses_exactly_what_the_exact_count_finds_too_deep(through_c):
+    """Around the bound (58-69 levels), at stack depths of 0-40 frames, with C calls between them or
+    not: the bounded decode accepts a batch exactly where the exact count of its brackets finds it
+    within BATCH_DEPTH, and raises RecursionError where not; the recursion limit is put back."""
+    import random
+
+    from traceview.parsers import kineto_stream as ks
+    rng = random.Random(5 + through_c)
+    limit = sys.getrecursionlimit()
+    seen = set()
+    for _ in range(1500):
+        d = rng.randrange(58, 70)
+        text = _random_nested(rng, d)
+        try:
+            got = _deeper(rng.randrange(0, 41), lambda t=text: ks._bounded_events(t), through_c)
+            assert got is not ks._UNBOUNDED
+            ok = True
+        except RecursionError:
+            ok = False
+        want = ks._shape(text, ks.BATCH_DEPTH, fast=False) != ks._DEEP
+        assert ok is want, (d, text)
+        seen.add(ok)
+        assert sys.getrecursionlimit() == limit
+    assert seen == {True, False}
+
+
+def test_the_recursion_limit_is_put_back_whatever_the_decode_gives():
+    from traceview.parsers import kineto_stream as ks
+    limit = sys.getrecursionlimit()
+    texts = [ks._probe_text(10), ks._probe_text(ks.BATCH_DEPTH + 5),    # decoded; too deep
+             b'[{"ph": "X", "name": "a}, {', b'[{"ph": "X"}, 5]']          # not JSON; not an event
+    for text in texts:
+        try:
+            ks._bounded_events(text)
+        except (RecursionError, msgspec.DecodeError):   # (a ValidationError is a DecodeError)
+            pass
+        assert sys.getrecursionlimit() == limit
+
+
+def test_another_thread_running_python_has_the_brackets_counted_instead(monkeypatch):
+    """The recursion limit is the process's: while another thread runs Python, the batch's brackets
+    are counted (`_shape`) and the limit is left alone; the same events, the same refusals."""
+    from traceview.parsers import kineto_stream as ks
+    bounded, counted = [], []
+    real_bounded, real_shape = ks._bounded_events, ks._shape
+    monkeypatch.setattr(ks, "_bounded_events", lambda t: bounded.append(1) or real_bounded(t))
+    monkeypatch.setattr(ks, "_shape", lambda t, limit, fast=True: counted.append(1) or real_shape(t, limit, fast))
+    fits, too_deep = ks._probe_text(ks.BATCH_DEPTH), ks._probe_text(ks.BATCH_DEPTH + 1)
+    stop = threading.Event()
+    other = threading.Thread(target=stop.wait)
+    other.start()
+    try:
+        assert len(ks._checked_decode(fits)) == 1
+        with pytest.raises(ks.Fallback):
+            ks._checked_decode(too_deep)
+    finally:
+        stop.set()
+        other.join()
+    assert bounded == [] and len(counted) == 2
+    monkeypatch.setattr(ks.threading, "active_count", lambda: 1)
+    assert len(ks._checked_decode(fits)) == 1
+    with pytest.raises(ks.Fallback):
+        ks._checked_decode(too_deep)
+    if sys.version_info < (3, 12):     # bounded by the limit, no brackets counted
+        assert len(bounded) == 2 and len(counted) == 2
+
+
+def test_where_no_limit_bounds_the_nesting_the_brackets_are_counted_from_then_on(monkeypatch):
+    from traceview.parsers import kineto_stream as ks
+    monkeypatch.setattr(ks, "_INEXACT", [])
+    monkeypatch.setattr(ks.threading, "active_count", lambda: 1)
+    calls = []
+    monkeypatch.setattr(ks, "_bounded_events", lambda t: calls.append(1) or ks._UNBOUNDED)
+    fits, too_deep = ks._probe_text(ks.BATCH_DEPTH), ks._probe_text(ks.BATCH_DEPTH + 1)
+    assert len(ks._checked_decode(fits)) == 1 and ks._INEXACT == [True]
+    with pytest.raises(ks.Fallback):
+        ks._checked_decode(too_deep)
+    assert calls == [1]          # asked once
+
+
+def test_a_handed_batch_goes_unchecked_and_is_refused_where_decoded():
+    """`_batch_text` hands over what the cut gives; `decode_text` refuses a cut inside a string or an
+    event (HandedRefused: the parse reads again, checked), a value that is not an event and a batch
+    too deep (Fallback: read whole). `_checked_text` (the read again) finds the cut here."""
+    from traceview.parsers import kineto_stream as ks
+    cases = {
+        b'[{"ph": "X", "name": "a"}, {"ph": "X", "name": "x}, {y"}, {"ph": "X"}]': b'"x',   # inside a string
+        b'[{"ph": "X", "args": {"l": [{"a": 1}, {"b": 2}]}}, {"ph": "X"}]': b'{"a": 1}',  # inside an event
+    }
+    for text, before in cases.items():
+        buf = bytearray(text[:-1])
+        cut = buf.index(b"}, {", buf.index(before)) + 1
+        (handed,) = ks._batch_text(buf, cut)
+        assert handed == bytes(buf[:cut]) + b"]"
+        with pytest.raises(ks.HandedRefused):
+            ks.decode_text(handed)
+        assert ks._checked_text(buf, cut) is None
+    with pytest.raises(ks.Fallback) as e:
+        ks.decode_text(b'[{"ph": "X"}, 5]')
+    assert type(e.value) is ks.Fallback
+    with pytest.raises(ks.Fallback) as e:
+        ks.decode_text(ks._probe_text(ks.BATCH_DEPTH + 1))
+    assert type(e.value) is ks.Fallback
+    deep = bytearray(ks._probe_text(ks.BATCH_DEPTH + 1)[:-1] + b', {"ph": "X"}')
+    with pytest.raises(ks.Fallback):
+        ks._checked_text(deep, len(deep) - len(b', {"ph": "X"}'))
+    assert len(ks.decode_text(ks._checked_text(bytearray(b'[{"ph": "X"}, {"ph": "X"}'), 12)[0])) == 1

@@ -287,9 +287,9 @@ def _batch_copy(buf: bytearray, cut: int) -> bytes:
 def _batch_text(buf: bytearray, cut: int) -> tuple[bytes] | None:
     """The text of the events of buf[:cut] as a JSON array, for another process to decode, handed
     over unchecked: where it is decoded (`decode_text`) the decoder refuses a cut that fell inside
-    a string or an event, as any text that is not valid JSON or not events, and the nesting is
-    bounded there (`_checked_decode`): Fallback, which the parse answers by reading the file again
-    with every batch checked here first (`_checked_text`; kineto._read). No such cut was found in
+    a string or an event, as any text that is not valid JSON (HandedRefused, which the parse answers
+    by reading the file again with every batch checked here first: `_checked_text`, kineto._read),
+    and the nesting is bounded there (`_checked_decode`: Fallback). No such cut was found in
     the traces of ../shared/traces cut at every 8 KiB (61,674 cuts; docs/SPEED.md); the check costs
     a pass over every batch's text (about a tenth of the parse's CPU)."""
     return (_batch_copy(buf, cut),)
@@ -381,10 +381,9 @@ def _bounded_events(text: bytes):
     between them. So the limit is found here, in the frame that decodes: from `_frames` and the
     distance the last decode found (_ABOVE), raised while a batch of BATCH_DEPTH levels is refused
     and lowered while one of a level more is not (each probe a few microseconds; a batch's decode,
-    milliseconds). An interpreter
-    whose C recursion does not follow the limit (Python 3.12 and later) finds none. The limit is
-    the process's: only where no other thread runs Python (`_checked_decode`); it is put back
-    before this returns."""
+    milliseconds). An interpreter whose C recursion does not follow the limit (Python 3.12 and
+    later) finds none. The limit is the process's: only where no other thread runs Python
+    (`_checked_decode`); it is put back before this returns."""
     old = sys.getrecursionlimit()
     frames = _frames()
     limit = frames + _ABOVE[0]
@@ -450,10 +449,10 @@ def _decode_batch(buf: bytearray, cut: int) -> list | None:
     text = _batch_copy(buf, cut)
     try:
         return _checked_decode(text)
+    except (msgspec.ValidationError, RecursionError):  # an event that is not an object: reported by the whole read
+        raise Fallback from None                        # (caught first: a ValidationError is a DecodeError too)
     except msgspec.DecodeError:
         return None
-    except (msgspec.ValidationError, RecursionError):  # an event that is not an object: reported by the whole read
-        raise Fallback from None
 
 
 def _exact_cut(buf: bytearray) -> tuple[int | None, bool]:

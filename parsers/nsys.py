@@ -19,6 +19,7 @@ Mapping (see traceview/schema.py for the columns):
 """
 from __future__ import annotations
 
+import itertools
 import re
 from pathlib import Path
 
@@ -174,6 +175,14 @@ READ_PARTS = 4
 # analyze (with the NVTX read in ranges) 8 interleaved pairs against the tree before both, A/B wall
 # 0.952 (7.85 / 8.21 s), peak 1,023 / 1,068 MiB.
 SWEEP_BLOCK_MIN = 100_000
+# A large export's numbered tables (the GPU rows, the API calls, the NVTX ranges: `numbered`) are made
+# in a schema of the database's compressed catalog (duck.STORE), not as temp tables, and one of at
+# least COMPRESS_MIN_ROWS rows is compressed as soon as it is made (a checkpoint of the catalog):
+# they are held through the NVTX sweep and the parse's last queries, the parse's peak. The a2a export
+# x100 (529,900 GPU rows, 746,600 calls, 1,911,800 ranges; docs/MEMORY.md): see MEMORY.md.
+COMPRESS_MIN_BYTES = PARALLEL_MIN_BYTES
+COMPRESS_MIN_ROWS = 400_000
+_PARSES = itertools.count(1)   # each parse's schema of the compressed catalog named apart
 RELEASE_AFTER = 100_000   # rows of the NVTX sweep from which DuckDB's freed pages are given back before it
 
 _GPU = {"start_ns": "start TIME", "end_ns": "end TIME", "device": "deviceId", "stream": "streamId",
@@ -249,16 +258,24 @@ class _Reader:
         self.db.execute("SET enable_progress_bar = false")  # a long query writes nothing on stderr
         self.registered: set[str] = set()
         self.views: set[str] = set()  # numbered(): a view over a sorted table
+        # where a large export's numbered tables go: a schema of the compressed catalog, made at the
+        # first (numbered); None: temp tables
+        self.store: str | None = None
+        self.compress = size >= COMPRESS_MIN_BYTES
         self.devices: dict = {}  # pid -> its most used GPU (run(), for meta())
 
     def close(self) -> None:
         """The connection closed (its temp tables go) and the threads found given back, on a fresh
-        connection (this one may have stopped in the middle of a query that failed)."""
+        connection (this one may have stopped in the middle of a query that failed), which also drops
+        the schema of the numbered tables in the compressed catalog, where there is one."""
         self.db.close()
-        if self.threads is not None:
+        if self.threads is not None or self.store is not None:
             other = duck.connect()     # onto the same database: this thread's
             try:
-                other.execute(f"SET threads = {self.threads}")
+                if self.store is not None:
+                    other.execute(f"DROP SCHEMA IF EXISTS {self.store} CASCADE")
+                if self.threads is not None:
+                    other.execute(f"SET threads = {self.threads}")
             finally:
                 other.close()
 
@@ -280,7 +297,7 @@ class _Reader:
                 self.registered.discard(n)
             elif n in self.views:
                 self.db.execute(f"DROP VIEW {n}")
-                self.db.execute(f"DROP TABLE {n}_rows")
+                self.db.execute(f"DROP TABLE {self._rows_table(n)}")
                 self.views.discard(n)
             else:
                 self.db.execute(f"DROP TABLE IF EXISTS {n}")
@@ -288,10 +305,26 @@ class _Reader:
     def numbered(self, name: str, sql: str) -> None:
         """`name`: the rows of `sql` (which ends in ORDER BY) with `id` = their position in that order.
         A sorted table's rowids are that position (DuckDB keeps insertion order), so the ids cost one
-        sort, not a row_number() window (which sorts at about twice the cost) nor a copy."""
-        self.db.execute(f"CREATE TEMP TABLE {name}_rows AS {sql}")
-        self.db.execute(f"CREATE TEMP VIEW {name} AS SELECT rowid::BIGINT AS id, * FROM {name}_rows")
+        sort, not a row_number() window (which sorts at about twice the cost) nor a copy.
+        A large export's (`compress`) goes into the compressed catalog, compressed at once where it
+        has COMPRESS_MIN_ROWS rows or more (its rows keep their rowids)."""
+        if self.compress and self.store is None:
+            self.store = f"{duck.STORE}.tv_parse_{next(_PARSES)}"
+            self.db.execute(f"CREATE SCHEMA {self.store}")
+        table = self._rows_table(name)
+        rows = self.db.execute(f"CREATE {'TABLE' if self.store else 'TEMP TABLE'} {table} AS {sql}").fetchall()
+        self.db.execute(f"CREATE TEMP VIEW {name} AS SELECT rowid::BIGINT AS id, * FROM {table}")
         self.views.add(name)
+        if self.store is not None and rows and rows[0][0] >= COMPRESS_MIN_ROWS:
+            try:
+                self.db.execute(f"CHECKPOINT {duck.STORE}")
+            except duckdb.TransactionException:   # another connection writes: left uncompressed
+                pass
+            duck.release_unused()   # (the pages of its sort and of its rows before they were compressed)
+
+    def _rows_table(self, name: str) -> str:
+        """The table behind numbered view `name`."""
+        return f"{self.store}.{name}_rows" if self.store else f"{name}_rows"
 
     def one(self, sql: str):
         return self.db.execute(sql).fetchall()[0]
@@ -521,6 +554,8 @@ class _Reader:
             FROM g JOIN gk n USING (kind, a, b, c) LEFT JOIN l ON l.pid = g.pid AND l.correlation = g.correlation
             ORDER BY g.id""")
         self.drop("gk", "g", "launches", "rec")
+        if self.compress:   # (a large export) the pages of the parse's tables, given back before the
+            duck.release_unused()   # canonical tables are conformed: the parse's last peak
         if not found.column("id").equals(gpu.column("id")):
             raise ValueError("GPU activities and their names out of step")
         for f in ("gi", "launch_id", "op_id"):

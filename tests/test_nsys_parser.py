@@ -17,6 +17,7 @@ import pyarrow as pa
 import pytest
 import tools
 
+from traceview import duck
 from traceview.errors import TraceError
 from traceview.load import load
 from traceview.parsers import nsys, nsys_export
@@ -497,11 +498,16 @@ def test_kernels_ending_before_they_start_become_zero_length(tmp_path):
                                    "host_sync_ns", "idle_ns")) == cp["window_ns"]
 
 
-def test_numbered_ids_are_positions_in_the_sort_order():
+@pytest.mark.parametrize("compressed", [False, True])
+def test_numbered_ids_are_positions_in_the_sort_order(monkeypatch, compressed):
     """Ids come from a sorted table's rowids: over several row groups (sorted in parallel), with many
-    ties broken by a second key, each row's id is its position in the order Python's sort gives."""
+    ties broken by a second key, each row's id is its position in the order Python's sort gives;
+    so too where the table is a large export's, in the compressed catalog and compressed (its
+    rowids as they were made)."""
     r = nsys._Reader.__new__(nsys._Reader)
-    r.db, r.registered, r.views = duckdb.connect(), set(), set()
+    r.db, r.registered, r.views = (duck.connect() if compressed else duckdb.connect()), set(), set()
+    r.store, r.compress = None, compressed
+    monkeypatch.setattr(nsys, "COMPRESS_MIN_ROWS", 1_000)
     n = 300_000
     keys = [(i * 7919) % 1000 for i in range(n)]
     r.reg("t", pa.table({"k": pa.array(keys, pa.int64()), "i": pa.array(range(n), pa.int64())}))
@@ -509,8 +515,14 @@ def test_numbered_ids_are_positions_in_the_sort_order():
     expect = {i: pos for pos, i in enumerate(sorted(range(n), key=lambda i: (-keys[i], i)))}
     got = r.db.execute("SELECT id, i FROM s").fetchall()
     assert len(got) == n and all(expect[i] == rid for rid, i in got)
+    if compressed:   # (every segment written out by the checkpoint)
+        assert r.store is not None
+        assert r.db.execute("SELECT bool_and(persistent) FROM pragma_storage_info(?)",
+                            [r._rows_table("s")]).fetchall()[0][0]
     r.drop("s", "t")
     assert not r.db.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 's_rows'").fetchall()[0][0]
+    if compressed:
+        r.db.execute(f"DROP SCHEMA {r.store}")
 
 
 def _repeated_names_export(tmp_path):

@@ -25,7 +25,8 @@ WITH anchored AS (   -- each activity's launching op's context, and its backward
            coalesce(c.layer_inferred, false) AS layer_inferred, ar.rank AS a_rank, ar.seq AS a_seq, ar.fwd_id AS a_fwd
     FROM activity_origin o
     LEFT JOIN range_context c ON c.id = o.op_id
-    LEFT JOIN (SELECT id, rank, seq, fwd_id FROM cpu_ranges WHERE seq IS NOT NULL OR fwd_id IS NOT NULL) ar
+    LEFT JOIN (SELECT id, rank, seq, fwd_id FROM cpu_ranges    -- (only the ranges that are some op's anchor)
+               WHERE (seq IS NOT NULL OR fwd_id IS NOT NULL) AND id IN (SELECT anchor FROM range_context)) ar
            ON ar.id = c.anchor
 ),
 -- the forward op of a backward node with no fwd_id: the first op with its sequence number, looked up

@@ -635,7 +635,10 @@ def _host_syncs(session: Session, ranks: list[int]) -> dict:
 def _chunk(session: Session, ranks: list[int], syncs: bool = True) -> dict:
     """One chunk of ranks: its activities (columns) and segments, each window's rows (bounds), the
     host syncs (None where `syncs` is False)."""
-    acts = _with_strings(session, session.sql(_chunk_sql(session), ranks=ranks), ranks)
+    acts = session.sql(_chunk_sql(session), ranks=ranks)
+    if acts.num_rows >= RELEASE_AFTER:   # the pages of the query's joins and sort, given back before the
+        duck.release_unused()            # rows are coded and copied here (a large chunk's peak)
+    acts = _with_strings(session, acts, ranks)
     cols, act_bounds = _Columns(acts), _bounds(acts)
     del acts   # (before the segments are read: one chunk's Arrow rows at a time)
     segs = session.sql("SELECT rank, step, t, t_end, c::BIGINT AS c, m::BIGINT AS m, x::BIGINT AS x FROM segments "

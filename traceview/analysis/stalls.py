@@ -26,6 +26,7 @@ from typing import Callable
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from .. import duck
 from ..document.packed import RowBytes, presorted_row_bytes, row_bytes, sort_rows
 from ..engine.pipeline import build
 from ..engine.session import Session
@@ -507,6 +508,12 @@ def _walk_chunks(reader, take: Callable[[], tuple | None], idle: dict, data: dic
     try:
         parts: list[dict] = []
         for i, chunk in enumerate(data["chunks"]):
+            if len(data["chunks"]) > 1:
+                # a large job's: the pages DuckDB's allocator keeps for a second after they are
+                # freed (the steps made before, the last chunk's fetch), given back before this
+                # fetch allocates beside the steps still being made: on the a2a export x100 each
+                # fetch came with 120-180 MiB of them, the run's peak (docs/MEMORY.md)
+                duck.release_unused()
             fetched = critical_path.fetch_chunk(reader, data, i, syncs=i > 0)
             given = take()
             if given is None:

@@ -178,8 +178,10 @@ SWEEP_BLOCK_MIN = 100_000
 # A large export's numbered tables (the GPU rows, the API calls, the NVTX ranges: `numbered`) are made
 # in a schema of the database's compressed catalog (duck.STORE), not as temp tables, and one of at
 # least COMPRESS_MIN_ROWS rows is compressed as soon as it is made (a checkpoint of the catalog):
-# they are held through the NVTX sweep and the parse's last queries, the parse's peak. The a2a export
-# x100 (529,900 GPU rows, 746,600 calls, 1,911,800 ranges; docs/MEMORY.md): see MEMORY.md.
+# they are held through the NVTX sweep and the parse's last queries, the parse's peak. On the a2a
+# export x100 (529,900 GPU rows, 746,600 calls, 1,911,800 ranges) the whole process's peak went
+# 827 -> 774 MiB (8 interleaved pairs, wall A/B 1.053 in a noisy hour; docs/MEMORY.md, "Landed: the
+# parse's numbered tables compressed").
 COMPRESS_MIN_BYTES = PARALLEL_MIN_BYTES
 COMPRESS_MIN_ROWS = 400_000
 _PARSES = itertools.count(1)   # each parse's schema of the compressed catalog named apart

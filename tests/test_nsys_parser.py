@@ -525,6 +525,27 @@ def test_numbered_ids_are_positions_in_the_sort_order(monkeypatch, compressed):
         r.db.execute(f"DROP SCHEMA {r.store}")
 
 
+def test_numbered_in_parts_gives_the_ids_of_one_sort(monkeypatch):
+    """Rows sorted and appended one part at a time (the parts split the order's leading key, in its
+    order) take the ids that one sort of all of them gives: each row's position in Python's sort."""
+    r = nsys._Reader.__new__(nsys._Reader)
+    r.db, r.registered, r.views = duck.connect(), set(), set()
+    r.store, r.compress = None, True
+    monkeypatch.setattr(nsys, "COMPRESS_MIN_ROWS", 1_000)
+    n = 200_000
+    keys = [(i * 7919) % 1000 for i in range(n)]
+    r.reg("t", pa.table({"k": pa.array(keys, pa.int64()), "i": pa.array(range(n), pa.int64())}))
+    parts = ["k >= 700", "k >= 200 AND k < 700", "k < 200"]   # k descending: the high keys first
+    r.numbered("s", "SELECT k, i FROM t WHERE {part} ORDER BY k DESC, i", parts)
+    expect = {i: pos for pos, i in enumerate(sorted(range(n), key=lambda i: (-keys[i], i)))}
+    got = r.db.execute("SELECT id, i FROM s").fetchall()
+    assert len(got) == n and all(expect[i] == rid for rid, i in got)
+    assert r.db.execute("SELECT bool_and(persistent) FROM pragma_storage_info(?)",
+                        [r._rows_table("s")]).fetchall()[0][0]   # compressed: 200,000 rows counted over the parts
+    r.drop("s", "t")
+    r.db.execute(f"DROP SCHEMA {r.store}")
+
+
 def _repeated_names_export(tmp_path):
     """A copy of the a2a export whose NVTX events are there twice, the copy shifted past the end, so
     every name repeats (as in a long capture of annotations) and parsing by distinct name matters."""

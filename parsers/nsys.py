@@ -548,7 +548,7 @@ class _Reader:
             FROM (SELECT DISTINCT name_id FROM rt) ids LEFT JOIN strs s ON s.id = ids.name_id""")
         last = self.one("SELECT (SELECT max(end_ns) FROM g), (SELECT max(end_ns) FROM rt)")
         self.drop("rt")
-        cpu_ranges = _conformed("cpu_ranges", self.ranges(*last))
+        self.ranges(*last)
         launches = self.launches()
         self.drop("ops", "l0", "lname")
         syncs, meta = self.syncs(), self.meta(ranks)
@@ -575,13 +575,15 @@ class _Reader:
         del found
         gpu = gpu.append_column("name", pc.take(_coded(names.column("name")), gpu.column("gi"))).drop_columns(["gi"])
         del names
+        cpu_ranges = _conformed("cpu_ranges", self.range_rows())
         return Profile(gpu_activities=_conformed("gpu_activities", gpu),
                        cpu_ranges=cpu_ranges,
                        launches=_conformed("launches", launches),
                        syncs=_conformed("syncs", syncs), meta=meta, warnings=self.warnings)
 
-    def ranges(self, last_gpu, last_call) -> pa.Table:
-        """cpu_ranges, and the nesting sweep over ranges and calls (tables sw, pp) that launches() uses."""
+    def ranges(self, last_gpu, last_call) -> None:
+        """The ranges numbered (r0) and their nesting sweep over ranges and calls: the ops table that
+        launches() uses, and the depths and parents that range_rows() gives cpu_ranges."""
         x, t = self.db.execute, self.event_types_used
         pp, se, dc = t["NvtxPushPopRange"], t["NvtxStartEndRange"], t["NvtxDomainCreate"]
         pid, rngs = _PID.format(c="n.gtid"), f"n.event_type IN ({pp}, {se}) AND n.start_ns IS NOT NULL"
@@ -647,6 +649,13 @@ class _Reader:
         del crosses
         self.reg("ops", op)
         del op
+        self.nesting = (depth, parent_id)
+
+    def range_rows(self) -> pa.Table:
+        """cpu_ranges' rows, from r0 and the sweep's nesting (`ranges`). Built after the GPU rows'
+        joins and sort (`run`): the largest of the profile's tables is not held through them."""
+        depth, parent_id = self.nesting
+        self.nesting = None
         # Integer columns in id order first; the names (parsed and coded in file order) are then
         # gathered by position (a take of dictionary codes, no sort of strings).
         # The rows are r0's in its order (a scan: no sort), the domain names looked up per distinct id.

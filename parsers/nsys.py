@@ -265,6 +265,7 @@ class _Reader:
         self.store: str | None = None
         self.compress = size >= COMPRESS_MIN_BYTES
         self.devices: dict = {}  # pid -> its most used GPU (run(), for meta())
+        self.nesting: tuple[pa.Array, pa.Array] | None = None   # the ranges' depths and parents (ranges())
 
     def close(self) -> None:
         """The connection closed (its temp tables go) and the threads found given back, on a fresh
@@ -601,8 +602,8 @@ class _Reader:
             self.warn(f"{n_other} NVTX ranges of processes without GPU activity dropped")
         # a large export's ranges sorted a rank at a time (`numbered`'s parts): the sort's buffers
         # are the NVTX rows' largest at 1.9 M ranges
-        parts = [f"r.rank = {int(k)}" for k, in self.db.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
-        parts = parts if self.compress and len(parts) > 1 else None
+        ranks = [int(k) for k, in self.db.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
+        parts = [f"r.rank = {k}" for k in ranks] if self.compress and len(ranks) > 1 else None
         self.numbered("r0", f"""
             SELECT n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
@@ -654,8 +655,10 @@ class _Reader:
     def range_rows(self) -> pa.Table:
         """cpu_ranges' rows, from r0 and the sweep's nesting (`ranges`). Built after the GPU rows'
         joins and sort (`run`): the largest of the profile's tables is not held through them."""
-        depth, parent_id = self.nesting
-        self.nesting = None
+        nesting, self.nesting = self.nesting, None
+        if nesting is None:
+            raise RuntimeError("range_rows() before ranges()")
+        depth, parent_id = nesting
         # Integer columns in id order first; the names (parsed and coded in file order) are then
         # gathered by position (a take of dictionary codes, no sort of strings).
         # The rows are r0's in its order (a scan: no sort), the domain names looked up per distinct id.

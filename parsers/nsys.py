@@ -601,13 +601,13 @@ class _Reader:
         if n_other:
             self.warn(f"{n_other} NVTX ranges of processes without GPU activity dropped")
         # a large export's ranges sorted a rank at a time (`numbered`'s parts): the sort's buffers
-        # are the NVTX rows' largest at 1.9 M ranges
+        # are the NVTX rows' largest at 1.9 M ranges; otherwise one part, every rank
         ranks = [int(k) for k, in self.db.execute("SELECT rank FROM ranks ORDER BY rank").fetchall()]
-        parts = [f"r.rank = {k}" for k in ranks] if self.compress and len(ranks) > 1 else None
+        parts = [f"r.rank = {k}" for k in ranks] if self.compress and len(ranks) > 1 else ["true"]
         self.numbered("r0", f"""
             SELECT n.pos, n.domain_id, r.rank, n.gtid, n.start_ns, e AS end_ns, n.event_type = {pp} AS pushpop
             FROM (SELECT *, COALESCE(end_ns, {int(end or 0)}) AS e FROM nv) n JOIN ranks r ON r.pid = {pid}
-            WHERE {rngs}{" AND {part}" if parts else ""}
+            WHERE {rngs} AND {{part}}
             ORDER BY r.rank, n.start_ns, e DESC, n.gtid & 16777215, n.pos""", parts)
         self.drop("nv")
         self.nv = None

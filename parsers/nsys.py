@@ -319,7 +319,7 @@ class _Reader:
             self.store = f"{duck.STORE}.tv_parse_{next(_PARSES)}"
             self.db.execute(f"CREATE SCHEMA {self.store}")
         table = self._rows_table(name)
-        runs = [sql.format(part=p) for p in parts] if parts else [sql]
+        runs = [sql.replace("{part}", p) for p in parts] if parts else [sql]   # (not format: SQL may hold braces)
         rows = self.db.execute(f"CREATE {'TABLE' if self.store else 'TEMP TABLE'} {table} AS {runs[0]}").fetchall()
         n = rows[0][0] if rows else 0
         for run in runs[1:]:

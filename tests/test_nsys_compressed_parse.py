@@ -27,22 +27,20 @@ def _parse_schemas() -> list[str]:
         con.close()
 
 
-def _as_large(monkeypatch, min_rows: int) -> list[tuple[str, int]]:
+def _as_large(monkeypatch, min_rows: int) -> list[tuple[str, int, int]]:
     """Every export parsed as a large one, its numbered tables compressed from `min_rows` rows;
-    returns the (table, rows) of each numbered table made in the compressed catalog and the
-    checkpoints made, as ("CHECKPOINT", 0)."""
+    returns the (table, rows, parts it was sorted in) of each numbered table made in the compressed
+    catalog."""
     monkeypatch.setattr(nsys, "COMPRESS_MIN_BYTES", 0)
     monkeypatch.setattr(nsys, "COMPRESS_MIN_ROWS", min_rows)
-    seen: list[tuple[str, int]] = []
+    seen: list[tuple[str, int, int]] = []
     numbered = nsys._Reader.numbered
 
     def watched(self, name, sql, parts=None):
         numbered(self, name, sql, parts)
         table = self._rows_table(name)
         assert table.startswith(f"{duck.STORE}.tv_parse_")
-        seen.append((table, self.db.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0]))
-        if parts:
-            seen.append(("PARTS " + name, len(parts)))
+        seen.append((table, self.db.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0], len(parts or [""])))
     monkeypatch.setattr(nsys._Reader, "numbered", watched)
     return seen
 
@@ -54,9 +52,9 @@ def test_the_compressed_tables_give_the_profile_of_temp_tables(monkeypatch, name
     seen = _as_large(monkeypatch, 1)
     compressed = nsys.read(path)
     # the GPU rows, the API calls and the NVTX ranges (none where the export has no NVTX ranges)
-    assert {t.rsplit(".", 1)[1] for t, _ in seen if not t.startswith("PARTS")} >= {"g_rows", "l0_rows"}
+    assert {t.rsplit(".", 1)[1] for t, _, _ in seen} >= {"g_rows", "l0_rows"}
     if name == "h100_2gpu_train_a2a_2026.2.sqlite":   # two ranks with NVTX ranges: sorted one at a time
-        assert ("PARTS r0", 2) in seen
+        assert [p for t, _, p in seen if t.endswith(".r0_rows")] == [2]
     for t in TABLES:
         assert getattr(compressed, t).equals(getattr(plain, t)), t
     assert compressed.warnings == plain.warnings
@@ -81,7 +79,7 @@ def test_large_tables_are_compressed_when_made(monkeypatch):
         sizes[tbl] = got
     monkeypatch.setattr(nsys._Reader, "numbered", sized)
     nsys.read(path)
-    rows = {t.rsplit(".", 1)[1]: n for t, n in seen if not t.startswith("PARTS")}
+    rows = {t.rsplit(".", 1)[1]: n for t, n, _ in seen}
     assert rows["g_rows"] >= 3_000 and rows["l0_rows"] >= 3_000
     for tbl, (persistent, segments) in sizes.items():
         assert segments > 0, tbl
